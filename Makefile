@@ -1,0 +1,84 @@
+# django-blamequeue: development tasks. Everything runs from the repository's own .venv.
+#
+#   make test [PYTEST_ARGS='-k lease -x'] [TEST_SERVERS='postgres']
+#   make demo | lint | typecheck | bench | clean | distclean
+
+SHELL := /bin/bash
+
+# Python 3.12 (pyenv resolves python3.12/python3 through .python-version).
+PYTHON ?= $(shell command -v python3.12 2>/dev/null || command -v python3 2>/dev/null)
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TMP := .tmp
+SERVERS := $(PY) -m tests.servers
+
+DEV_STAMP := $(VENV)/.installed-dev
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+
+PYTEST_ARGS ?=
+# PostgreSQL is always started; redis and sqs (moto_server) only where installed.
+TEST_SERVERS ?= postgres redis sqs
+
+LINT_PATHS := $(wildcard django_blamequeue tests bench testproject)
+
+.PHONY: venv test demo lint typecheck bench clean distclean
+
+venv: $(DEV_STAMP)
+
+$(PY):
+	@test -n "$(PYTHON)" || { echo "python3.12 not found" >&2; exit 1; }
+	@ver=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	  test "$$ver" = 3.12 || { echo "need Python 3.12, $(PYTHON) is $$ver" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstalled only when pyproject.toml changes (or the venv is recreated, stamps and all).
+$(DEV_STAMP): pyproject.toml | $(PY)
+	$(PIP) install --quiet --progress-bar off -e '.[dev]'
+	@touch $@ $(RUNTIME_STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml | $(PY)
+	$(PIP) install --quiet --progress-bar off -e .
+	@touch $@
+
+# Servers live under .tmp/{pg,redis,sqs} and are stopped by pid from the EXIT trap, whatever pytest
+# does (failure, Ctrl-C); make exits with pytest's own code (5 = no tests collected).
+test: $(DEV_STAMP)
+	@set -u; \
+	dir_of() { echo "$(TMP)/$${1/postgres/pg}"; }; \
+	stop_servers() { for kind in sqs redis postgres; do \
+	  $(SERVERS) $$kind stop --dir "$$(dir_of $$kind)" || true; done; }; \
+	trap stop_servers EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	for kind in $(TEST_SERVERS); do \
+	  if test $$kind = postgres || $(SERVERS) $$kind available; then \
+	    line=$$($(SERVERS) $$kind start --dir "$$(dir_of $$kind)") || exit 1; \
+	    export "$$line"; \
+	  else echo "make test: no $$kind server installed; its tests will skip" >&2; fi; \
+	done; \
+	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; exit $$rc
+
+demo: $(RUNTIME_STAMP)
+	$(PY) testproject/manage.py migrate --noinput
+	$(PY) testproject/manage.py demo
+
+lint: $(DEV_STAMP)
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+
+typecheck: $(DEV_STAMP)
+	$(VENV)/bin/mypy django_blamequeue
+
+bench: $(DEV_STAMP)
+	$(PY) bench/throughput.py
+
+# Stops servers left running under .tmp before deleting their directories.
+clean:
+	@if test -x $(PY) && test -d $(TMP); then for kind in sqs redis postgres; do \
+	  dir=$(TMP)/$${kind/postgres/pg}; \
+	  test -f $$dir/server.json && $(SERVERS) $$kind stop --dir $$dir; \
+	  done; true; fi
+	rm -rf $(TMP) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,42 @@
+"""django-blamequeue: durable background jobs for Django."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import ErrorCode, QueueError, Unrecoverable
+
+__all__ = [
+    "EnqueuedJob",
+    "ErrorCode",
+    "JobInfo",
+    "QueueError",
+    "Unrecoverable",
+    "current_job",
+    "job",
+    "queue",
+]
+
+if TYPE_CHECKING:
+    from .api import queue
+    from .context import current_job
+    from .records import EnqueuedJob, JobInfo
+    from .registry import job
+
+_LAZY = {
+    "queue": ("api", "queue"),
+    "job": ("registry", "job"),
+    "current_job": ("context", "current_job"),
+    "JobInfo": ("records", "JobInfo"),
+    "EnqueuedJob": ("records", "EnqueuedJob"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy so that ``import django_blamequeue`` works before Django is set up."""
+    if name in _LAZY:
+        from importlib import import_module
+
+        module, attr = _LAZY[name]
+        return getattr(import_module(f".{module}", __name__), attr)
+    raise AttributeError(name)

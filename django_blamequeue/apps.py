@@ -1,0 +1,29 @@
+"""App config: registers checks and imports job modules (``jobs.py`` / ``tasks.py``)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.apps import AppConfig
+from django.core import checks
+from django.utils.module_loading import autodiscover_modules
+
+AUTODISCOVER_MODULES = ("jobs", "tasks")
+
+
+class BlameQueueConfig(AppConfig):
+    name = "django_blamequeue"
+    label = "django_blamequeue"
+    verbose_name = "Blame queue"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from .checks import check_settings
+        from .context import JobContextFilter
+
+        checks.register(check_settings, "blamequeue")
+        logger = logging.getLogger("django_blamequeue")
+        if not any(isinstance(f, JobContextFilter) for f in logger.filters):
+            logger.addFilter(JobContextFilter())
+        for name in AUTODISCOVER_MODULES:
+            autodiscover_modules(name)

@@ -1,0 +1,123 @@
+"""Audit events (SPEC §8): a row per event (per ``AUDIT`` level) and the ``audit_event`` signal.
+
+Backends call ``record`` inside the transaction that changes the job, so on the local backend
+the row commits or rolls back with the state change; the signal goes out only after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from .signals import audit_event
+
+logger = logging.getLogger("django_blamequeue.audit")
+
+ENQUEUE = "system.queue.enqueue"
+CONSUME_START = "system.queue.consume.start"
+CONSUME_SUCCESS = "system.queue.consume.success"
+CONSUME_FAILURE = "system.queue.consume.failure"
+DLQ_WRITE = "system.queue.dlq.write"
+DLQ_RETRY = "system.queue.dlq.retry"
+LEASE_EXTENDED = "system.queue.lease.extended"
+PROGRESS = "system.queue.progress"
+PURGE = "system.queue.purge"
+FLOW_ENQUEUE = "system.queue.flow.enqueue"
+FLOW_SETTLE = "system.queue.flow.settle"
+FLOW_CANCEL = "system.queue.flow.cancel"
+CANCEL = "system.queue.cancel"
+CANCEL_REQUESTED = "system.queue.cancel.requested"
+RELEASE = "system.queue.release"
+STALLED = "system.queue.stalled"
+LOCK_LOST = "system.queue.lock_lost"
+PRUNE = "system.queue.prune"
+ADMIN_PREFIX = "system.queue.admin."
+
+#: The happy path of every job: recorded as rows only with ``AUDIT = "all"``.
+HIGH_VOLUME = frozenset({ENQUEUE, CONSUME_START, CONSUME_SUCCESS, PROGRESS, LEASE_EXTENDED, RELEASE})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    action: str
+    job_id: str | None = None
+    queue: str | None = None
+    backend: str | None = None
+    attempt: int | None = None
+    user: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+def wanted_as_row(action: str, level: str) -> bool:
+    if level == "off":
+        return False
+    if level == "all":
+        return True
+    return action not in HIGH_VOLUME
+
+
+def needed(action: str) -> bool:
+    """Cheap pre-check so hot paths skip building events nobody will see."""
+    from .conf import get_settings
+
+    return bool(audit_event.receivers) or wanted_as_row(action, get_settings().audit)
+
+
+def record(events: Iterable[Event], *, using: str | None) -> None:
+    """Write rows for ``events`` in the current transaction on ``using``; signal after commit.
+
+    ``using`` is the database alias whose transaction the state change runs in (the local
+    backend's), or None for the default database (remote backends).
+    """
+    from .conf import get_settings
+    from .models import AuditEvent
+
+    events = list(events)
+    if not events:
+        return
+    level = get_settings().audit
+    rows = [
+        AuditEvent(
+            action=e.action,
+            job_id=e.job_id,
+            queue=e.queue,
+            backend=e.backend,
+            attempt=e.attempt,
+            user=e.user,
+            data=dict(e.data),
+        )
+        for e in events
+        if wanted_as_row(e.action, level)
+    ]
+    db = using or "default"
+    if rows:
+        AuditEvent.objects.using(db).bulk_create(rows)
+    if logger.isEnabledFor(logging.DEBUG):
+        for e in events:
+            logger.debug(
+                "%s job=%s queue=%s attempt=%s",
+                e.action,
+                e.job_id,
+                e.queue,
+                e.attempt,
+                extra={"job_id": e.job_id, "queue": e.queue, "attempt": e.attempt},
+            )
+    if audit_event.receivers:
+        transaction.on_commit(lambda: _send(events), using=db)
+
+
+def _send(events: list[Event]) -> None:
+    for e in events:
+        audit_event.send_robust(
+            sender=Event,
+            event=e,
+            action=e.action,
+            job_id=e.job_id,
+            queue=e.queue,
+            backend=e.backend,
+            attempt=e.attempt,
+        )

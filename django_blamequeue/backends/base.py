@@ -1,0 +1,182 @@
+"""The one narrow interface every backend implements: job verbs, batched, fenced, time-aware.
+
+Verbs take ``now``: ``None`` means the storage engine's own clock (the database's ``now()``,
+Redis ``TIME``); tests pass a later ``now`` to move time instead of sleeping. Every ack is
+fenced by the lease token: a stale token gives ``AckResult(ok=False)`` for that item and
+changes nothing. The core reads the ``supports_*`` flags; it never branches on the class.
+"""
+
+from __future__ import annotations
+
+from abc import ABCMeta, abstractmethod
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..conf import BackendConfig
+from ..records import (
+    Ack,
+    AckResult,
+    CancelResult,
+    Claimed,
+    EnqueuedJob,
+    JobInfo,
+    LeaseSignals,
+    NewJob,
+    PruneReport,
+    QueueStats,
+    RescueReport,
+)
+
+if TYPE_CHECKING:
+    from django.core.checks import CheckMessage
+
+    from ..audit import Event
+
+    from .resilience import Resilience
+
+
+class Backend(metaclass=ABCMeta):
+    protocol: str = ""
+    #: ``extend_lease`` works (SQS can only extend up to its 12-hour visibility cap, etc.).
+    supports_extend_lease = True
+    #: ``dlq_list`` can list failed jobs without consuming them.
+    supports_dlq_listing = True
+    #: Idle workers can wait on a push notification instead of polling.
+    supports_listen = False
+    #: An enqueue inside ``transaction.atomic()`` is part of that transaction by itself;
+    #: otherwise the facade routes it through the outbox.
+    transactional_enqueue = False
+    #: Polling is nearly free (an embedded database): idle workers poll at ``fast_poll``.
+    cheap_polling = False
+    #: Engine errors that mean "unavailable" (mapped to ``BACKEND_UNAVAILABLE``).
+    unavailable_errors: tuple[type[BaseException], ...] = ()
+
+    def __init__(self, config: BackendConfig) -> None:
+        self.alias = config.alias
+        self.config = config
+        self.resilience: Resilience | None = None
+
+    # -- enqueue -------------------------------------------------------------------------
+    @abstractmethod
+    def enqueue_many(
+        self,
+        jobs: Sequence[NewJob],
+        now: datetime | None = None,
+        *,
+        events: Sequence[Event] = (),
+    ) -> list[EnqueuedJob]:
+        """Store ``jobs`` (one round trip per batch), all or none. Dedupe keys answer the
+        existing job. ``events`` are extra audit events recorded with the insert."""
+
+    # -- leasing -------------------------------------------------------------------------
+    @abstractmethod
+    def claim(
+        self, queues: Sequence[str], limit: int, lease_s: float, now: datetime | None = None
+    ) -> list[Claimed]:
+        """Lease up to ``limit`` available jobs in one statement; attempts count here."""
+
+    @abstractmethod
+    def apply_many(self, acks: Sequence[Ack], now: datetime | None = None) -> list[AckResult]:
+        """Apply finished attempts' transitions in one transaction, each fenced by its token."""
+
+    @abstractmethod
+    def extend_lease(
+        self, job_id: str, token: str, seconds: float, now: datetime | None = None
+    ) -> bool:
+        """Push the lease expiry to ``now + seconds``; False if the token is stale."""
+
+    @abstractmethod
+    def renew_leases(
+        self, leases: Sequence[tuple[str, str]], seconds: float, now: datetime | None = None
+    ) -> frozenset[str]:
+        """Renew many (job_id, token) leases, never shortening one; answer the lost ids."""
+
+    @abstractmethod
+    def lease_signals(self, leases: Sequence[tuple[str, str]]) -> LeaseSignals:
+        """Which held leases were lost, and which jobs someone asked to cancel."""
+
+    @abstractmethod
+    def set_progress(self, job_id: str, token: str, progress: int) -> bool:
+        """Record progress 0–100 for a held lease; False if the token is stale."""
+
+    @abstractmethod
+    def rescue_expired(
+        self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
+    ) -> RescueReport:
+        """Re-pend expired leases (stall + 1); past ``max_stalled`` fail them as stalled.
+
+        The risk, stated: a job whose worker is alive but stopped renewing for a whole lease
+        is treated as crashed. The fence keeps that worker from acking afterwards.
+        """
+
+    # -- operations ----------------------------------------------------------------------
+    @abstractmethod
+    def cancel(self, job_id: str, now: datetime | None = None) -> CancelResult:
+        """Waiting → cancelled at once; running → cancel requested; terminal → not found."""
+
+    @abstractmethod
+    def cancel_flow(self, flow_id: str, now: datetime | None = None) -> int:
+        """Cancel every non-terminal job of a flow; answer how many."""
+
+    @abstractmethod
+    def purge(self, queue: str) -> int:
+        """Delete the queue's waiting (pending, blocked) jobs; answer the count."""
+
+    @abstractmethod
+    def get(self, job_id: str) -> JobInfo | None: ...
+
+    @abstractmethod
+    def size(self, queue: str) -> int:
+        """Pending + inflight."""
+
+    @abstractmethod
+    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]: ...
+
+    @abstractmethod
+    def dlq_size(self, queue: str) -> int: ...
+
+    @abstractmethod
+    def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
+        """A failed job back to pending with a fresh attempt budget; False if not failed."""
+
+    @abstractmethod
+    def dlq_retry_all(self, queue: str, now: datetime | None = None) -> int: ...
+
+    @abstractmethod
+    def flow_jobs(self, flow_id: str) -> list[JobInfo]:
+        """Every job of a flow, with ``depends_on`` filled."""
+
+    @abstractmethod
+    def stats(self) -> list[QueueStats]: ...
+
+    @abstractmethod
+    def prune(
+        self,
+        *,
+        done_before: datetime | None,
+        cancelled_before: datetime | None,
+        failed_before: datetime | None,
+        limit: int = 5000,
+    ) -> PruneReport:
+        """Delete old terminal jobs (and their flow rows). ``None`` keeps that state."""
+
+    def now(self) -> datetime:
+        """The engine's clock (for display and for computing retention cut-offs)."""
+        raise NotImplementedError
+
+    # -- waking --------------------------------------------------------------------------
+    def listener(self, queues: Sequence[str]) -> Any:
+        """A ``Listener`` for idle workers, or None to poll. Only with ``supports_listen``."""
+        return None
+
+    def check(self) -> Iterable[CheckMessage]:
+        """Deployment checks beyond settings (run by ``manage.py check --deploy``)."""
+        return ()
+
+    def on_unavailable(self) -> None:
+        """Called after an unavailable error: drop broken connections so the next call
+        reconnects."""
+
+    def close(self) -> None:
+        """Release connections held by this backend object (not Django's own)."""

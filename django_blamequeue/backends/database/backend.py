@@ -1,0 +1,520 @@
+"""The local backend's verbs. Each is one short transaction on the configured database.
+
+Enqueue joins the caller's transaction (``atomic(savepoint=False)``), so a job enqueued inside
+``transaction.atomic()`` is a row of that transaction and rolls back with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import InterfaceError, OperationalError, connections, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ... import audit, wakeup
+from ...conf import BackendConfig
+from ...core.states import ACTIVE, TERMINAL, WAITING, State
+from ...models import FlowDependency, Job
+from ...records import (
+    Ack,
+    AckResult,
+    CancelResult,
+    Claimed,
+    EnqueuedJob,
+    JobInfo,
+    LeaseSignals,
+    NewJob,
+    PruneReport,
+    QueueStats,
+    RescueReport,
+)
+from ..base import Backend
+from . import sql
+from .flows import FlowOps
+from .rows import claimed_from_row, info_from_model, to_dt
+
+CHANNEL = "blamequeue"
+ACK_CHUNK = 500
+_ACTIVE = [s.value for s in ACTIVE]
+
+
+class DatabaseBackend(FlowOps, Backend):
+    protocol = "local"
+    transactional_enqueue = True
+    unavailable_errors: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+
+    def __init__(self, config: BackendConfig) -> None:
+        super().__init__(config)
+        self.db: str = str(config.options.get("DATABASE", "default"))
+        from django.conf import settings
+
+        engine = str(settings.DATABASES.get(self.db, {}).get("ENGINE", ""))
+        self.is_postgres = "postgresql" in engine
+        self.supports_listen = self.is_postgres and bool(config.options.get("LISTEN", True))
+        self.cheap_polling = not self.is_postgres
+
+    # -- helpers ---------------------------------------------------------------------------
+    @property
+    def connection(self) -> Any:
+        return connections[self.db]
+
+    def jobs(self) -> Any:
+        return Job.objects.using(self.db)
+
+    def now(self) -> datetime:
+        return self._now(None)
+
+    def _now(self, now: datetime | None) -> datetime:
+        """The engine's clock. On SQLite the database lives on this host: its clock is ours."""
+        if now is not None:
+            return now
+        if self.is_postgres:
+            with self.connection.cursor() as cur:
+                cur.execute("SELECT statement_timestamp()")
+                value: datetime = cur.fetchone()[0]
+                return value
+        return timezone.now()
+
+    def _adapt(self, value: datetime | None) -> Any:
+        if value is None:
+            return None
+        return self.connection.ops.adapt_datetimefield_value(value)
+
+    def _notify(self, queues: Sequence[str]) -> None:
+        """Wake idle workers on commit: NOTIFY (PostgreSQL) and in this process."""
+        distinct = sorted(set(queues))
+        if not distinct:
+            return
+        if self.is_postgres:
+            with self.connection.cursor() as cur:
+                for q in distinct:
+                    cur.execute("SELECT pg_notify(%s, %s)", [CHANNEL, q])
+        transaction.on_commit(lambda: wakeup.notify(distinct), using=self.db)
+
+    def on_unavailable(self) -> None:
+        """After a connection error outside a transaction, drop the connection to reconnect."""
+        conn = self.connection
+        if not conn.in_atomic_block:
+            conn.close()
+
+    # -- enqueue ---------------------------------------------------------------------------
+    def enqueue_many(
+        self, jobs: Sequence[NewJob], now: datetime | None = None, *, events: Sequence[audit.Event] = ()
+    ) -> list[EnqueuedJob]:
+        if not jobs:
+            return []
+        with transaction.atomic(using=self.db, savepoint=False):
+            now = self._now(now)
+            answer = self._insert(jobs, now)
+            inserted = [j for j in jobs if not answer[j.job_id].deduplicated]
+            edges = [
+                FlowDependency(
+                    flow_id=j.flow_id or "", kind=FlowDependency.KIND_DAG, job_id=j.job_id,
+                    depends_on_id=dep,
+                )
+                for j in inserted
+                for dep in j.depends_on
+            ]  # fmt: skip
+            if edges:
+                FlowDependency.objects.using(self.db).bulk_create(edges, ignore_conflicts=True)
+            self._notify([j.queue for j in inserted if not j.blocked and self._due(j, now)])
+            evs = list(events)
+            if audit.needed(audit.ENQUEUE):
+                evs += [
+                    audit.Event(action=audit.ENQUEUE, job_id=j.job_id, queue=j.queue,
+                                backend=self.alias, data={"name": j.name})
+                    for j in inserted
+                ]  # fmt: skip
+            audit.record(evs, using=self.db)
+        return [answer[j.job_id] for j in jobs]
+
+    @staticmethod
+    def _due(job: NewJob, now: datetime) -> bool:
+        if job.run_at is not None:
+            return job.run_at <= now
+        return not job.delay
+
+    def _row(self, j: NewJob, now: datetime) -> Job:
+        available = j.run_at or (now + timedelta(seconds=j.delay) if j.delay else now)
+        return Job(
+            id=j.job_id, queue=j.queue, name=j.name,
+            state=State.BLOCKED if j.blocked else State.PENDING,
+            payload=j.payload.body, content_type=j.payload.content_type,
+            content_encoding=j.payload.content_encoding, priority=j.priority,
+            available_at=available, max_attempts=j.max_attempts, timeout=j.timeout,
+            classification=j.classification, trace_id=j.trace_id, dedupe_key=j.dedupe_key,
+            flow_id=j.flow_id, parent_id=j.parent_id, flow_depth=j.flow_depth,
+            created_at=now, updated_at=now,
+        )  # fmt: skip
+
+    def _insert(self, jobs: Sequence[NewJob], now: datetime) -> dict[str, EnqueuedJob]:
+        """Insert ignoring conflicts; a dedupe-key conflict answers the holder of the key."""
+        answer: dict[str, EnqueuedJob] = {}
+        todo = list(jobs)
+        for _ in range(5):  # the holder may turn terminal between our insert and our look-up
+            self.jobs().bulk_create([self._row(j, now) for j in todo], ignore_conflicts=True)
+            keyed = [j for j in todo if j.dedupe_key]
+            present = (
+                set(self.jobs().filter(id__in=[j.job_id for j in keyed]).values_list("id", flat=True))
+                if keyed
+                else set()
+            )
+            retry: list[NewJob] = []
+            for j in todo:
+                if not j.dedupe_key or j.job_id in present:
+                    answer[j.job_id] = EnqueuedJob(job_id=j.job_id, queue_name=j.queue, backend=self.alias)
+                    continue
+                holder = (
+                    self.jobs()
+                    .filter(queue=j.queue, dedupe_key=j.dedupe_key, state__in=_ACTIVE)
+                    .values_list("id", flat=True)
+                    .first()
+                )
+                if holder is None:
+                    retry.append(j)
+                else:
+                    answer[j.job_id] = EnqueuedJob(
+                        job_id=holder, queue_name=j.queue, backend=self.alias, deduplicated=True
+                    )
+            if not retry:
+                return answer
+            todo = retry
+        raise OperationalError("dedupe insert did not settle after 5 tries")
+
+    # -- leasing ---------------------------------------------------------------------------
+    def claim(
+        self, queues: Sequence[str], limit: int, lease_s: float, now: datetime | None = None
+    ) -> list[Claimed]:
+        if limit <= 0 or not queues:
+            return []
+        qs = list(queues)
+        with transaction.atomic(using=self.db), self.connection.cursor() as cur:
+            if self.is_postgres:
+                cur.execute(sql.claim_postgresql(len(qs)), [*qs, now, limit, now, lease_s, now, now])
+            else:
+                t = self._now(now)
+                expires = t + timedelta(seconds=lease_s)
+                a = self._adapt
+                cur.execute(
+                    sql.claim_sqlite(len(qs)), [a(expires), a(t), a(t), *qs, a(t), limit]
+                )
+            rows = cur.fetchall()
+            claimed = [claimed_from_row(r) for r in rows]
+            claimed.sort(key=lambda c: (-c.priority, c.available_at or c.lease_expires_at, c.job_id))
+            if claimed and audit.needed(audit.CONSUME_START):
+                audit.record(
+                    [
+                        audit.Event(action=audit.CONSUME_START, job_id=c.job_id, queue=c.queue,
+                                    backend=self.alias, attempt=c.attempt, data={"name": c.name})
+                        for c in claimed
+                    ],  # fmt: skip
+                    using=self.db,
+                )
+        return claimed
+
+    def apply_many(self, acks: Sequence[Ack], now: datetime | None = None) -> list[AckResult]:
+        if not acks:
+            return []
+        applied: dict[str, tuple[Any, ...]] = {}
+        with transaction.atomic(using=self.db):
+            now = self._now(now)
+            for start in range(0, len(acks), ACK_CHUNK):
+                chunk = acks[start : start + ACK_CHUNK]
+                params: list[Any] = []
+                for a in chunk:
+                    params += self._ack_params(a, now)
+                with self.connection.cursor() as cur:
+                    cur.execute(sql.ack_many(self.connection.vendor, len(chunk)), params)
+                    for row in cur.fetchall():
+                        applied[row[0]] = tuple(row)
+            self._after_acks(acks, applied, now)
+        return [
+            AckResult(job_id=a.job_id, ok=a.job_id in applied,
+                      state=State(applied[a.job_id][1]) if a.job_id in applied else None)
+            for a in acks
+        ]  # fmt: skip
+
+    def _ack_params(self, a: Ack, now: datetime) -> list[Any]:
+        t = a.transition
+        available = now + timedelta(seconds=t.delay) if t.state == State.PENDING else None
+        return [
+            a.job_id, a.token, t.state.value, t.result.body if t.result else None,
+            t.error, t.traceback, t.reason.value if t.reason else None,
+            self._adapt(available), self._adapt(now), int(t.give_back_attempt),
+            int(t.yields_to_cancel), int(t.state == State.DONE),
+        ]  # fmt: skip
+
+    def _after_acks(
+        self, acks: Sequence[Ack], applied: dict[str, tuple[Any, ...]], now: datetime
+    ) -> None:
+        """Same transaction as the acks: release DAG dependants, cascade cancels, audit."""
+        done_in_flows = [r[0] for r in applied.values() if r[1] == State.DONE and r[3]]
+        cancelled = [r[0] for r in applied.values() if r[1] == State.CANCELLED]
+        if done_in_flows:
+            self.release_dependants(done_in_flows, now)
+        if cancelled:
+            self.cascade_cancel(cancelled, now)
+        self._notify(
+            [r[2] for a in acks if (r := applied.get(a.job_id)) and r[1] == State.PENDING
+             and a.transition.delay == 0]
+        )  # fmt: skip
+        events = [ev for a in acks for ev in self._ack_events(a, applied.get(a.job_id))]
+        audit.record(events, using=self.db)
+
+    def _ack_events(self, a: Ack, row: tuple[Any, ...] | None) -> list[audit.Event]:
+        if row is None:
+            return [audit.Event(action=audit.LOCK_LOST, job_id=a.job_id, backend=self.alias,
+                                data={"wanted": a.transition.state.value})]  # fmt: skip
+        _, state, queue, _flow, _parent, attempts, name = row
+        t = a.transition
+        base: dict[str, Any] = {"job_id": a.job_id, "queue": queue, "backend": self.alias,
+                                "attempt": attempts}  # fmt: skip
+        if state == State.DONE:
+            if not audit.needed(audit.CONSUME_SUCCESS):
+                return []
+            return [audit.Event(action=audit.CONSUME_SUCCESS, data={"name": name}, **base)]
+        if state == State.CANCELLED:
+            return [audit.Event(action=audit.CANCEL, data={"name": name, "while": "running"}, **base)]
+        if state == State.PENDING and t.give_back_attempt:
+            return [audit.Event(action=audit.RELEASE, data={"name": name}, **base)]
+        data = {"name": name, "error": t.error, "reason": t.reason.value if t.reason else None}
+        events = [audit.Event(action=audit.CONSUME_FAILURE, data={**data, "retry_in": t.delay}
+                              if state == State.PENDING else data, **base)]  # fmt: skip
+        if state == State.FAILED:
+            events.append(audit.Event(action=audit.DLQ_WRITE, data=data, **base))
+        return events
+
+    def extend_lease(
+        self, job_id: str, token: str, seconds: float, now: datetime | None = None
+    ) -> bool:
+        with transaction.atomic(using=self.db):
+            t = self._now(now)
+            n = (
+                self.jobs()
+                .filter(id=job_id, lease_token=token, state=State.INFLIGHT)
+                .update(lease_expires_at=t + timedelta(seconds=seconds))
+            )
+            if n and audit.needed(audit.LEASE_EXTENDED):
+                audit.record([audit.Event(action=audit.LEASE_EXTENDED, job_id=job_id,
+                                          backend=self.alias, data={"seconds": seconds})],
+                             using=self.db)  # fmt: skip
+        return bool(n)
+
+    def renew_leases(
+        self, leases: Sequence[tuple[str, str]], seconds: float, now: datetime | None = None
+    ) -> frozenset[str]:
+        if not leases:
+            return frozenset()
+        renewed: set[str] = set()
+        with transaction.atomic(using=self.db):
+            t = self._now(now)
+            expiry = self._adapt(t + timedelta(seconds=seconds))
+            for start in range(0, len(leases), ACK_CHUNK):
+                chunk = leases[start : start + ACK_CHUNK]
+                params: list[Any] = [expiry, expiry]
+                for job_id, token in chunk:
+                    params += [job_id, token]
+                with self.connection.cursor() as cur:
+                    cur.execute(sql.renew_many(self.connection.vendor, len(chunk)), params)
+                    renewed.update(r[0] for r in cur.fetchall())
+        return frozenset(j for j, _ in leases if j not in renewed)
+
+    def lease_signals(self, leases: Sequence[tuple[str, str]]) -> LeaseSignals:
+        if not leases:
+            return LeaseSignals()
+        held = dict(leases)
+        rows = self.jobs().filter(id__in=list(held)).values_list(
+            "id", "lease_token", "state", "cancel_requested"
+        )
+        seen: set[str] = set()
+        lost: set[str] = set()
+        cancel: set[str] = set()
+        for job_id, token, state, cancel_requested in rows:
+            seen.add(job_id)
+            if token != held[job_id] or state != State.INFLIGHT:
+                lost.add(job_id)
+            elif cancel_requested:
+                cancel.add(job_id)
+        lost.update(set(held) - seen)
+        return LeaseSignals(lost=frozenset(lost), cancel_requested=frozenset(cancel))
+
+    def set_progress(self, job_id: str, token: str, progress: int) -> bool:
+        with transaction.atomic(using=self.db):
+            n = self.jobs().filter(id=job_id, lease_token=token, state=State.INFLIGHT).update(
+                progress=progress
+            )
+            if n and audit.needed(audit.PROGRESS):
+                audit.record([audit.Event(action=audit.PROGRESS, job_id=job_id, backend=self.alias,
+                                          data={"progress": progress})], using=self.db)  # fmt: skip
+        return bool(n)
+
+    def rescue_expired(
+        self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
+    ) -> RescueReport:
+        from ...core.lifecycle import rescue
+
+        with transaction.atomic(using=self.db):
+            t = self._now(now)
+            qs = self.jobs().filter(state=State.INFLIGHT, lease_expires_at__lt=t)
+            qs = qs.order_by("lease_expires_at")
+            if self.is_postgres:
+                qs = qs.select_for_update(skip_locked=True)
+            rows = list(
+                qs.values_list("id", "attempts", "max_attempts", "stalls", "cancel_requested",
+                               "queue")[:limit]
+            )  # fmt: skip
+            groups: dict[State, list[tuple[Any, ...]]] = {s: [] for s in State}
+            for row in rows:
+                job_id, attempts, max_attempts, stalls, cancel_requested, _q = row
+                to = State.CANCELLED if cancel_requested else rescue(
+                    attempts=attempts, max_attempts=max_attempts, stalls=stalls + 1,
+                    max_stalled=max_stalled)  # fmt: skip
+                groups[to].append(row)
+            fence = {"state": State.INFLIGHT, "lease_expires_at__lt": t}
+            common = {"stalls": F("stalls") + 1, "lease_token": None, "lease_expires_at": None,
+                      "updated_at": t}  # fmt: skip
+            msg = "the lease expired before the worker acked (worker crashed or stalled)"
+            if groups[State.PENDING]:
+                self.jobs().filter(id__in=[r[0] for r in groups[State.PENDING]], **fence).update(
+                    state=State.PENDING, available_at=t, error=msg, reason="stalled", **common)
+            if groups[State.FAILED]:
+                self.jobs().filter(id__in=[r[0] for r in groups[State.FAILED]], **fence).update(
+                    state=State.FAILED, finished_at=t, error=msg, reason="stalled", **common)
+            if groups[State.CANCELLED]:
+                ids = [r[0] for r in groups[State.CANCELLED]]
+                self.jobs().filter(id__in=ids, **fence).update(
+                    state=State.CANCELLED, finished_at=t, reason="cancelled", **common)
+                self.cascade_cancel(ids, t)
+            self._notify([r[5] for r in groups[State.PENDING]])
+            events = [
+                audit.Event(action=audit.STALLED, job_id=r[0], queue=r[5], backend=self.alias,
+                            attempt=r[1], data={"to": to.value, "stalls": r[3] + 1})
+                for to, grp in groups.items() for r in grp
+            ] + [
+                audit.Event(action=audit.DLQ_WRITE, job_id=r[0], queue=r[5], backend=self.alias,
+                            attempt=r[1], data={"reason": "stalled", "error": msg})
+                for r in groups[State.FAILED]
+            ]  # fmt: skip
+            audit.record(events, using=self.db)
+        return RescueReport(
+            repended=len(groups[State.PENDING]),
+            failed=len(groups[State.FAILED]),
+            cancelled=len(groups[State.CANCELLED]),
+        )
+
+    # -- operations ------------------------------------------------------------------------
+    def purge(self, queue: str) -> int:
+        with transaction.atomic(using=self.db):
+            ids = list(
+                self.jobs().filter(queue=queue, state__in=[s.value for s in WAITING])
+                .values_list("id", flat=True)
+            )  # fmt: skip
+            for start in range(0, len(ids), 5000):
+                chunk = ids[start : start + 5000]
+                FlowDependency.objects.using(self.db).filter(job_id__in=chunk).delete()
+                self.jobs().filter(id__in=chunk, state__in=[s.value for s in WAITING]).delete()
+            audit.record([audit.Event(action=audit.PURGE, queue=queue, backend=self.alias,
+                                      data={"count": len(ids)})], using=self.db)  # fmt: skip
+        return len(ids)
+
+    def get(self, job_id: str) -> JobInfo | None:
+        job = self.jobs().filter(id=job_id).first()
+        if job is None:
+            return None
+        deps = FlowDependency.objects.using(self.db).filter(job_id=job_id, kind="dag")
+        return info_from_model(job, self.alias, [d.depends_on_id for d in deps])
+
+    def size(self, queue: str) -> int:
+        n: int = self.jobs().filter(queue=queue, state__in=[State.PENDING, State.INFLIGHT]).count()
+        return n
+
+    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        rows = self.jobs().filter(queue=queue, state=State.FAILED).order_by("id")
+        return [info_from_model(j, self.alias) for j in rows[offset : offset + limit]]
+
+    def dlq_size(self, queue: str) -> int:
+        n: int = self.jobs().filter(queue=queue, state=State.FAILED).count()
+        return n
+
+    def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
+        return self._dlq_retry(self.jobs().filter(id=job_id), now) == 1
+
+    def dlq_retry_all(self, queue: str, now: datetime | None = None) -> int:
+        return self._dlq_retry(self.jobs().filter(queue=queue), now)
+
+    def _dlq_retry(self, qs: Any, now: datetime | None) -> int:
+        with transaction.atomic(using=self.db):
+            t = self._now(now)
+            rows = list(qs.filter(state=State.FAILED).values_list("id", "queue"))
+            ids = [r[0] for r in rows]
+            n = 0
+            for start in range(0, len(ids), 5000):
+                n += self.jobs().filter(id__in=ids[start : start + 5000], state=State.FAILED).update(
+                    state=State.PENDING, attempts=0, stalls=0, available_at=t, finished_at=None,
+                    cancel_requested=False, progress=0, updated_at=t)  # fmt: skip
+            self._notify([r[1] for r in rows])
+            audit.record([audit.Event(action=audit.DLQ_RETRY, job_id=r[0], queue=r[1],
+                                      backend=self.alias) for r in rows], using=self.db)  # fmt: skip
+        return n
+
+    def stats(self) -> list[QueueStats]:
+        from django.db.models import Count, Min
+
+        counts: dict[str, dict[str, int]] = {}
+        for queue, state, n in (
+            self.jobs().order_by().values_list("queue", "state").annotate(n=Count("id"))
+        ):
+            counts.setdefault(queue, {s.value: 0 for s in State})[state] = n
+        oldest = dict(
+            self.jobs().filter(state=State.PENDING).order_by().values_list("queue")
+            .annotate(m=Min("available_at")).values_list("queue", "m")
+        )  # fmt: skip
+        now = self.now()
+        return [
+            QueueStats(
+                backend=self.alias, queue=q, counts=c,
+                oldest_pending_age=max(0.0, (now - oldest[q]).total_seconds()) if oldest.get(q) else None,
+            )
+            for q, c in sorted(counts.items())
+        ]  # fmt: skip
+
+    def prune(
+        self,
+        *,
+        done_before: datetime | None,
+        cancelled_before: datetime | None,
+        failed_before: datetime | None,
+        limit: int = 5000,
+    ) -> PruneReport:
+        total = 0
+        for state, before in (
+            (State.DONE, done_before),
+            (State.CANCELLED, cancelled_before),
+            (State.FAILED, failed_before),
+        ):
+            if before is None:
+                continue
+            with transaction.atomic(using=self.db):
+                ids = list(
+                    self.jobs().filter(state=state, finished_at__lt=before)
+                    .order_by().values_list("id", flat=True)[:limit]
+                )  # fmt: skip
+                if ids:
+                    deps = FlowDependency.objects.using(self.db)
+                    deps.filter(job_id__in=ids).delete()
+                    deps.filter(depends_on_id__in=ids, kind="dag").delete()
+                    total += self.jobs().filter(id__in=ids, state=state).delete()[0]
+        return PruneReport(jobs=total)
+
+    def listener(self, queues: Sequence[str]) -> Any:
+        if not self.supports_listen:
+            return None
+        from .listen import PgListener
+
+        return PgListener(self.db, CHANNEL, queues)
+
+
+__all__ = ["TERMINAL", "DatabaseBackend", "to_dt"]

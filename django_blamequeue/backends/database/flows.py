@@ -1,0 +1,144 @@
+"""Flow bookkeeping of the local backend: DAG release, cascading cancel, flow listings.
+
+Mixed into ``DatabaseBackend``; every method runs inside the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from ... import audit
+from ...core.states import TERMINAL, WAITING, State
+from ...models import FlowDependency
+from ...records import CancelResult, JobInfo
+from . import sql
+from .rows import info_from_model
+
+if TYPE_CHECKING:
+    from .backend import DatabaseBackend
+
+    _Base = DatabaseBackend
+else:
+    _Base = object
+
+_WAITING = [s.value for s in WAITING] + [State.WAITING_CHILDREN.value]
+_TERMINAL = [s.value for s in TERMINAL]
+
+
+class FlowOps(_Base):
+    def release_dependants(self, done_ids: Sequence[str], now: datetime) -> list[str]:
+        """Blocked DAG jobs whose dependencies are now all done become pending."""
+        released: list[str] = []
+        queues: list[str] = []
+        for start in range(0, len(done_ids), 500):
+            chunk = list(done_ids[start : start + 500])
+            with self.connection.cursor() as cur:
+                if self.is_postgres:
+                    # Two dependencies finishing at once must not both miss the release.
+                    cur.execute(sql.lock_dependants(len(chunk)), chunk)
+                a = self._adapt(now)
+                cur.execute(sql.release_dependants(self.connection.vendor, len(chunk)), [a, a, *chunk])
+                for job_id, queue in cur.fetchall():
+                    released.append(job_id)
+                    queues.append(queue)
+        self._notify(queues)
+        return released
+
+    def cascade_cancel(self, ids: Sequence[str], now: datetime) -> int:
+        """Cancel what can no longer run: blocked DAG dependants and children, transitively.
+
+        Waiting jobs are cancelled at once; running ones get a cancel request.
+        """
+        frontier = list(ids)
+        seen = set(frontier)
+        total = 0
+        deps = FlowDependency.objects.using(self.db)
+        while frontier:
+            dependants = set(
+                deps.filter(depends_on_id__in=frontier, kind="dag").values_list("job_id", flat=True)
+            )
+            children = set(self.jobs().filter(parent_id__in=frontier).values_list("id", flat=True))
+            nxt = [j for j in dependants | children if j not in seen]
+            if not nxt:
+                break
+            seen.update(nxt)
+            total += self._cancel_ids(nxt, now)
+            frontier = nxt
+        return total
+
+    def _cancel_ids(self, ids: Sequence[str], now: datetime) -> int:
+        rows = list(
+            self.jobs().filter(id__in=ids).exclude(state__in=_TERMINAL)
+            .values_list("id", "state", "queue")
+        )  # fmt: skip
+        waiting = [r for r in rows if r[1] in _WAITING]
+        running = [r for r in rows if r[1] == State.INFLIGHT]
+        if waiting:
+            self.jobs().filter(id__in=[r[0] for r in waiting], state__in=_WAITING).update(
+                state=State.CANCELLED, finished_at=now, updated_at=now, reason="cancelled"
+            )
+        if running:
+            self.jobs().filter(id__in=[r[0] for r in running], state=State.INFLIGHT).update(
+                cancel_requested=True, updated_at=now
+            )
+        audit.record(
+            [
+                audit.Event(
+                    action=audit.CANCEL if r[1] != State.INFLIGHT else audit.CANCEL_REQUESTED,
+                    job_id=r[0], queue=r[2], backend=self.alias, data={"cascade": True},
+                )
+                for r in rows
+            ],
+            using=self.db,
+        )  # fmt: skip
+        return len(rows)
+
+    def cancel(self, job_id: str, now: datetime | None = None) -> CancelResult:
+        with transaction.atomic(using=self.db):
+            t = self._now(now)
+            qs = self.jobs().filter(id=job_id)
+            if self.is_postgres:
+                qs = qs.select_for_update()
+            row = qs.values_list("state", "queue", "cancel_requested").first()
+            if row is None:
+                return CancelResult(found=False)
+            state, queue, already = State(row[0]), row[1], row[2]
+            ev = {"job_id": job_id, "queue": queue, "backend": self.alias}
+            if state in TERMINAL:
+                return CancelResult(found=True, state=state)
+            if state == State.INFLIGHT:
+                if not already:
+                    qs.update(cancel_requested=True, updated_at=t)
+                    audit.record([audit.Event(action=audit.CANCEL_REQUESTED, **ev)], using=self.db)
+                return CancelResult(found=True, requested=True, state=state)
+            qs.filter(state=state).update(
+                state=State.CANCELLED, finished_at=t, updated_at=t, reason="cancelled"
+            )
+            audit.record([audit.Event(action=audit.CANCEL, **ev)], using=self.db)
+            self.cascade_cancel([job_id], t)
+            return CancelResult(found=True, cancelled=True, state=State.CANCELLED)
+
+    def cancel_flow(self, flow_id: str, now: datetime | None = None) -> int:
+        with transaction.atomic(using=self.db):
+            t = self._now(now)
+            ids = list(
+                self.jobs().filter(flow_id=flow_id).exclude(state__in=_TERMINAL)
+                .values_list("id", flat=True)
+            )  # fmt: skip
+            n = self._cancel_ids(ids, t) if ids else 0
+            audit.record([audit.Event(action=audit.FLOW_CANCEL, backend=self.alias,
+                                      data={"flow_id": flow_id, "count": n})], using=self.db)  # fmt: skip
+        return n
+
+    def flow_jobs(self, flow_id: str) -> list[JobInfo]:
+        edges: dict[str, list[str]] = {}
+        for job_id, dep in FlowDependency.objects.using(self.db).filter(
+            flow_id=flow_id, kind="dag"
+        ).values_list("job_id", "depends_on_id"):
+            edges.setdefault(job_id, []).append(dep)
+        jobs: Any = self.jobs().filter(flow_id=flow_id).order_by("id")
+        return [info_from_model(j, self.alias, edges.get(j.id, ())) for j in jobs]

@@ -1,0 +1,94 @@
+"""Conversions between raw rows / model instances and the records the core speaks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from django.utils.dateparse import parse_datetime
+
+from ...records import Claimed, JobInfo
+from ...serializers import Encoded, decode
+
+
+def to_dt(value: Any) -> datetime | None:
+    """Raw SQL gives datetimes on PostgreSQL and stored text on SQLite."""
+    if value is None or isinstance(value, datetime):
+        return value
+    parsed = parse_datetime(str(value))
+    if parsed is None:
+        raise ValueError(f"not a datetime: {value!r}")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def to_bytes(value: Any) -> bytes:
+    return bytes(value) if value is not None else b""
+
+
+def claimed_from_row(row: Sequence[Any]) -> Claimed:
+    (job_id, queue, name, payload, ctype, cenc, token, attempts, max_attempts, expires,
+     priority, timeout, trace_id, classification, flow_id, parent_id, available_at,
+     created_at) = row  # fmt: skip
+    expires_at = to_dt(expires)
+    assert expires_at is not None
+    return Claimed(
+        job_id=job_id,
+        queue=queue,
+        name=name,
+        payload=Encoded(ctype, cenc, to_bytes(payload)),
+        token=token,
+        attempt=attempts,
+        max_attempts=max_attempts,
+        lease_expires_at=expires_at,
+        priority=priority,
+        timeout=timeout,
+        trace_id=trace_id,
+        classification=classification,
+        flow_id=flow_id,
+        parent_id=parent_id,
+        available_at=to_dt(available_at),
+        created_at=to_dt(created_at),
+    )
+
+
+def _decoded(ctype: str, cenc: str, body: Any) -> Any:
+    if body is None:
+        return None
+    try:
+        return decode(ctype, cenc, to_bytes(body))
+    except Exception:  # a poison payload must still be inspectable
+        return None
+
+
+def info_from_model(job: Any, backend: str, depends_on: Sequence[str] = ()) -> JobInfo:
+    return JobInfo(
+        job_id=job.id,
+        backend=backend,
+        queue=job.queue,
+        name=job.name,
+        state=job.state,
+        payload=_decoded(job.content_type, job.content_encoding, job.payload),
+        priority=job.priority,
+        attempts=job.attempts,
+        max_attempts=job.max_attempts,
+        progress=job.progress,
+        result=_decoded(job.content_type, job.content_encoding, job.result),
+        error=job.error,
+        traceback=job.traceback,
+        classification=job.classification,
+        trace_id=job.trace_id,
+        dedupe_key=job.dedupe_key,
+        flow_id=job.flow_id,
+        parent_id=job.parent_id,
+        available_at=job.available_at,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        reason=job.reason,
+        stalls=job.stalls,
+        cancel_requested=job.cancel_requested,
+        timeout=job.timeout,
+        lease_expires_at=job.lease_expires_at,
+        depends_on=tuple(depends_on),
+    )

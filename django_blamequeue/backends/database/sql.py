@@ -1,0 +1,152 @@
+"""The few statements the ORM cannot say well: the claim and the batched acks, per vendor.
+
+PostgreSQL claims with a CTE so ``FOR UPDATE SKIP LOCKED`` locks exactly ``LIMIT`` rows (under
+``IN (subquery) LIMIT`` the planner may lock more). SQLite has no row locks: the claim is one
+``UPDATE … RETURNING`` inside an IMMEDIATE write transaction, which serialises claimers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+JOB = "blamequeue_job"
+DEP = "blamequeue_flow_dependency"
+
+CLAIM_COLUMNS = (
+    "id, queue, name, payload, content_type, content_encoding, lease_token, attempts, "
+    "max_attempts, lease_expires_at, priority, timeout, trace_id, classification, flow_id, "
+    "parent_id, available_at, created_at"
+)
+
+
+def claim_postgresql(n_queues: int) -> str:
+    """Params: *queues, now, limit, now, lease_seconds, now, now."""
+    queues = ", ".join(["%s"] * n_queues)
+    return f"""
+WITH picked AS (
+    SELECT id FROM {JOB}
+    WHERE state = 'pending' AND queue IN ({queues}) AND available_at <= COALESCE(%s, statement_timestamp())
+    ORDER BY priority DESC, available_at, id
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {JOB} AS j
+SET state = 'inflight',
+    attempts = j.attempts + 1,
+    lease_token = replace(gen_random_uuid()::text, '-', ''),
+    lease_expires_at = COALESCE(%s, statement_timestamp()) + make_interval(secs => %s),
+    started_at = COALESCE(%s, statement_timestamp()),
+    updated_at = COALESCE(%s, statement_timestamp())
+FROM picked WHERE j.id = picked.id
+RETURNING {", ".join("j." + c.strip() for c in CLAIM_COLUMNS.split(","))}
+"""
+
+
+def claim_sqlite(n_queues: int) -> str:
+    """Params: *queues, now, limit, lease_expires_at, now, now (all times as stored text)."""
+    queues = ", ".join(["%s"] * n_queues)
+    return f"""
+UPDATE {JOB}
+SET state = 'inflight',
+    attempts = attempts + 1,
+    lease_token = lower(hex(randomblob(16))),
+    lease_expires_at = %s,
+    started_at = %s,
+    updated_at = %s
+WHERE id IN (
+    SELECT id FROM {JOB}
+    WHERE state = 'pending' AND queue IN ({queues}) AND available_at <= %s
+    ORDER BY priority DESC, available_at, id
+    LIMIT %s
+)
+RETURNING {CLAIM_COLUMNS}
+"""
+
+
+# Batched acks: one UPDATE … FROM (VALUES …) fenced by (id, token, state = 'inflight').
+# v.column1..12: id, token, state, result, error, traceback, reason, available_at,
+# finished_at, give_back (0/1), yields_to_cancel (0/1), progress_done (0/1).
+ACK_COLUMNS = 12
+_PG_CASTS = (
+    "varchar", "varchar", "varchar", "bytea", "text", "text", "varchar",
+    "timestamptz", "timestamptz", "integer", "integer", "integer",
+)  # fmt: skip
+
+_ACK_SET = """
+SET state = CASE WHEN v.column11 = 1 AND {job}.cancel_requested THEN 'cancelled'
+                 ELSE v.column3 END,
+    attempts = {job}.attempts - v.column10,
+    result = CASE WHEN v.column3 = 'done' THEN v.column4 ELSE {job}.result END,
+    error = COALESCE(v.column5, {job}.error),
+    traceback = CASE WHEN v.column5 IS NULL THEN {job}.traceback ELSE v.column6 END,
+    reason = CASE WHEN v.column11 = 1 AND {job}.cancel_requested THEN 'cancelled'
+                  ELSE COALESCE(v.column7, {job}.reason) END,
+    available_at = COALESCE(v.column8, {job}.available_at),
+    finished_at = CASE WHEN v.column3 = 'pending'
+                            AND NOT (v.column11 = 1 AND {job}.cancel_requested)
+                       THEN NULL ELSE v.column9 END,
+    progress = CASE WHEN v.column12 = 1 THEN 100 ELSE {job}.progress END,
+    lease_token = NULL,
+    lease_expires_at = NULL,
+    updated_at = v.column9
+""".format(job=JOB)
+
+
+def ack_many(vendor: str, n: int) -> str:
+    if vendor == "postgresql":
+        row = "(" + ", ".join(f"%s::{c}" for c in _PG_CASTS) + ")"
+        alias = "v(" + ", ".join(f"column{i}" for i in range(1, ACK_COLUMNS + 1)) + ")"
+    else:
+        row = "(" + ", ".join(["%s"] * ACK_COLUMNS) + ")"
+        alias = "v"
+    values = ", ".join([row] * n)
+    return (
+        f"UPDATE {JOB} {_ACK_SET} FROM (VALUES {values}) AS {alias} "
+        f"WHERE {JOB}.id = v.column1 AND {JOB}.lease_token = v.column2 "
+        f"AND {JOB}.state = 'inflight' "
+        "RETURNING id, state, queue, flow_id, parent_id, attempts, name"
+    )
+
+
+def renew_many(vendor: str, n: int) -> str:
+    """Params per row: id, token; then the new expiry twice. Never shortens a lease."""
+    if vendor == "postgresql":
+        row, alias = "(%s::varchar, %s::varchar)", "v(column1, column2)"
+    else:
+        row, alias = "(%s, %s)", "v"
+    values = ", ".join([row] * n)
+    return (
+        f"UPDATE {JOB} SET lease_expires_at = CASE WHEN {JOB}.lease_expires_at > %s "
+        f"THEN {JOB}.lease_expires_at ELSE %s END "
+        f"FROM (VALUES {values}) AS {alias} "
+        f"WHERE {JOB}.id = v.column1 AND {JOB}.lease_token = v.column2 "
+        f"AND {JOB}.state = 'inflight' RETURNING id"
+    )
+
+
+def release_dependants(vendor: str, n: int) -> str:
+    """Blocked DAG jobs whose every dependency is done → pending. Params: now, now, *ids."""
+    ids = ", ".join(["%s"] * n)
+    return f"""
+UPDATE {JOB} SET state = 'pending', available_at = %s, updated_at = %s
+WHERE state = 'blocked'
+  AND id IN (SELECT job_id FROM {DEP} WHERE kind = 'dag' AND depends_on_id IN ({ids}))
+  AND NOT EXISTS (
+      SELECT 1 FROM {DEP} d JOIN {JOB} dj ON dj.id = d.depends_on_id
+      WHERE d.job_id = {JOB}.id AND d.kind = 'dag' AND dj.state <> 'done')
+RETURNING id, queue
+"""
+
+
+def lock_dependants(n: int) -> str:
+    """Serialise concurrent releases of the same dependant (PostgreSQL, READ COMMITTED)."""
+    ids = ", ".join(["%s"] * n)
+    return (
+        f"SELECT id FROM {JOB} WHERE state = 'blocked' AND id IN "
+        f"(SELECT job_id FROM {DEP} WHERE kind = 'dag' AND depends_on_id IN ({ids})) "
+        "ORDER BY id FOR UPDATE"
+    )
+
+
+def placeholders(items: Sequence[object]) -> str:
+    return ", ".join(["%s"] * len(items))

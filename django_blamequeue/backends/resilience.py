@@ -1,0 +1,97 @@
+"""Circuit breaker and retry wrapper, one per backend (SPEC §3).
+
+Engine errors are mapped to ``QueueError(BACKEND_UNAVAILABLE)`` here, at the boundary. The
+breaker opens after ``threshold`` consecutive failures and refuses calls at once for
+``reset_after`` seconds, then lets one trial call through (half-open). Only idempotent
+operations are retried; leasing goes through the breaker alone, since a retried claim could
+lease jobs whose answer was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from ..exceptions import ErrorCode, QueueError
+
+if TYPE_CHECKING:
+    from .base import Backend
+
+logger = logging.getLogger("django_blamequeue.resilience")
+T = TypeVar("T")
+
+CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+
+
+class CircuitBreaker:
+    def __init__(self, name: str, *, threshold: int = 5, reset_after: float = 5.0) -> None:
+        self.name = name
+        self.threshold = threshold
+        self.reset_after = reset_after
+        self._failures = 0
+        self._opened_at = 0.0
+        self._state = CLOSED
+        self._lock = threading.Lock()
+
+    @property
+    def state(self) -> str:
+        with self._lock:
+            if self._state == OPEN and time.monotonic() - self._opened_at >= self.reset_after:
+                return HALF_OPEN
+            return self._state
+
+    def before(self) -> None:
+        """Refuse fast while open; in half-open let calls through as trials."""
+        if self.state == OPEN:
+            raise QueueError(
+                ErrorCode.BACKEND_UNAVAILABLE,
+                f"backend {self.name!r} is unavailable (circuit open after "
+                f"{self.threshold} consecutive failures; retrying in ≤{self.reset_after:g} s)",
+            )
+
+    def success(self) -> None:
+        with self._lock:
+            if self._state != CLOSED:
+                logger.info("backend %r recovered; circuit closed", self.name)
+            self._failures = 0
+            self._state = CLOSED
+
+    def failure(self) -> None:
+        with self._lock:
+            self._failures += 1
+            if self._state == OPEN or self._failures >= self.threshold:
+                if self._state != OPEN:
+                    logger.warning("backend %r failing; circuit open", self.name)
+                self._state = OPEN
+                self._opened_at = time.monotonic()
+
+
+class Resilience:
+    def __init__(self, backend: Backend, *, retries: int = 2, retry_delay: float = 0.05) -> None:
+        self.backend = backend
+        self.breaker = CircuitBreaker(backend.alias)
+        self.retries = retries
+        self.retry_delay = retry_delay
+
+    def call(self, fn: Callable[[], T], *, idempotent: bool = False) -> T:
+        attempts = 1 + (self.retries if idempotent else 0)
+        for attempt in range(1, attempts + 1):
+            self.breaker.before()
+            try:
+                value = fn()
+            except self.backend.unavailable_errors as exc:
+                self.breaker.failure()
+                self.backend.on_unavailable()
+                if attempt == attempts:
+                    raise QueueError(
+                        ErrorCode.BACKEND_UNAVAILABLE,
+                        f"backend {self.backend.alias!r} is unavailable: {exc}",
+                    ) from exc
+                time.sleep(self.retry_delay * attempt)
+                continue
+            self.breaker.success()
+            return value
+        raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,305 @@
+"""The one reader of the ``BLAMEQUEUE`` setting and the ``BLAMEQUEUE_*`` environment.
+
+Everything else asks :func:`get_settings` for a frozen :class:`Settings`. The system check
+(``checks.py``) and the runtime refusal both come from :func:`problems`, so ``manage.py check``
+and a worker never disagree about what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from kombu.serialization import registry
+
+from django_blamequeue.exceptions import ErrorCode, QueueError
+
+__all__ = [
+    "BACKEND_DEFAULTS",
+    "BackendConfig",
+    "Problem",
+    "Settings",
+    "Where",
+    "backend_config",
+    "content_type_of",
+    "get_settings",
+    "problems",
+    "reset",
+]
+
+_DAY = 86400.0
+
+PROTOCOLS = ("local", "redis", "sqs")
+UNAVAILABLE = {"amqp": "AMQP 0-9-1 (RabbitMQ etc.)", "nats": "NATS JetStream"}
+#: Keys a backend entry may hold besides PROTOCOL and QUEUES, with their defaults.
+BACKEND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "local": {"DATABASE": "default", "LISTEN": True},
+    "redis": {
+        "CONNECTION": None, "URL": None, "PASSWORD": None, "USERNAME": None, "TLS": False,
+        "KEY_PREFIX": "blamequeue",
+    },
+    "sqs": {
+        "REGION": None, "ENDPOINT_URL": None, "QUEUE_PREFIX": "", "ACCESS_KEY_ID": None,
+        "SECRET_ACCESS_KEY": None,
+    },
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    """One thing wrong with the configuration: ``id`` is stable, ``message`` says what and where."""
+
+    id: str
+    message: str
+    hint: str = ""
+    level: Literal["error", "warning"] = "error"
+
+
+class Where:
+    """Names a place in the configuration, the way the user wrote it.
+
+    Settings paths render as ``BLAMEQUEUE["BACKENDS"]["fast"]["PROTOCOL"]``; for the environment
+    boot, ``names`` maps a path to the variable that set it (``BLAMEQUEUE_REDIS_URL``).
+    """
+
+    def __init__(self, names: Mapping[tuple[str, ...], str] | None = None) -> None:
+        self.environment = names is not None
+        self._names = names or {}
+
+    def __call__(self, *path: object) -> str:
+        if name := self._names.get(tuple(str(p) for p in path)):
+            return name
+        if self.environment:
+            return f"{path[0]}{_subscripts(path[1:])} (BLAMEQUEUE_* environment)"
+        return f"BLAMEQUEUE{_subscripts(path)}"
+
+
+def _subscripts(path: tuple[object, ...]) -> str:
+    return "".join(f'["{p}"]' if isinstance(p, str) else f"[{p!r}]" for p in path)
+
+
+SETTINGS_WHERE = Where()
+
+
+def content_type_of(name: str) -> str | None:
+    """The content type for a kombu serializer name or content type; None if kombu knows neither."""
+    if "/" in name:
+        return name
+    content_type: str | None = registry.name_to_type.get(name)
+    return content_type
+
+
+def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackendConfig:
+    """One entry of ``BACKENDS``, defaults filled in; ``options`` excludes PROTOCOL and QUEUES."""
+
+    alias: str
+    protocol: str
+    options: Mapping[str, Any]
+    queues: tuple[str, ...] | None = None  # the queue names this backend may serve; None = any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """The validated configuration. Durations are seconds; a retention of None keeps forever."""
+
+    backends: Mapping[str, BackendConfig]
+    default_backend: str = "default"
+    serializer: str = "json"
+    accept_content: tuple[str, ...] = ("json",)  # kombu serializer names or content types
+    max_payload_bytes: int = 1_048_576
+    audit: str = "operations"
+    schedules: Mapping[str, Mapping[str, Any]] = field(default_factory=_frozen)
+    default_lease: float = 30.0
+    default_max_attempts: int = 3
+    max_stalled_count: int = 1
+    backoff_base: float = 1.0
+    backoff_max: float = 300.0
+    backoff_jitter: bool = False
+    progress_throttle: float = 0.25
+    retention_done: float | None = 7 * _DAY
+    retention_cancelled: float | None = 7 * _DAY
+    retention_failed: float | None = None  # the DLQ is kept until retried or purged
+    retention_audit: float | None = 30 * _DAY
+    sweep_interval: float = 5.0
+    flow_sweep_interval: float = 30.0
+    shutdown_grace: float = 30.0
+    max_flow_depth: int = 5
+
+
+_UNSET: Any = object()
+_cached: Settings | None = None
+
+#: Settings whose change invalidates the cache: ours, and the ones validation looks into.
+_WATCHED = frozenset({"BLAMEQUEUE", "DATABASES", "CACHES"})
+
+#: Environment variable -> backend option, per protocol (SPEC §6).
+_ENV_OPTIONS: Mapping[str, Mapping[str, str]] = {
+    "local": {},
+    "redis": {
+        "BLAMEQUEUE_REDIS_URL": "URL",
+        "BLAMEQUEUE_REDIS_PASSWORD": "PASSWORD",
+        "BLAMEQUEUE_REDIS_USERNAME": "USERNAME",
+        "BLAMEQUEUE_REDIS_TLS": "TLS",
+        "BLAMEQUEUE_REDIS_KEY_PREFIX": "KEY_PREFIX",
+    },
+    "sqs": {
+        "BLAMEQUEUE_SQS_REGION": "REGION",
+        "BLAMEQUEUE_SQS_ENDPOINT_URL": "ENDPOINT_URL",
+        "BLAMEQUEUE_SQS_QUEUE_PREFIX": "QUEUE_PREFIX",
+    },
+}
+_ENV_NAMES: dict[tuple[str, ...], str] = {
+    ("BACKENDS", "default", option): variable
+    for options in _ENV_OPTIONS.values()
+    for variable, option in options.items()
+}
+_ENV_WHERE = Where({("BACKENDS", "default", "PROTOCOL"): "BLAMEQUEUE_PROTOCOL", **_ENV_NAMES})
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+def _raw_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The ``BLAMEQUEUE`` dict the ``BLAMEQUEUE_*`` variables describe: one backend, "default".
+
+    Empty variables count as unset. An unrecognised TLS value is kept as a string so that
+    validation names the variable.
+    """
+    protocol = environ.get("BLAMEQUEUE_PROTOCOL", "").strip().lower() or "local"
+    entry: dict[str, Any] = {"PROTOCOL": protocol}
+    for variable, option in _ENV_OPTIONS.get(protocol, {}).items():
+        value = environ.get(variable, "")
+        if value == "":
+            continue
+        if option == "TLS" and value.strip().lower() in _TRUE | _FALSE:
+            entry[option] = value.strip().lower() in _TRUE
+        else:
+            entry[option] = value
+    return {"BACKENDS": {"default": entry}}
+
+
+def _current() -> tuple[object, Where]:
+    """The raw configuration in force and how to name its places in messages."""
+    raw = getattr(django_settings, "BLAMEQUEUE", _UNSET)
+    if raw is _UNSET:
+        return _raw_from_environment(os.environ), _ENV_WHERE
+    return raw, SETTINGS_WHERE
+
+
+def problems(raw: object = _UNSET) -> list[Problem]:
+    """Errors and warnings for ``raw``, or for the configuration in force when omitted."""
+    where = SETTINGS_WHERE
+    if raw is _UNSET:
+        raw, where = _current()
+    return _validate(raw, where)
+
+
+def _validate(raw: object, where: Where) -> list[Problem]:
+    from django_blamequeue.confcheck import validate  # it imports this module's types
+
+    databases = getattr(django_settings, "DATABASES", {})
+    caches = getattr(django_settings, "CACHES", {})
+    return validate(raw, where=where, databases=databases, caches=caches)
+
+
+def get_settings() -> Settings:
+    """The validated settings, built once and cached until :func:`reset`.
+
+    Raises ``QueueError(INVALID_CONFIG)`` carrying the first error's id and message, or
+    ``PROTOCOL_UNAVAILABLE`` when that error is an amqp/nats backend (E004). Invalid settings
+    are not cached: each call reports them again.
+    """
+    global _cached
+    if _cached is None:
+        raw, where = _current()
+        errors = [p for p in _validate(raw, where) if p.level == "error"]
+        if errors:
+            first = errors[0]
+            code = (
+                ErrorCode.PROTOCOL_UNAVAILABLE if first.id == "E004" else ErrorCode.INVALID_CONFIG
+            )
+            raise QueueError(code, f"{first.id}: {first.message}")
+        assert isinstance(raw, Mapping)  # validate() reports E001 otherwise
+        _cached = _build(raw)
+    return _cached
+
+
+def reset() -> None:
+    """Forget the cached settings; the next :func:`get_settings` reads them again."""
+    global _cached
+    _cached = None
+
+
+def backend_config(alias: str | None = None) -> BackendConfig:
+    """The configuration of backend ``alias`` (the default backend when None)."""
+    current = get_settings()
+    name = current.default_backend if alias is None else alias
+    try:
+        return current.backends[name]
+    except KeyError:
+        configured = ", ".join(current.backends)
+        message = f"no backend {name!r} in BLAMEQUEUE['BACKENDS']; configured: {configured}"
+        raise QueueError(ErrorCode.UNKNOWN_BACKEND, message) from None
+
+
+def _build(raw: Mapping[str, Any]) -> Settings:
+    """A :class:`Settings` from an already validated raw dict."""
+    backends = raw.get("BACKENDS", {"default": {"PROTOCOL": "local"}})
+    retention = raw.get("RETENTION", {})
+    kwargs: dict[str, Any] = {key.lower(): raw[key] for key in _PLAIN_KEYS if key in raw} | {
+        f"retention_{key.lower()}": retention[key] for key in retention
+    }
+    for name in _FLOAT_FIELDS:
+        if kwargs.get(name) is not None:
+            kwargs[name] = float(kwargs[name])
+    if "accept_content" in kwargs:
+        kwargs["accept_content"] = tuple(kwargs["accept_content"])
+    schedules = raw.get("SCHEDULES", {})
+    return Settings(
+        backends=MappingProxyType({a: _backend(a, e) for a, e in backends.items()}),
+        schedules=MappingProxyType({n: _frozen(e) for n, e in schedules.items()}),
+        **kwargs,
+    )
+
+
+def _backend(alias: str, entry: Mapping[str, Any]) -> BackendConfig:
+    protocol = entry["PROTOCOL"]
+    options = {**BACKEND_DEFAULTS[protocol], **entry}
+    del options["PROTOCOL"]
+    queues = options.pop("QUEUES", None)
+    return BackendConfig(
+        alias=alias,
+        protocol=protocol,
+        options=_frozen(options),
+        queues=None if queues is None else tuple(queues),
+    )
+
+
+_PLAIN_KEYS = (
+    "DEFAULT_BACKEND", "SERIALIZER", "ACCEPT_CONTENT", "MAX_PAYLOAD_BYTES", "AUDIT",
+    "DEFAULT_LEASE", "DEFAULT_MAX_ATTEMPTS", "MAX_STALLED_COUNT", "BACKOFF_BASE", "BACKOFF_MAX",
+    "BACKOFF_JITTER", "PROGRESS_THROTTLE", "SWEEP_INTERVAL", "FLOW_SWEEP_INTERVAL",
+    "SHUTDOWN_GRACE", "MAX_FLOW_DEPTH",
+)  # fmt: skip
+_FLOAT_FIELDS = (
+    "default_lease", "backoff_base", "backoff_max", "progress_throttle", "retention_done",
+    "retention_cancelled", "retention_failed", "retention_audit", "sweep_interval",
+    "flow_sweep_interval", "shutdown_grace",
+)  # fmt: skip
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    """Keep ``override_settings`` honest: a changed setting is re-read on next use."""
+    if setting in _WATCHED:
+        reset()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="django_blamequeue.conf.reset")

@@ -1,0 +1,95 @@
+"""``current_job()``: what a running handler may ask of its job (SPEC §3).
+
+The context lives in a contextvar set by the worker around each handler call, so it is right
+in threads and in ``asyncio`` code the handler starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .exceptions import ErrorCode, QueueError
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
+
+_current: ContextVar[JobContext | None] = ContextVar("blamequeue_job", default=None)
+
+
+@dataclass(eq=False, kw_only=True)
+class JobContext:
+    job_id: str
+    queue: str
+    name: str
+    attempt: int
+    max_attempts: int
+    trace_id: str | None
+    backend: Backend
+    token: str
+    progress_throttle: float = 0.25
+    on_extend: Callable[[float], None] | None = None
+    _cancelled: threading.Event = field(default_factory=threading.Event)
+    _last_progress: float = field(default=-1e18)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the job was cancelled, timed out, lost its lease or the worker stops."""
+        return self._cancelled.is_set()
+
+    def progress(self, pct: int) -> None:
+        """Record progress 0–100; at most one write per throttle period (0 and 100 always)."""
+        if not isinstance(pct, int | float) or isinstance(pct, bool) or not 0 <= pct <= 100:
+            raise QueueError(ErrorCode.BAD_ARGUMENT, f"progress must be 0–100, not {pct!r}")
+        value = int(pct)
+        now = time.monotonic()
+        if value not in (0, 100) and now - self._last_progress < self.progress_throttle:
+            return
+        self._last_progress = now
+        self.backend.set_progress(self.job_id, self.token, value)
+
+    def extend_lease(self, seconds: float) -> bool:
+        """Hold the job ``seconds`` more from now; False if the lease was already lost."""
+        if not self.backend.supports_extend_lease:
+            raise QueueError(
+                ErrorCode.EXTEND_LEASE_UNSUPPORTED,
+                f"backend {self.backend.alias!r} cannot extend a lease",
+            )
+        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
+            raise QueueError(ErrorCode.BAD_ARGUMENT, "extend_lease needs a positive number")
+        ok = self.backend.extend_lease(self.job_id, self.token, float(seconds))
+        if ok and self.on_extend is not None:
+            self.on_extend(float(seconds))
+        return ok
+
+
+def current_job() -> JobContext:
+    """The running job's context; only valid inside a handler."""
+    ctx = _current.get()
+    if ctx is None:
+        raise QueueError(ErrorCode.INVALID_HANDLER, "current_job() called outside a running job")
+    return ctx
+
+
+def current_job_or_none() -> JobContext | None:
+    return _current.get()
+
+
+class JobContextFilter(logging.Filter):
+    """Puts ``job_id``, ``queue`` and ``attempt`` on every record (``-`` outside a job)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ctx = _current.get()
+        for attr, value in (
+            ("job_id", ctx.job_id if ctx else "-"),
+            ("queue", ctx.queue if ctx else "-"),
+            ("attempt", ctx.attempt if ctx else "-"),
+        ):
+            if not hasattr(record, attr):
+                setattr(record, attr, value)
+        return True

@@ -1,0 +1,1 @@
+"""Backend-independent rules of the job lifecycle: pure functions and value objects."""

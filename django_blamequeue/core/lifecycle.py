@@ -1,0 +1,148 @@
+"""How an attempt's outcome becomes a state transition (SPEC §2), as pure functions.
+
+The worker turns what happened into an ``Outcome``; ``decide`` answers the ``Transition``;
+the backend applies it atomically, fenced by the lease token. Nothing here touches storage,
+so every rule is testable as a table.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback as tb
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..exceptions import Unrecoverable
+from ..records import Transition
+from ..serializers import Encoded
+from .backoff import backoff_seconds
+from .states import Reason, State
+
+logger = logging.getLogger("django_blamequeue.lifecycle")
+
+RetryPredicate = Callable[[BaseException], bool]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """The knobs that decide retries; from settings and the job's registration."""
+
+    backoff_base: float = 1.0
+    backoff_max: float = 300.0
+    backoff_jitter: bool = False
+    retryable: RetryPredicate | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    result: Encoded | None
+
+
+@dataclass(frozen=True, slots=True)
+class Raised:
+    exc: BaseException
+    traceback: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TimedOut:
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """Graceful shutdown: the attempt was not really made."""
+
+
+@dataclass(frozen=True, slots=True)
+class BadJob:
+    """The job cannot run here at all (unknown name, undecodable payload, ...)."""
+
+    message: str
+
+
+Outcome = Succeeded | Raised | TimedOut | Cancelled | Released | BadJob
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def format_traceback(exc: BaseException) -> str:
+    return "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def is_retryable(exc: BaseException, predicate: RetryPredicate | None) -> bool:
+    """``Unrecoverable`` never retries; a predicate that itself raises counts as retryable."""
+    if isinstance(exc, Unrecoverable):
+        return False
+    if predicate is None:
+        return True
+    try:
+        return bool(predicate(exc))
+    except Exception:
+        logger.warning("retryable predicate raised; treating the error as retryable", exc_info=True)
+        return True
+
+
+def _retry_or_fail(
+    attempt: int, max_attempts: int, policy: Policy, error: str, trace: str, reason: Reason
+) -> Transition:
+    if attempt < max_attempts:
+        delay = backoff_seconds(
+            attempt,
+            base=policy.backoff_base,
+            maximum=policy.backoff_max,
+            jitter=policy.backoff_jitter,
+        )
+        return Transition(
+            state=State.PENDING, delay=delay, error=error, traceback=trace, reason=reason
+        )
+    return Transition(state=State.FAILED, error=error, traceback=trace, reason=reason)
+
+
+def decide(outcome: Outcome, *, attempt: int, max_attempts: int, policy: Policy) -> Transition:
+    """The transition for one attempt (``attempt`` is 1-based, counted at claim)."""
+    match outcome:
+        case Succeeded(result):
+            return Transition(state=State.DONE, result=result, yields_to_cancel=False)
+        case Raised(exc, trace):
+            error = describe(exc)
+            if isinstance(exc, Unrecoverable):
+                return Transition(
+                    state=State.FAILED, error=error, traceback=trace, reason=Reason.UNRECOVERABLE
+                )
+            if not is_retryable(exc, policy.retryable):
+                return Transition(
+                    state=State.FAILED, error=error, traceback=trace, reason=Reason.NOT_RETRYABLE
+                )
+            return _retry_or_fail(attempt, max_attempts, policy, error, trace, Reason.ERROR)
+        case TimedOut(timeout):
+            error = f"JobTimeout: the attempt ran past its timeout of {timeout:g} s"
+            return _retry_or_fail(attempt, max_attempts, policy, error, "", Reason.TIMEOUT)
+        case Cancelled():
+            return Transition(
+                state=State.CANCELLED, error="cancelled while running", reason=Reason.CANCELLED
+            )
+        case Released():
+            return Transition(state=State.PENDING, give_back_attempt=True)
+        case BadJob(message):
+            return Transition(state=State.FAILED, error=message, reason=Reason.BAD_JOB)
+    raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
+
+
+def rescue(*, attempts: int, max_attempts: int, stalls: int, max_stalled: int) -> State:
+    """Where an expired lease goes: back to pending, or the DLQ once it stalled too often.
+
+    ``stalls`` is the count *including* this expiry. A crash does not give the attempt back,
+    so a job whose last attempt stalled has no attempt left and fails too.
+    """
+    if stalls > max_stalled or attempts >= max_attempts:
+        return State.FAILED
+    return State.PENDING

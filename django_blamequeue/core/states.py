@@ -1,0 +1,54 @@
+"""Job states and the transitions SPEC §2 allows, as data."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class State(StrEnum):
+    PENDING = "pending"  # includes delayed (available_at in the future)
+    BLOCKED = "blocked"  # waits on depends_on
+    INFLIGHT = "inflight"
+    WAITING_CHILDREN = "waiting_children"
+    DONE = "done"
+    FAILED = "failed"  # the dead-letter queue
+    CANCELLED = "cancelled"
+
+
+TERMINAL: frozenset[State] = frozenset({State.DONE, State.FAILED, State.CANCELLED})
+WAITING: frozenset[State] = frozenset({State.PENDING, State.BLOCKED})
+ACTIVE: frozenset[State] = frozenset(set(State) - TERMINAL)
+
+ALLOWED: dict[State, frozenset[State]] = {
+    State.PENDING: frozenset({State.INFLIGHT, State.CANCELLED}),
+    State.BLOCKED: frozenset({State.PENDING, State.CANCELLED}),
+    State.INFLIGHT: frozenset(
+        {
+            State.DONE,
+            State.PENDING,  # retry, graceful release, stalled rescue
+            State.FAILED,
+            State.CANCELLED,
+            State.WAITING_CHILDREN,
+        }
+    ),
+    State.WAITING_CHILDREN: frozenset({State.PENDING, State.CANCELLED}),
+    State.DONE: frozenset(),
+    State.FAILED: frozenset({State.PENDING}),  # DLQ retry
+    State.CANCELLED: frozenset(),
+}
+
+
+def can_transition(src: State, dst: State) -> bool:
+    return dst in ALLOWED[src]
+
+
+class Reason(StrEnum):
+    """Why an attempt ended the way it did (stored with the job's last error)."""
+
+    ERROR = "error"
+    UNRECOVERABLE = "unrecoverable"
+    NOT_RETRYABLE = "not_retryable"
+    TIMEOUT = "timeout"
+    STALLED = "stalled"
+    CANCELLED = "cancelled"
+    BAD_JOB = "bad_job"  # unknown name, undecodable payload, flow job on a plain handler

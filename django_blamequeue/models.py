@@ -1,0 +1,209 @@
+"""Tables of the local backend, plus the outbox and the audit log every backend uses.
+
+State changes go through the lifecycle (``backends.database``), never through ``save()`` on
+these models: the admin shows them read-only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+
+from .core.states import State
+
+STATE_CHOICES = [(s.value, s.value.replace("_", " ")) for s in State]
+ACTIVE_STATES = [s.value for s in State if s not in (State.DONE, State.FAILED, State.CANCELLED)]
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def pending(self) -> JobQuerySet:
+        return self.filter(state=State.PENDING)
+
+    def inflight(self) -> JobQuerySet:
+        return self.filter(state=State.INFLIGHT)
+
+    def failed(self) -> JobQuerySet:
+        return self.filter(state=State.FAILED)
+
+    def waiting(self) -> JobQuerySet:
+        return self.filter(state__in=[State.PENDING, State.BLOCKED])
+
+    def active(self) -> JobQuerySet:
+        return self.filter(state__in=ACTIVE_STATES)
+
+
+class Job(models.Model):
+    id = models.CharField(primary_key=True, max_length=26, editable=False)
+    queue = models.CharField(max_length=200)
+    name = models.CharField(max_length=255)
+    state = models.CharField(max_length=20, choices=STATE_CHOICES, default=State.PENDING)
+    payload = models.BinaryField()
+    content_type = models.CharField(max_length=100, default="application/json")
+    content_encoding = models.CharField(max_length=30, default="utf-8")
+    priority = models.IntegerField(default=0)
+    available_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=3)
+    stalls = models.PositiveIntegerField(default=0)
+    timeout = models.FloatField(null=True, blank=True)
+    lease_token = models.CharField(max_length=32, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    progress = models.PositiveSmallIntegerField(default=0)
+    result = models.BinaryField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    traceback = models.TextField(null=True, blank=True)
+    reason = models.CharField(max_length=30, null=True, blank=True)
+    classification = models.CharField(max_length=100, null=True, blank=True)
+    trace_id = models.CharField(max_length=64, null=True, blank=True)
+    dedupe_key = models.CharField(max_length=255, null=True, blank=True)
+    flow_id = models.CharField(max_length=26, null=True, blank=True)
+    parent_id = models.CharField(max_length=26, null=True, blank=True)
+    flow_depth = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        db_table = "blamequeue_job"
+        permissions = [
+            ("retry_job", "Can retry jobs from the dead-letter queue"),
+            ("purge_queue", "Can purge a queue's waiting jobs"),
+            ("cancel_job", "Can cancel jobs"),
+        ]
+        ordering = ["-priority", "available_at", "id"]
+        indexes = [
+            # The claim: WHERE state='pending' AND queue=? AND available_at<=now
+            # ORDER BY priority DESC, available_at, id. Partial, so done rows cost nothing.
+            models.Index(
+                "queue",
+                models.F("priority").desc(),
+                "available_at",
+                "id",
+                name="bq_job_claim",
+                condition=Q(state="pending"),
+            ),
+            # The rescuer: inflight rows by lease expiry.
+            models.Index(
+                "lease_expires_at", name="bq_job_lease", condition=Q(state="inflight")
+            ),
+            # Listings and counts per queue/state (admin, stats, DLQ, purge).
+            models.Index("queue", "state", "id", name="bq_job_queue_state"),
+            # Retention: terminal rows by age.
+            models.Index("state", "finished_at", name="bq_job_finished"),
+            models.Index("flow_id", name="bq_job_flow", condition=Q(flow_id__isnull=False)),
+            models.Index("parent_id", name="bq_job_parent", condition=Q(parent_id__isnull=False)),
+            models.Index("trace_id", name="bq_job_trace", condition=Q(trace_id__isnull=False)),
+        ]
+        constraints = [
+            # At most one non-terminal job per (queue, dedupe_key).
+            models.UniqueConstraint(
+                "queue",
+                "dedupe_key",
+                name="bq_job_dedupe",
+                condition=Q(dedupe_key__isnull=False) & Q(state__in=ACTIVE_STATES),
+            ),
+            models.CheckConstraint(
+                condition=Q(progress__gte=0) & Q(progress__lte=100), name="bq_job_progress"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} [{self.id}] {self.state}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self._state.adding or kwargs.pop("lifecycle", False):
+            super().save(*args, **kwargs)
+            return
+        raise TypeError("jobs change state through django_blamequeue.queue, not Job.save()")
+
+
+class FlowDependency(models.Model):
+    """One edge of a flow: ``job`` waits for ``depends_on`` (DAG), or a parent's child row.
+
+    For DAG flows ``job`` is the dependant and ``depends_on`` the dependency. Parent/child
+    flows store one row per child with its spec and its reported outcome.
+    """
+
+    KIND_DAG = "dag"
+    KIND_CHILD = "child"
+
+    flow_id = models.CharField(max_length=26)
+    kind = models.CharField(max_length=10, default=KIND_DAG)
+    job_id = models.CharField(max_length=26)
+    depends_on_id = models.CharField(max_length=26)
+    key = models.CharField(max_length=255, blank=True, default="")
+    spec = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=20, default="pending")
+    result = models.BinaryField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    reported_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "blamequeue_flow_dependency"
+        constraints = [
+            models.UniqueConstraint("job_id", "depends_on_id", name="bq_dep_edge"),
+        ]
+        indexes = [
+            models.Index("depends_on_id", name="bq_dep_dependency"),
+            models.Index("flow_id", name="bq_dep_flow"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} ← {self.depends_on_id}"
+
+
+class OutboxEntry(models.Model):
+    """A message written in the caller's transaction, relayed to an engine after commit."""
+
+    KIND_ENQUEUE = "enqueue"
+    KIND_REPORT = "report"
+
+    kind = models.CharField(max_length=20)
+    backend = models.CharField(max_length=100)
+    job_id = models.CharField(max_length=26)
+    body = models.JSONField()
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "blamequeue_outbox"
+        indexes = [
+            models.Index("id", name="bq_outbox_unsent", condition=Q(sent_at__isnull=True)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.job_id} → {self.backend}"
+
+
+class AuditEvent(models.Model):
+    """One audited event (SPEC §8); read-only once written."""
+
+    action = models.CharField(max_length=100)
+    job_id = models.CharField(max_length=26, null=True, blank=True)
+    queue = models.CharField(max_length=200, null=True, blank=True)
+    backend = models.CharField(max_length=100, null=True, blank=True)
+    attempt = models.PositiveIntegerField(null=True, blank=True)
+    user = models.CharField(max_length=150, null=True, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        db_table = "blamequeue_audit"
+        ordering = ["-id"]
+        indexes = [
+            models.Index("job_id", name="bq_audit_job"),
+            models.Index("action", "id", name="bq_audit_action"),
+            models.Index("queue", "id", name="bq_audit_queue"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.job_id or ''}"

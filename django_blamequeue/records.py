@@ -1,0 +1,171 @@
+"""Value objects that cross the backend boundary, and the public JobInfo / EnqueuedJob."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .core.states import Reason, State
+from .serializers import Encoded
+
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewJob:
+    """A job as the facade hands it to ``Backend.enqueue_many`` (already validated)."""
+
+    job_id: str
+    queue: str
+    name: str
+    payload: Encoded
+    priority: int = 0
+    delay: float | None = None  # seconds after the engine's now
+    run_at: datetime | None = None  # absolute; wins over delay
+    max_attempts: int = 3
+    timeout: float | None = None
+    classification: str | None = None
+    trace_id: str | None = None
+    dedupe_key: str | None = None
+    flow_id: str | None = None
+    parent_id: str | None = None
+    flow_depth: int = 0
+    blocked: bool = False  # True for a DAG child with dependencies
+    depends_on: tuple[str, ...] = ()  # job ids (DAG)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueuedJob:
+    """What ``enqueue`` answers: the id, and whether an existing job was returned instead."""
+
+    job_id: str
+    queue_name: str
+    backend: str
+    deduplicated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claimed:
+    """A leased job: only the holder of ``token`` may ack it."""
+
+    job_id: str
+    queue: str
+    name: str
+    payload: Encoded
+    token: str
+    attempt: int
+    max_attempts: int
+    lease_expires_at: datetime
+    priority: int = 0
+    timeout: float | None = None
+    trace_id: str | None = None
+    classification: str | None = None
+    flow_id: str | None = None
+    parent_id: str | None = None
+    available_at: datetime | None = None
+    created_at: datetime | None = None
+    has_dependants: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Transition:
+    """The decision of ``core.lifecycle`` for one finished attempt; the backend applies it."""
+
+    state: State
+    delay: float = 0.0  # RETRY: seconds after now before the job is available again
+    result: Encoded | None = None
+    error: str | None = None
+    traceback: str | None = None
+    reason: Reason | None = None
+    give_back_attempt: bool = False  # graceful release
+    yields_to_cancel: bool = True  # a pending cancel request turns this into CANCELLED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ack:
+    job_id: str
+    token: str
+    transition: Transition
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AckResult:
+    """``ok`` False means the token was stale (``LOCK_LOST``) and nothing changed."""
+
+    job_id: str
+    ok: bool
+    state: State | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseSignals:
+    """What a heartbeat learns about the leases a worker holds."""
+
+    lost: frozenset[str] = frozenset()
+    cancel_requested: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RescueReport:
+    repended: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelResult:
+    """``cancelled``: now terminal. ``requested``: running; the worker will interrupt it."""
+
+    found: bool
+    cancelled: bool = False
+    requested: bool = False
+    state: State | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueStats:
+    backend: str
+    queue: str
+    counts: Mapping[str, int] = field(default_factory=dict)
+    oldest_pending_age: float | None = None  # seconds
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PruneReport:
+    jobs: int = 0
+    audit: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobInfo:
+    """A snapshot of one job, as ``get_job`` and ``dlq_list`` return it."""
+
+    job_id: str
+    backend: str
+    queue: str
+    name: str
+    state: str
+    payload: Any
+    priority: int
+    attempts: int
+    max_attempts: int
+    progress: int
+    result: Any
+    error: str | None
+    traceback: str | None
+    classification: str | None
+    trace_id: str | None
+    dedupe_key: str | None
+    flow_id: str | None
+    parent_id: str | None
+    available_at: datetime | None
+    created_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    reason: str | None = None
+    stalls: int = 0
+    cancel_requested: bool = False
+    timeout: float | None = None
+    lease_expires_at: datetime | None = None
+    depends_on: tuple[str, ...] = ()

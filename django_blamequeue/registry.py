@@ -1,0 +1,146 @@
+"""``@job``: registers a handler under a name and gives it ``.enqueue``."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, overload
+
+from .core.lifecycle import RetryPredicate
+from .exceptions import ErrorCode, QueueError
+
+if TYPE_CHECKING:
+    from .records import EnqueuedJob
+
+_lock = threading.Lock()
+_registry: dict[str, JobDefinition] = {}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobDefinition:
+    """A registered handler. Calling it runs the function directly (no queue)."""
+
+    func: Callable[..., Any]
+    name: str
+    queue: str
+    max_attempts: int | None = None
+    timeout: float | None = None
+    retryable: RetryPredicate | None = None
+    backend: str | None = None
+    priority: int = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    def enqueue(self, payload: Any = None, **options: Any) -> EnqueuedJob:
+        """Enqueue a run of this job; options as ``queue.enqueue``."""
+        from .api import queue
+
+        options.setdefault("backend", self.backend)
+        options.setdefault("priority", self.priority)
+        return queue.enqueue(self.queue, payload, name=self.name, **options)
+
+    def enqueue_many(self, payloads: list[Any], **options: Any) -> list[EnqueuedJob]:
+        from .api import queue
+
+        options.setdefault("backend", self.backend)
+        options.setdefault("priority", self.priority)
+        return queue.enqueue_many(self.queue, payloads, name=self.name, **options)
+
+
+def _check(queue: object, max_attempts: object, timeout: object, retryable: object) -> None:
+    if not isinstance(queue, str) or not queue.strip():
+        raise QueueError(ErrorCode.MISSING_QUEUE, "@job needs a non-empty queue name")
+    if max_attempts is not None and (
+        not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
+    ):
+        raise QueueError(ErrorCode.INVALID_HANDLER, "max_attempts must be a positive int")
+    if timeout is not None and (
+        not isinstance(timeout, int | float)
+        or isinstance(timeout, bool)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise QueueError(ErrorCode.INVALID_HANDLER, "timeout must be a positive number of seconds")
+    if retryable is not None and not callable(retryable):
+        raise QueueError(ErrorCode.INVALID_HANDLER, "retryable must be a callable(exc) -> bool")
+
+
+@overload
+def job(func: Callable[..., Any], /) -> JobDefinition: ...
+@overload
+def job(
+    *,
+    queue: str = "default",
+    name: str | None = None,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+    retryable: RetryPredicate | None = None,
+    backend: str | None = None,
+    priority: int = 0,
+) -> Callable[[Callable[..., Any]], JobDefinition]: ...
+def job(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    queue: str = "default",
+    name: str | None = None,
+    max_attempts: int | None = None,
+    timeout: float | None = None,
+    retryable: RetryPredicate | None = None,
+    backend: str | None = None,
+    priority: int = 0,
+) -> Any:
+    """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``)."""
+    _check(queue, max_attempts, timeout, retryable)
+
+    def register(f: Callable[..., Any]) -> JobDefinition:
+        if not callable(f):
+            raise QueueError(ErrorCode.INVALID_HANDLER, f"{f!r} is not callable")
+        definition = JobDefinition(
+            func=f,
+            name=name or f"{f.__module__}.{f.__qualname__}",
+            queue=queue,
+            max_attempts=max_attempts,
+            timeout=float(timeout) if timeout is not None else None,
+            retryable=retryable,
+            backend=backend,
+            priority=priority,
+        )
+        with _lock:
+            old = _registry.get(definition.name)
+            if old is not None and _origin(old.func) != _origin(f):
+                raise QueueError(
+                    ErrorCode.INVALID_HANDLER,
+                    f"job name {definition.name!r} is already registered by {_origin(old.func)}",
+                )
+            _registry[definition.name] = definition
+        return definition
+
+    return register(func) if func is not None else register
+
+
+def _origin(f: Callable[..., Any]) -> str:
+    return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
+
+
+def get(name: str) -> JobDefinition | None:
+    return _registry.get(name)
+
+
+def registered() -> dict[str, JobDefinition]:
+    with _lock:
+        return dict(_registry)
+
+
+def queues() -> list[str]:
+    """Every queue that has a registered job (``runworker``'s default)."""
+    return sorted({d.queue for d in registered().values()})
+
+
+def unregister(name: str) -> None:
+    """For tests that register throwaway handlers."""
+    with _lock:
+        _registry.pop(name, None)

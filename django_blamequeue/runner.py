@@ -1,0 +1,185 @@
+"""Runs one claimed job in a slot thread: decode, dispatch, catch, report the outcome.
+
+The worker's main thread owns the decisions (acks, timeouts, cancels); this module only turns
+a handler call into a ``core.lifecycle`` outcome and hands it back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import close_old_connections
+
+from . import registry
+from .context import JobContext, _current
+from .core import lifecycle
+from .exceptions import JobInterrupted
+from .interrupt import Guard
+from .records import Claimed
+from .serializers import decode, encode
+
+logger = logging.getLogger("django_blamequeue.worker")
+
+Handler = Callable[[Any, JobContext], Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunningJob:
+    """What a ``consume`` handler receives as ``job``."""
+
+    job_id: str
+    queue: str
+    name: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    priority: int
+    trace_id: str | None
+    classification: str | None
+    flow_id: str | None
+    parent_id: str | None
+
+
+@dataclass(eq=False, kw_only=True)
+class Run:
+    """One attempt in flight. ``lock`` decides the race between finishing and being abandoned."""
+
+    claimed: Claimed
+    ctx: JobContext
+    started: float
+    deadline: float | None
+    renew_at: float
+    lease_until: float
+    definition: registry.JobDefinition | None
+    guard: Guard = field(default_factory=Guard)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    outcome: lifecycle.Outcome | None = None
+    abandoned: bool = False
+
+    def abandon(self, exc_type: type[JobInterrupted]) -> bool:
+        """Claim the decision for the worker; False if the handler already finished."""
+        with self.lock:
+            if self.outcome is not None or self.abandoned:
+                return False
+            self.abandoned = True
+        self.ctx._cancelled.set()
+        self.guard.interrupt(exc_type)
+        return True
+
+
+def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
+    """Call the handler; every way it can end becomes an outcome (interrupts propagate)."""
+    claimed = run.claimed
+    try:
+        payload = decode(claimed.payload.content_type, claimed.payload.content_encoding,
+                         claimed.payload.body)  # fmt: skip
+    except Exception as exc:
+        return lifecycle.BadJob(f"payload cannot be decoded: {lifecycle.describe(exc)}")
+    if handler is None:
+        if run.definition is None:
+            return lifecycle.BadJob(
+                f"no handler is registered for job name {claimed.name!r} on this worker"
+            )
+        call: Callable[[], Any] = lambda: run.definition.func(payload)  # type: ignore[union-attr]  # noqa: E731
+    else:
+        job = RunningJob(
+            job_id=claimed.job_id, queue=claimed.queue, name=claimed.name, payload=payload,
+            attempt=claimed.attempt, max_attempts=claimed.max_attempts, priority=claimed.priority,
+            trace_id=claimed.trace_id, classification=claimed.classification,
+            flow_id=claimed.flow_id, parent_id=claimed.parent_id,
+        )  # fmt: skip
+        call = lambda: handler(job, run.ctx)  # noqa: E731
+    try:
+        result = call()
+    except JobInterrupted:
+        raise
+    except BaseException as exc:  # a handler's SystemExit must not kill the worker
+        return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
+    try:
+        encoded = encode(result) if result is not None else None
+    except Exception as exc:
+        return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
+    return lifecycle.Succeeded(encoded)
+
+
+def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]) -> None:
+    """The slot thread's part: run, then report unless the worker already decided."""
+    token = _current.set(run.ctx)
+    outcome: lifecycle.Outcome | None = None
+    try:
+        run.guard.enter()
+        try:
+            if not run.ctx.cancelled:
+                outcome = invoke(run, handler)
+        except JobInterrupted:
+            outcome = None
+        finally:
+            run.guard.leave()
+    except JobInterrupted:  # landed between the handler's end and leave()
+        pass
+    finally:
+        _current.reset(token)
+    try:
+        close_old_connections()
+    except Exception:
+        logger.debug("closing a handler's connections failed", exc_info=True)
+    with run.lock:
+        if run.abandoned or outcome is None:
+            return
+        run.outcome = outcome
+    report(run)
+
+
+class SlotPool:
+    """``size`` threads pulling runs; an abandoned run's thread is replaced at once."""
+
+    def __init__(self, size: int, handler: Handler | None, report: Callable[[Run], None]) -> None:
+        self.size = size
+        self.handler = handler
+        self.report = report
+        self._work: list[Run] = []
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._threads: list[threading.Thread] = []
+        for _ in range(size):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        t = threading.Thread(target=self._loop, name="blamequeue-slot", daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def submit(self, run: Run) -> None:
+        with self._cond:
+            self._work.append(run)
+            self._cond.notify()
+
+    def replace_one(self) -> None:
+        """The thread running an abandoned job exits when it returns; keep ``size`` alive."""
+        with self._cond:
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._spawn()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._work and not self._stopped:
+                    self._cond.wait()
+                if self._stopped and not self._work:
+                    return
+                run = self._work.pop(0)
+            run_in_slot(run, self.handler, self.report)
+            if run.abandoned:
+                return  # replace_one() started our successor
+            del run
+            time.sleep(0)

@@ -1,0 +1,123 @@
+"""Payload encoding through kombu's serializer registry, behind ``ACCEPT_CONTENT`` and a size cap.
+
+Both directions refuse what ``ACCEPT_CONTENT`` does not list, so pickle (which runs code on
+load) is only ever used when a project opts in. The checks happen before anything is written:
+a refused payload leaves no trace in any backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kombu.exceptions import ContentDisallowed, DecodeError, EncodeError, SerializerNotInstalled
+from kombu.serialization import dumps as _kombu_dumps
+from kombu.serialization import loads as _kombu_loads
+from kombu.serialization import registry
+
+from django_blamequeue.conf import content_type_of, get_settings
+from django_blamequeue.exceptions import ErrorCode, QueueError
+
+__all__ = ["Encoded", "accepted_content_types", "decode", "encode", "size_of"]
+
+# kombu's functions are untyped; these names give them the signatures used here.
+_dumps: Callable[..., tuple[str, str, str | bytes]] = _kombu_dumps
+_loads: Callable[..., Any] = _kombu_loads
+_BINARY = frozenset({"binary", "ascii-8bit"})
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """An encoded payload as it is stored or sent: kombu's triple, the body always bytes."""
+
+    content_type: str
+    content_encoding: str
+    body: bytes
+
+
+def accepted_content_types() -> frozenset[str]:
+    """The content types ``ACCEPT_CONTENT`` allows (names mapped through kombu's registry)."""
+    found = (content_type_of(item) for item in get_settings().accept_content)
+    return frozenset(t for t in found if t is not None)
+
+
+def encode(obj: Any, *, serializer: str | None = None, max_bytes: int | None = None) -> Encoded:
+    """Encode ``obj`` with ``serializer`` (default ``SERIALIZER``), refusing before any write.
+
+    ``max_bytes`` is a backend's own limit (an SQS queue's ``MaximumMessageSize``); the smaller
+    of it and ``MAX_PAYLOAD_BYTES`` applies.
+
+    Raises ``QueueError``: ``CONTENT_DISALLOWED`` if the serializer's content type is not
+    accepted, ``BAD_PAYLOAD`` if it cannot encode ``obj``, ``PAYLOAD_TOO_LARGE`` over the cap,
+    ``BAD_ARGUMENT`` for a serializer kombu does not have.
+    """
+    current = get_settings()
+    name = _serializer_name(serializer or current.serializer)
+    content_type = registry.name_to_type[name]
+    if content_type not in accepted_content_types():
+        message = (
+            f"serializer {name!r} ({content_type}) is not in ACCEPT_CONTENT "
+            f"({', '.join(current.accept_content)})"
+        )
+        raise QueueError(ErrorCode.CONTENT_DISALLOWED, message)
+    try:
+        content_type, content_encoding, body = _dumps(obj, serializer=name)
+    except SerializerNotInstalled as exc:
+        raise QueueError(ErrorCode.BAD_ARGUMENT, f"serializer {name!r}: {exc}") from exc
+    except EncodeError as exc:
+        cause = exc.__cause__ or exc
+        message = f"cannot encode a {type(obj).__name__} payload with {name!r}: {cause}"
+        raise QueueError(ErrorCode.BAD_PAYLOAD, message) from exc
+    if isinstance(body, str):
+        body = body.encode("utf-8" if content_encoding in _BINARY else content_encoding)
+    encoded = Encoded(content_type, content_encoding, bytes(body))
+    _check_size(encoded, current.max_payload_bytes, max_bytes)
+    return encoded
+
+
+def decode(content_type: str, content_encoding: str, body: bytes) -> Any:
+    """The object ``body`` encodes; refuses content types ``ACCEPT_CONTENT`` does not list.
+
+    Raises ``QueueError``: ``CONTENT_DISALLOWED`` for an unaccepted type (checked here, not
+    only by kombu, which trusts ``application/data`` and ``application/text`` unconditionally),
+    ``BAD_PAYLOAD`` for a body that does not decode.
+    """
+    accepted = accepted_content_types()
+    if content_type not in accepted:
+        message = f"refusing to decode {content_type!r}: ACCEPT_CONTENT allows {sorted(accepted)}"
+        raise QueueError(ErrorCode.CONTENT_DISALLOWED, message)
+    try:
+        return _loads(body, content_type, content_encoding, accept=accepted)
+    except ContentDisallowed as exc:
+        raise QueueError(ErrorCode.CONTENT_DISALLOWED, str(exc)) from exc
+    except (DecodeError, SerializerNotInstalled) as exc:
+        cause = exc.__cause__ or exc
+        message = f"cannot decode a {content_type} payload of {len(body)} bytes: {cause}"
+        raise QueueError(ErrorCode.BAD_PAYLOAD, message) from exc
+
+
+def size_of(encoded: Encoded) -> int:
+    """The size the cap is measured in: bytes of the encoded body."""
+    return len(encoded.body)
+
+
+def _serializer_name(name_or_type: str) -> str:
+    """A kombu serializer name, also accepting its content type (``application/json``)."""
+    name = registry.type_to_name.get(name_or_type, name_or_type)
+    if name not in registry.name_to_type:
+        known = ", ".join(sorted(registry.name_to_type))
+        message = f"unknown serializer {name_or_type!r}; kombu knows: {known}"
+        raise QueueError(ErrorCode.BAD_ARGUMENT, message)
+    return str(name)
+
+
+def _check_size(encoded: Encoded, configured: int, limit: int | None) -> None:
+    size = size_of(encoded)
+    if limit is not None and limit < configured:
+        cap, source = limit, "the backend's limit"
+    else:
+        cap, source = configured, "MAX_PAYLOAD_BYTES"
+    if size > cap:
+        message = f"payload is {size} bytes; the cap is {cap} ({source})"
+        raise QueueError(ErrorCode.PAYLOAD_TOO_LARGE, message)

@@ -1,0 +1,97 @@
+"""Maintenance services: each a small class with ``run_once(now) -> report``.
+
+``Sweeper`` only owns timing: it runs every service on its period, isolates failures (one
+failing service is logged and the others still run) and reports what each did.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..backends import all_backends
+from ..backends.base import Backend
+from ..conf import get_settings
+from .pruner import Pruner
+from .rescuer import Rescuer
+
+logger = logging.getLogger("django_blamequeue.sweeper")
+
+
+class Service(Protocol):
+    name: str
+    period: float
+
+    def run_once(self) -> Any: ...
+
+
+@dataclass(kw_only=True)
+class SweepReport:
+    results: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def services_for(backends: Sequence[Backend]) -> list[Service]:
+    settings = get_settings()
+    found: list[Service] = []
+    for b in backends:
+        found.append(Rescuer(b, max_stalled=settings.max_stalled_count,
+                             period=settings.sweep_interval))  # fmt: skip
+        found.append(Pruner(b, settings=settings, period=max(settings.sweep_interval, 60.0)))
+    return found
+
+
+class Sweeper:
+    def __init__(self, services: Sequence[Service] | None = None) -> None:
+        self.services = list(services) if services is not None else services_for(all_backends())
+        self._next: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self) -> SweepReport:
+        """Run every service now, whatever its period."""
+        report = SweepReport()
+        for i, service in enumerate(self.services):
+            self._run(service, report)
+            self._next[i] = time.monotonic() + service.period
+        return report
+
+    def _run(self, service: Service, report: SweepReport) -> None:
+        try:
+            report.results[service.name] = service.run_once()
+        except Exception as exc:
+            logger.exception("sweeper service %s failed", service.name)
+            report.errors[service.name] = f"{type(exc).__name__}: {exc}"
+
+    def tick(self) -> SweepReport:
+        """Run the services that are due."""
+        report = SweepReport()
+        now = time.monotonic()
+        for i, service in enumerate(self.services):
+            if now >= self._next.get(i, 0.0):
+                self._run(service, report)
+                self._next[i] = now + service.period
+        return report
+
+    def run_forever(self, on_report: Any = None) -> None:
+        while not self._stop.is_set():
+            report = self.tick()
+            if on_report is not None and (report.results or report.errors):
+                on_report(report)
+            due = min(self._next.values(), default=time.monotonic() + 1.0)
+            self._stop.wait(max(0.05, min(1.0, due - time.monotonic())))
+
+    def start(self, on_report: Any = None) -> None:
+        self._thread = threading.Thread(
+            target=self.run_forever, args=(on_report,), name="blamequeue-sweeper", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)

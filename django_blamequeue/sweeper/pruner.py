@@ -1,0 +1,57 @@
+"""Retention: deletes done/cancelled (and, if configured, failed) jobs and old audit rows."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from ..backends.base import Backend
+from ..conf import Settings
+from ..records import PruneReport
+
+
+class Pruner:
+    def __init__(self, backend: Backend, *, settings: Settings, period: float = 60.0,
+                 batch: int = 5000) -> None:  # fmt: skip
+        self.backend = backend
+        self.settings = settings
+        self.period = period
+        self.batch = batch
+        self.name = f"pruner[{backend.alias}]"
+
+    def run_once(self, now: datetime | None = None) -> PruneReport:
+        from ..models import AuditEvent
+
+        assert self.backend.resilience is not None
+        s = self.settings
+        t = now or self.backend.now()
+
+        def cut(age: float | None) -> datetime | None:
+            return None if age is None else t - timedelta(seconds=age)
+
+        jobs = 0
+        while True:
+            report = self.backend.resilience.call(
+                lambda: self.backend.prune(
+                    done_before=cut(s.retention_done),
+                    cancelled_before=cut(s.retention_cancelled),
+                    failed_before=cut(s.retention_failed),
+                    limit=self.batch,
+                )
+            )
+            jobs += report.jobs
+            if report.jobs < self.batch:
+                break
+        audit_rows = 0
+        db = getattr(self.backend, "db", None)  # audit rows live beside local jobs
+        if s.retention_audit is not None and (db or self.backend.alias == s.default_backend):
+            before = cut(s.retention_audit)
+            rows = AuditEvent.objects.using(db or "default")
+            while True:
+                ids = list(
+                    rows.filter(created_at__lt=before)
+                    .order_by("id").values_list("id", flat=True)[: self.batch]
+                )  # fmt: skip
+                if not ids:
+                    break
+                audit_rows += rows.filter(id__in=ids).delete()[0]
+        return PruneReport(jobs=jobs, audit=audit_rows)

@@ -1,0 +1,32 @@
+"""Process-local wake-ups: an enqueue committed in this process wakes its idle consumers.
+
+Cross-process wake-ups are the backend's business (LISTEN/NOTIFY); this only saves a poll
+interval when producer and consumer share a process (tests, ``make demo``, SQLite).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+_lock = threading.Lock()
+_waiters: dict[str, set[threading.Event]] = {}
+
+
+def register(queues: Iterable[str], event: threading.Event) -> None:
+    with _lock:
+        for q in queues:
+            _waiters.setdefault(q, set()).add(event)
+
+
+def unregister(queues: Iterable[str], event: threading.Event) -> None:
+    with _lock:
+        for q in queues:
+            _waiters.get(q, set()).discard(event)
+
+
+def notify(queues: Iterable[str]) -> None:
+    with _lock:
+        events = [e for q in set(queues) for e in _waiters.get(q, ())]
+    for e in events:
+        e.set()

@@ -1,0 +1,386 @@
+"""The consumer: claims into free slots, renews leases, enforces timeouts, batches acks.
+
+One main thread talks to the backend (claims, acks, heartbeats) and decides every transition;
+slot threads only run handlers. Finished attempts queue up while the main thread is busy and go
+out together in one ``apply_many``, so acks batch under load without any added latency.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from . import registry, wakeup
+from .backends.base import Backend
+from .conf import get_settings
+from .context import JobContext
+from .core import lifecycle
+from .core.states import State
+from .exceptions import ErrorCode, JobCancelled, JobTimeout, LeaseLost, QueueError, WorkerShutdown
+from .records import Ack, Claimed, Transition
+from .runner import Handler, Run, SlotPool
+
+logger = logging.getLogger("django_blamequeue.worker")
+
+SIGNAL_POLL = 1.0  # seconds between checks for cancel requests on held leases
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerOptions:
+    queues: tuple[str, ...]
+    concurrency: int = 1
+    lease: float = 30.0
+    poll_interval: float = 1.0
+    fast_poll: float = 0.05
+    rate_limit: tuple[int, float] | None = None
+    burst: bool = False
+
+
+@dataclass(kw_only=True)
+class Counters:
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    released: int = 0
+    lock_lost: int = 0
+    timed_out: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+
+
+class Consumer:
+    def __init__(self, backend: Backend, options: WorkerOptions, handler: Handler | None = None):
+        self.backend = backend
+        self.options = options
+        self.handler = handler
+        self.counters = Counters()
+        self.listening = False
+        self._settings = get_settings()
+        self._wake = threading.Event()
+        self._finished: deque[Run] = deque()
+        self._running: dict[str, Run] = {}
+        self._acks: list[Ack] = []
+        self._ack_runs: dict[str, tuple[Run, Transition]] = {}
+        self._starts: deque[float] = deque()
+        self._stopping = False
+        self._grace_until: float | None = None
+        self._next_signals = 0.0
+        self._error_delay = 0.0
+        self._thread = threading.Thread(target=self._main, name="blamequeue-consumer", daemon=True)
+        self._exited = threading.Event()
+        self.pool = SlotPool(options.concurrency, handler, self._report)
+
+    # -- control ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def cancel(self, grace: float | None = None) -> None:
+        """Stop leasing; let running handlers finish within ``grace``, then release them."""
+        grace = self._settings.shutdown_grace if grace is None else grace
+        until = time.monotonic() + grace
+        self._grace_until = until if self._grace_until is None else min(self._grace_until, until)
+        self._stopping = True
+        self._wake.set()
+
+    def abort(self) -> None:
+        """Second signal: release everything now."""
+        self.cancel(grace=0)
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._running)
+
+    # -- main loop -------------------------------------------------------------------------
+    def _main(self) -> None:
+        listener = self.backend.listener(self.options.queues)
+        if listener is not None:
+            listener.start(self._wake)
+        wakeup.register(self.options.queues, self._wake)
+        try:
+            self._loop(listener)
+        finally:
+            wakeup.unregister(self.options.queues, self._wake)
+            if listener is not None:
+                listener.stop()
+            self.pool.stop()
+            self._exited.set()
+            from django.db import connections
+
+            connections.close_all()
+
+    def _loop(self, listener: object) -> None:
+        while True:
+            self._wake.clear()
+            self.listening = bool(getattr(listener, "listening", False))
+            self._reap()
+            self._check_deadlines()
+            if self._stopping and self._shutdown_step():
+                return
+            self._heartbeat()
+            self._flush()
+            claimed_full = False
+            if not self._stopping:
+                free = self._free_slots()
+                if free > 0:
+                    got = self._claim(free)
+                    claimed_full = got == free and got > 0
+                    if self.options.burst and got == 0 and self._drained():
+                        self._flush()
+                        return
+            if claimed_full or self._finished:
+                continue
+            self._wake.wait(self._wait_time())
+
+    def _free_slots(self) -> int:
+        free = self.options.concurrency - len(self._running)
+        if self.options.rate_limit is None or free <= 0:
+            return free
+        limit, per = self.options.rate_limit
+        now = time.monotonic()
+        while self._starts and self._starts[0] <= now - per:
+            self._starts.popleft()
+        return min(free, limit - len(self._starts))
+
+    def _wait_time(self) -> float:
+        now = time.monotonic()
+        if self._error_delay:
+            return self._error_delay
+        if self._stopping:
+            return 0.05
+        if self._running and len(self._running) >= self.options.concurrency:
+            wait = self.options.poll_interval  # woken by the next finished handler
+        elif self.backend.cheap_polling or self.options.burst:
+            wait = self.options.fast_poll
+        else:
+            wait = self.options.poll_interval
+        if self.options.rate_limit is not None and self._starts:
+            wait = min(wait, max(0.001, self._starts[0] + self.options.rate_limit[1] - now))
+        for run in self._running.values():
+            if run.deadline is not None:
+                wait = min(wait, max(0.0, run.deadline - now))
+            wait = min(wait, max(0.0, run.renew_at - now))
+        if self._running:
+            wait = min(wait, max(0.0, self._next_signals - now))
+        return max(wait, 0.0005)
+
+    # -- claims ----------------------------------------------------------------------------
+    def _claim(self, limit: int) -> int:
+        assert self.backend.resilience is not None
+        try:
+            claimed = self.backend.resilience.call(
+                lambda: self.backend.claim(self.options.queues, limit, self.options.lease)
+            )
+        except QueueError as exc:
+            self._backoff(exc)
+            return 0
+        except Exception as exc:  # never let one bad round kill the worker
+            logger.exception("claim failed")
+            self._backoff(exc)
+            return 0
+        self._error_delay = 0.0
+        now = time.monotonic()
+        for c in claimed:
+            self._dispatch(c, now)
+        self.counters.claimed += len(claimed)
+        return len(claimed)
+
+    def _dispatch(self, c: Claimed, now: float) -> None:
+        definition = registry.get(c.name)
+        timeout = c.timeout or (definition.timeout if definition else None)
+        lease = self.options.lease
+        run = Run(
+            claimed=c,
+            ctx=JobContext(
+                job_id=c.job_id, queue=c.queue, name=c.name, attempt=c.attempt,
+                max_attempts=c.max_attempts, trace_id=c.trace_id, backend=self.backend,
+                token=c.token, progress_throttle=self._settings.progress_throttle,
+            ),
+            started=now,
+            deadline=now + timeout if timeout else None,
+            renew_at=now + lease / 2,
+            lease_until=now + lease,
+            definition=definition,
+        )  # fmt: skip
+        run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)  # type: ignore[misc]
+        self._running[c.job_id] = run
+        if self.options.rate_limit is not None:
+            self._starts.append(now)
+        self.pool.submit(run)
+
+    def _extended(self, run: Run, seconds: float) -> None:
+        now = time.monotonic()
+        run.lease_until = max(run.lease_until, now + seconds)
+        run.renew_at = max(run.renew_at, run.lease_until - self.options.lease / 2)
+
+    def _drained(self) -> bool:
+        """Burst mode: nothing running here, nothing to ack, nothing pending or in flight."""
+        if self._running or self._acks or self._finished:
+            return False
+        assert self.backend.resilience is not None
+        try:
+            return all(
+                self.backend.resilience.call(lambda q=q: self.backend.size(q), idempotent=True) == 0  # type: ignore[misc]
+                for q in self.options.queues
+            )
+        except QueueError:
+            return False
+
+    # -- outcomes --------------------------------------------------------------------------
+    def _report(self, run: Run) -> None:
+        """Called from a slot thread when a handler finished (and was not abandoned)."""
+        self._finished.append(run)
+        self._wake.set()
+
+    def _reap(self) -> None:
+        while self._finished:
+            run = self._finished.popleft()
+            assert run.outcome is not None
+            self._decide(run, run.outcome)
+
+    def _decide(self, run: Run, outcome: lifecycle.Outcome) -> None:
+        c = run.claimed
+        definition = run.definition
+        policy = lifecycle.Policy(
+            backoff_base=self._settings.backoff_base,
+            backoff_max=self._settings.backoff_max,
+            backoff_jitter=self._settings.backoff_jitter,
+            retryable=definition.retryable if definition else None,
+        )
+        transition = lifecycle.decide(
+            outcome, attempt=c.attempt, max_attempts=c.max_attempts, policy=policy
+        )
+        self._running.pop(c.job_id, None)
+        self._acks.append(Ack(job_id=c.job_id, token=c.token, transition=transition))
+        self._ack_runs[c.job_id] = (run, transition)
+
+    def _interrupt(self, run: Run, exc_type: type[Exception] | type[BaseException],
+                   outcome: lifecycle.Outcome | None) -> None:  # fmt: skip
+        """Take the decision away from the handler thread, free the slot, ack ``outcome``."""
+        if not run.abandon(exc_type):  # type: ignore[arg-type]
+            return  # it finished first; its outcome is already queued
+        self.pool.replace_one()
+        if outcome is None:  # lease lost: someone else owns the job; nothing to ack
+            self._running.pop(run.claimed.job_id, None)
+            self.counters.lock_lost += 1
+            logger.warning("lost the lease of job %s; its run was abandoned", run.claimed.job_id,
+                           extra=_extra(run))  # fmt: skip
+            return
+        self._decide(run, outcome)
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for run in list(self._running.values()):
+            if run.deadline is not None and now >= run.deadline:
+                timeout = run.deadline - run.started
+                self.counters.timed_out += 1
+                logger.warning("job %s timed out after %.3g s", run.claimed.job_id, timeout,
+                               extra=_extra(run))  # fmt: skip
+                self._interrupt(run, JobTimeout, lifecycle.TimedOut(timeout))
+
+    def _heartbeat(self) -> None:
+        if not self._running:
+            return
+        assert self.backend.resilience is not None
+        now = time.monotonic()
+        due = [r for r in self._running.values() if now >= r.renew_at]
+        try:
+            if due:
+                leases = [(r.claimed.job_id, r.claimed.token) for r in due]
+                lost = self.backend.resilience.call(
+                    lambda: self.backend.renew_leases(leases, self.options.lease), idempotent=True
+                )
+                for r in due:
+                    r.lease_until = now + self.options.lease
+                    r.renew_at = now + self.options.lease / 2
+                for job_id in lost:
+                    if (run := self._running.get(job_id)) is not None:
+                        self._interrupt(run, LeaseLost, None)
+            if now >= self._next_signals and self._running:
+                self._next_signals = now + SIGNAL_POLL
+                held = [(r.claimed.job_id, r.claimed.token) for r in self._running.values()]
+                signals = self.backend.resilience.call(
+                    lambda: self.backend.lease_signals(held), idempotent=True
+                )
+                for job_id in signals.cancel_requested:
+                    if (run := self._running.get(job_id)) is not None:
+                        self._interrupt(run, JobCancelled, lifecycle.Cancelled())
+                for job_id in signals.lost:
+                    if (run := self._running.get(job_id)) is not None:
+                        self._interrupt(run, LeaseLost, None)
+        except QueueError as exc:
+            self._backoff(exc)
+
+    def _flush(self) -> None:
+        if not self._acks:
+            return
+        assert self.backend.resilience is not None
+        acks = self._acks
+        try:
+            results = self.backend.resilience.call(lambda: self.backend.apply_many(acks))
+        except QueueError as exc:
+            self._backoff(exc)  # keep the acks; a re-sent ack is fenced, so retrying is safe
+            return
+        self._acks = []
+        self._error_delay = 0.0
+        for res in results:
+            run, transition = self._ack_runs.pop(res.job_id)
+            self._count(res.ok, res.state, run, transition)
+
+    def _count(self, ok: bool, state: State | None, run: Run, transition: Transition) -> None:
+        c = self.counters
+        if not ok:
+            c.lock_lost += 1
+            logger.warning("ack refused for job %s: %s (another worker took it over)",
+                           run.claimed.job_id, ErrorCode.LOCK_LOST, extra=_extra(run))  # fmt: skip
+            return
+        if state == State.DONE:
+            c.done += 1
+        elif state == State.FAILED:
+            c.failed += 1
+        elif state == State.CANCELLED:
+            c.cancelled += 1
+        elif state == State.PENDING and transition.give_back_attempt:
+            c.released += 1
+        elif state == State.PENDING:
+            c.retried += 1
+
+    def _backoff(self, exc: Exception) -> None:
+        self._error_delay = min(max(self._error_delay * 2, 0.1), 5.0)
+        logger.warning("backend %r: %s; retrying in %.1f s", self.backend.alias, exc,
+                       self._error_delay)  # fmt: skip
+
+    # -- shutdown --------------------------------------------------------------------------
+    def _shutdown_step(self) -> bool:
+        """While stopping: wait for handlers until the grace ends, then release the rest."""
+        now = time.monotonic()
+        if self._running and self._grace_until is not None and now >= self._grace_until:
+            for run in list(self._running.values()):
+                self._interrupt(run, WorkerShutdown, lifecycle.Released())
+        if self._running:
+            self._check_deadlines()
+            self._heartbeat()
+            self._flush()
+            return False
+        for _ in range(3):
+            self._flush()
+            if not self._acks:
+                break
+            time.sleep(self._error_delay or 0.1)
+        return True
+
+
+def _extra(run: Run) -> dict[str, object]:
+    c = run.claimed
+    return {"job_id": c.job_id, "queue": c.queue, "attempt": c.attempt}

@@ -1,0 +1,52 @@
+"""Test settings: the demo project, a file SQLite database and (when running) PostgreSQL.
+
+``make test`` starts a throwaway PostgreSQL and exports ``BLAMEQUEUE_TEST_POSTGRES_URL``; the
+``postgres`` database alias and backend exist only then. Worker subprocesses started by the
+process tests set ``BLAMEQUEUE_TEST_SUBPROCESS=1`` and connect straight to the test databases
+that pytest-django created.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "testproject"))
+
+from testproject.settings import *  # noqa: E402, F403
+from testproject.settings import database_from_url, sqlite_database  # noqa: E402
+
+TMP = Path(os.environ.get("BLAMEQUEUE_TEST_TMP", ROOT / ".tmp"))
+TMP.mkdir(parents=True, exist_ok=True)
+os.environ.setdefault("BLAMEQUEUE_TEST_SQLITE", str(TMP / f"test-{os.getpid()}.sqlite3"))
+SQLITE_TEST_NAME = os.environ["BLAMEQUEUE_TEST_SQLITE"]
+SUBPROCESS = os.environ.get("BLAMEQUEUE_TEST_SUBPROCESS") == "1"
+POSTGRES_URL = os.environ.get("BLAMEQUEUE_TEST_POSTGRES_URL", "")
+
+_sqlite = sqlite_database(Path(SQLITE_TEST_NAME if SUBPROCESS else TMP / "unused.sqlite3"))
+_sqlite["TEST"] = {"NAME": SQLITE_TEST_NAME}
+DATABASES = {"default": _sqlite}
+BACKENDS: dict[str, dict[str, object]] = {"default": {"PROTOCOL": "local", "DATABASE": "default"}}
+if POSTGRES_URL:
+    _pg = database_from_url(POSTGRES_URL)
+    _pg["NAME"] = "blamequeue"
+    _pg["TEST"] = {"NAME": "test_blamequeue"}
+    if SUBPROCESS:
+        _pg["NAME"] = "test_blamequeue"
+    DATABASES["postgres"] = _pg
+    BACKENDS["postgres"] = {"PROTOCOL": "local", "DATABASE": "postgres"}
+
+BLAMEQUEUE = {
+    "BACKENDS": BACKENDS,
+    "DEFAULT_BACKEND": "default",
+    "AUDIT": "operations",
+}
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "loggers": {"django_blamequeue": {"level": "WARNING"}},
+}
