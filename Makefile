@@ -42,7 +42,8 @@ $(RUNTIME_STAMP): pyproject.toml | $(PY)
 	@touch $@
 
 # Servers live under .tmp/{pg,redis,sqs} and are stopped by pid from the EXIT trap, whatever pytest
-# does (failure, Ctrl-C); make exits with pytest's own code (5 = no tests collected).
+# does (failure, Ctrl-C). The recipe exits with pytest's code (make reports "Error 5" when no
+# tests were collected, then exits 2). With PostgreSQL started, its tests must not be skipped.
 test: $(DEV_STAMP)
 	@set -u; \
 	dir_of() { echo "$(TMP)/$${1/postgres/pg}"; }; \
@@ -53,6 +54,7 @@ test: $(DEV_STAMP)
 	  if test $$kind = postgres || $(SERVERS) $$kind available; then \
 	    line=$$($(SERVERS) $$kind start --dir "$$(dir_of $$kind)") || exit 1; \
 	    export "$$line"; \
+	    if test $$kind = postgres; then export BLAMEQUEUE_TEST_REQUIRE_POSTGRES=1; fi; \
 	  else echo "make test: no $$kind server installed; its tests will skip" >&2; fi; \
 	done; \
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; exit $$rc

@@ -175,7 +175,7 @@ class _Validator:
         self.unknown_keys(entry, ("PROTOCOL", "QUEUES", *defaults), *at, of=f" for {protocol}")
         options = {**defaults, **{k: v for k, v in entry.items() if k in defaults}}
         for key, value in options.items():
-            expected = bool if key == "TLS" else str
+            expected = bool if key in ("TLS", "LISTEN") else str
             if not (isinstance(value, expected) or (value is None and defaults[key] is None)):
                 self.add("E012", f"{where(*at, key)} is {value!r}; expected a {expected.__name__}")
         queues = entry.get("QUEUES")

@@ -25,6 +25,7 @@ installed, ``pg_isready`` otherwise), so it runs before the project is installed
 
 from __future__ import annotations
 
+import abc
 import argparse
 import contextlib
 import errno
@@ -225,7 +226,7 @@ def _tcp_open(port: int) -> bool:
 # --------------------------------------------------------------------------- base class
 
 
-class Server:
+class Server(abc.ABC):
     """Common shape: ``start()``, ``stop()``, ``restart()``, ``url``, ``pid``, ``port``.
 
     All files live under ``base_dir``; the port is chosen once and kept across restarts.
@@ -239,18 +240,18 @@ class Server:
         self.port = port if port is not None else find_free_port()
 
     @property
-    def url(self) -> str:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def url(self) -> str: ...
 
     @property
-    def pid(self) -> int | None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def pid(self) -> int | None: ...
 
-    def start(self, timeout: float = START_TIMEOUT) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def start(self, timeout: float = START_TIMEOUT) -> None: ...
 
-    def stop(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def stop(self) -> None: ...
 
     def restart(self) -> None:
         self.stop()
@@ -841,13 +842,6 @@ class MotoServer(Server):
     def restart(self, kill: bool = False) -> None:
         self.stop(kill=kill)
         self.start()
-
-    @classmethod
-    def attach(cls, base_dir: str | os.PathLike[str], *, port: int, pid: int) -> MotoServer:
-        """A handle on a server started by another process (the CLI), to stop it by pid."""
-        server = cls(base_dir, port=port)
-        server._pid = pid
-        return server
 
 
 # --------------------------------------------------------------------------- command line

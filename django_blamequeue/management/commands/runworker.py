@@ -1,0 +1,161 @@
+"""``manage.py runworker``: run consumers (and, unless ``--no-sweep``, the sweepers)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from argparse import ArgumentParser, ArgumentTypeError
+from types import FrameType
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ... import registry
+from ...api import queue
+from ...conf import get_settings
+from ...console import ProgressLine, banner, worker_identity
+from ...exceptions import QueueError
+from ...sweeper import Sweeper, services_for
+from ...validation import parse_rate_limit
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a positive integer, not {text!r}") from None
+    if value < 1:
+        raise ArgumentTypeError(f"expected a positive integer, not {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a positive number, not {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ArgumentTypeError(f"expected a positive number, not {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    if text in ("0", "0.0"):
+        return 0.0
+    return positive_float(text)
+
+
+def rate_limit(text: str) -> tuple[int, float]:
+    try:
+        return parse_rate_limit(text)
+    except QueueError as exc:
+        raise ArgumentTypeError(exc.message) from None
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a worker for QUEUE ... (default: every queue with a registered job). Run one per "
+        "core on each host; SIGTERM/SIGINT stops leasing and lets handlers finish within the "
+        "grace period, a second signal stops at once."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("queues", nargs="*", metavar="QUEUE")
+        parser.add_argument("--backend", default=None, help="backend alias (default: DEFAULT_BACKEND)")
+        parser.add_argument("--concurrency", type=positive_int, default=1, help="handler slots")
+        parser.add_argument("--lease", type=positive_float, default=None, help="lease seconds")
+        parser.add_argument("--poll", type=positive_float, default=1.0, help="idle poll seconds")
+        parser.add_argument("--fast-poll", type=positive_float, default=0.05)
+        parser.add_argument("--rate-limit", type=rate_limit, default=None, metavar="MAX/SECONDS")
+        parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+        parser.add_argument("--no-sweep", action="store_true", help="do not run the sweepers")
+        parser.add_argument("--grace", type=non_negative_float, default=None,
+                            help="seconds in-flight handlers get at shutdown (SHUTDOWN_GRACE)")
+        parser.add_argument("--progress-interval", type=positive_float, default=None,
+                            help="seconds between progress lines when not on a terminal")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queues = options["queues"] or registry.queues()
+        if not queues:
+            raise CommandError("no queues given and no @job registered: name the queues to consume")
+        settings = get_settings()
+        try:
+            consumer = queue.consume(
+                queues,
+                None,
+                concurrency=options["concurrency"],
+                lease=options["lease"],
+                poll_interval=options["poll"],
+                fast_poll=options["fast_poll"],
+                rate_limit=options["rate_limit"],
+                backend=options["backend"],
+                burst=options["burst"],
+            )
+        except QueueError as exc:
+            raise CommandError(str(exc)) from exc
+        grace = settings.shutdown_grace if options["grace"] is None else options["grace"]
+        sweeper = None if options["no_sweep"] else Sweeper(services_for([consumer.backend]))
+        self._print_banner(consumer, queues, grace, sweeper is not None)
+        if sweeper is not None:
+            sweeper.start()
+        signals = {"count": 0}
+        stopped = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            signals["count"] += 1
+            if signals["count"] == 1:
+                self.stderr.write(f"\n{signal.Signals(signum).name}: stopping (grace {grace:g} s); "
+                                  "signal again to stop now")  # fmt: skip
+                consumer.cancel(grace=grace)
+            else:
+                self.stderr.write("stopping now: releasing in-flight jobs")
+                consumer.abort()
+            stopped.set()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        interval = options["progress_interval"]
+        line = ProgressLine(
+            self.stdout._out,  # the real stream, so a TTY is detected
+            lambda: consumer.counters,
+            lambda: f"{consumer.in_flight}/{options['concurrency']}",
+            **({"log_interval": interval} if interval else {}),
+        )
+        try:
+            while not consumer.join(timeout=0.2):
+                line.tick()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            if sweeper is not None:
+                sweeper.stop()
+        summary = line.close()
+        how = "burst finished" if options["burst"] and not stopped.is_set() else "stopped"
+        self.stdout.write(f"{how}: {summary}")
+        sys.stdout.flush()
+
+    def _print_banner(self, consumer: Any, queues: list[str], grace: float, sweeping: bool) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            ver = version("django-blamequeue")
+        except PackageNotFoundError:  # running from a source tree
+            ver = "dev"
+        b = consumer.backend
+        engine = getattr(b, "connection", None)
+        vendor = engine.vendor if engine is not None else b.protocol
+        wake = ("LISTEN/NOTIFY" if b.supports_listen else
+                f"polling every {consumer.options.fast_poll if b.cheap_polling else consumer.options.poll_interval:g} s")  # fmt: skip
+        rows = [
+            ("worker", worker_identity()),
+            ("backend", f"{b.alias} ({b.protocol}, {vendor})"),
+            ("queues", ", ".join(queues)),
+            ("concurrency", str(consumer.options.concurrency)),
+            ("lease", f"{consumer.options.lease:g} s (renewed every {consumer.options.lease / 2:g} s)"),
+            ("wake-up", wake),
+            ("rate limit", "%d per %g s" % consumer.options.rate_limit if consumer.options.rate_limit else "none"),
+            ("shutdown grace", f"{grace:g} s"),
+            ("sweeper", "on" if sweeping else "off (--no-sweep)"),
+            ("mode", "burst (exit when empty)" if consumer.options.burst else "run until signalled"),
+        ]  # fmt: skip
+        self.stdout.write(banner(f"django-blamequeue {ver} · runworker", rows))
