@@ -177,7 +177,7 @@ class Queue:
             depends = tuple(by_name[d] for d in c.get("depends_on", ()))
             jobs.append(
                 NewJob(**{**_fields(job), "name": c.get("job") or c["name"], "flow_id": flow_id,
-                          "blocked": bool(depends), "depends_on": depends})  # fmt: skip
+                          "flow_key": c["name"], "blocked": bool(depends), "depends_on": depends})  # fmt: skip
             )
         self._require_transactional(target)
         event = audit.Event(

@@ -61,6 +61,7 @@ class Job(models.Model):
     dedupe_key = models.CharField(max_length=255, null=True, blank=True)
     flow_id = models.CharField(max_length=26, null=True, blank=True)
     parent_id = models.CharField(max_length=26, null=True, blank=True)
+    flow_key = models.CharField(max_length=255, null=True, blank=True)  # the node's name in its flow
     flow_depth = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()

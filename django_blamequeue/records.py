@@ -30,6 +30,7 @@ class NewJob:
     dedupe_key: str | None = None
     flow_id: str | None = None
     parent_id: str | None = None
+    flow_key: str | None = None  # the node's name inside its flow
     flow_depth: int = 0
     blocked: bool = False  # True for a DAG child with dependencies
     depends_on: tuple[str, ...] = ()  # job ids (DAG)
@@ -169,3 +170,4 @@ class JobInfo:
     timeout: float | None = None
     lease_expires_at: datetime | None = None
     depends_on: tuple[str, ...] = ()
+    flow_key: str | None = None

@@ -146,7 +146,8 @@ class DatabaseBackend(FlowOps, Backend):
             content_encoding=j.payload.content_encoding, priority=j.priority,
             available_at=available, max_attempts=j.max_attempts, timeout=j.timeout,
             classification=j.classification, trace_id=j.trace_id, dedupe_key=j.dedupe_key,
-            flow_id=j.flow_id, parent_id=j.parent_id, flow_depth=j.flow_depth,
+            flow_id=j.flow_id, parent_id=j.parent_id, flow_key=j.flow_key,
+            flow_depth=j.flow_depth,
             created_at=now, updated_at=now,
         )  # fmt: skip
 

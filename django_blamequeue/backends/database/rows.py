@@ -91,4 +91,5 @@ def info_from_model(job: Any, backend: str, depends_on: Sequence[str] = ()) -> J
         timeout=job.timeout,
         lease_expires_at=job.lease_expires_at,
         depends_on=tuple(depends_on),
+        flow_key=job.flow_key,
     )

@@ -168,8 +168,13 @@ def render_flow(flow_id: str, jobs: list[JobInfo]) -> list[str]:
         return depth[job_id]
 
     for j in sorted(jobs, key=lambda j: (level(j.job_id), j.job_id)):
-        deps = ", ".join(by_id[d].name if d in by_id else d for d in j.depends_on)
+        deps = ", ".join(_label(by_id[d]) if d in by_id else d for d in j.depends_on)
         indent = "   " * level(j.job_id)
         arrow = f"  ← {deps}" if deps else ""
-        lines.append(f"{indent}{STATE_MARK.get(j.state, '?')} {j.name} [{j.state}] {j.job_id}{arrow}")
+        mark = STATE_MARK.get(j.state, "?")
+        lines.append(f"{indent}{mark} {_label(j)} [{j.state}] {j.job_id}{arrow}")
     return lines
+
+
+def _label(j: JobInfo) -> str:
+    return f"{j.flow_key} ({j.name})" if j.flow_key and j.flow_key != j.name else j.name
