@@ -1,0 +1,126 @@
+"""The management commands, through call_command with captured output (SPEC §7)."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from django_blamequeue import job, queue, registry
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def jobs() -> Iterator[dict[str, Any]]:
+    @job(queue="cmd", name="tests.cmd.ok")
+    def ok(payload: Any) -> Any:
+        return {"echo": payload}
+
+    @job(queue="cmd", name="tests.cmd.boom", max_attempts=1)
+    def boom(payload: Any) -> None:
+        raise RuntimeError("boom")
+
+    yield {"ok": ok, "boom": boom}
+    registry.unregister("tests.cmd.ok")
+    registry.unregister("tests.cmd.boom")
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def test_runworker_burst_prints_a_banner_and_drains_the_queue(jobs: dict[str, Any]) -> None:
+    ids = [jobs["ok"].enqueue({"n": i}).job_id for i in range(20)]
+    out = run("runworker", "cmd", "--burst", "--concurrency", "4", "--no-sweep")
+    assert "runworker" in out and "queues" in out and "cmd" in out
+    assert "burst finished: done 20" in out
+    assert all(queue.get_job(i).state == "done" for i in ids)  # type: ignore[union-attr]
+
+
+def test_runworker_refuses_a_bad_rate_limit() -> None:
+    with pytest.raises(CommandError, match="rate"):
+        call_command("runworker", "cmd", "--rate-limit", "0/1")
+
+
+def test_runworker_refuses_a_non_positive_concurrency() -> None:
+    with pytest.raises(CommandError):
+        call_command("runworker", "cmd", "--concurrency", "0")
+
+
+def test_enqueue_command_enqueues_a_registered_job_with_its_payload(jobs: dict[str, Any]) -> None:
+    out = run("blamequeue", "enqueue", "tests.cmd.ok", "--payload", json.dumps({"a": 1}))
+    job_id = out.split()[1]
+    info = queue.get_job(job_id)
+    assert info is not None and info.payload == {"a": 1} and info.queue == "cmd"
+
+
+def test_enqueue_command_refuses_bad_json_and_unknown_names(jobs: dict[str, Any]) -> None:
+    with pytest.raises(CommandError, match="JSON"):
+        call_command("blamequeue", "enqueue", "tests.cmd.ok", "--payload", "{nope")
+    with pytest.raises(CommandError, match="registered"):
+        call_command("blamequeue", "enqueue", "tests.cmd.nope")
+    assert queue.size("cmd") == 0
+
+
+def test_dlq_list_and_retry_commands(jobs: dict[str, Any]) -> None:
+    failed = jobs["boom"].enqueue({}).job_id
+    run("runworker", "cmd", "--burst", "--no-sweep")
+    listing = run("blamequeue", "dlq", "list", "cmd")
+    assert "1 job(s) in the DLQ" in listing and failed in listing and "RuntimeError: boom" in listing
+    assert f"retried {failed}" in run("blamequeue", "dlq", "retry", failed)
+    assert queue.get_job(failed).state == "pending"  # type: ignore[union-attr]
+    with pytest.raises(CommandError, match="not in the DLQ"):
+        call_command("blamequeue", "dlq", "retry", failed)
+
+
+def test_dlq_retry_all_states_the_count(jobs: dict[str, Any]) -> None:
+    for _ in range(3):
+        jobs["boom"].enqueue({})
+    run("runworker", "cmd", "--burst", "--no-sweep")
+    assert "retried 3 job(s)" in run("blamequeue", "dlq", "retry", "--all", "cmd")
+    assert queue.dlq_size("cmd") == 0
+
+
+def test_purge_command_states_the_count(jobs: dict[str, Any]) -> None:
+    for i in range(4):
+        jobs["ok"].enqueue({"n": i})
+    assert "purged 4 waiting job(s)" in run("blamequeue", "purge", "cmd", "--yes")
+    assert queue.size("cmd") == 0
+
+
+def test_cancel_command(jobs: dict[str, Any]) -> None:
+    job_id = jobs["ok"].enqueue({}).job_id
+    assert "cancelled" in run("blamequeue", "cancel", job_id)
+    with pytest.raises(CommandError, match="not cancellable"):
+        call_command("blamequeue", "cancel", job_id)
+    with pytest.raises(CommandError, match="no job"):
+        call_command("blamequeue", "cancel", "01NOPE")
+
+
+def test_stats_command_shows_counts_and_breaker(jobs: dict[str, Any]) -> None:
+    jobs["ok"].enqueue({})
+    out = run("blamequeue", "stats")
+    assert "cmd" in out and "breaker closed" in out
+
+
+def test_flow_show_prints_each_node_with_its_state_and_dependencies(jobs: dict[str, Any]) -> None:
+    flow = queue.enqueue_flow("cmd", [
+        {"name": "a", "job": "tests.cmd.ok", "payload": 1},
+        {"name": "b", "job": "tests.cmd.ok", "payload": 2, "depends_on": ["a"]},
+    ])  # fmt: skip
+    out = run("blamequeue", "flow", "show", flow["flow_id"])
+    assert "2 job(s)" in out
+    assert "a (tests.cmd.ok) [pending]" in out
+    assert "b (tests.cmd.ok) [blocked]" in out and "← a (tests.cmd.ok)" in out
+
+
+def test_runsweeper_once_reports_each_service() -> None:
+    out = run("runsweeper", "--once")
+    assert "rescuer[default]" in out and "pruner[default]" in out
