@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING, Any
 from .exceptions import ErrorCode, QueueError, Unrecoverable
 
 __all__ = [
+    "Child",
     "EnqueuedJob",
     "ErrorCode",
     "JobInfo",
     "QueueError",
     "Unrecoverable",
     "current_job",
+    "flow",
     "job",
     "queue",
 ]
@@ -20,6 +22,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .api import queue
     from .context import current_job
+    from .fanout import Child, flow
     from .records import EnqueuedJob, JobInfo
     from .registry import job
 
@@ -27,6 +30,8 @@ _LAZY = {
     "queue": ("api", "queue"),
     "job": ("registry", "job"),
     "current_job": ("context", "current_job"),
+    "flow": ("fanout", "flow"),
+    "Child": ("fanout", "Child"),
     "JobInfo": ("records", "JobInfo"),
     "EnqueuedJob": ("records", "EnqueuedJob"),
 }

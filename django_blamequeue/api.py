@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -74,7 +75,7 @@ class Queue:
                 settings.default_max_attempts
             )
         ctx = current_job_or_none()
-        return NewJob(
+        new = NewJob(
             job_id=job_id or ids.new_id(),
             queue=validation.queue_name(queue_name),
             name=name or queue_name,
@@ -89,6 +90,10 @@ class Queue:
             or (ctx.trace_id if ctx and ctx.trace_id else uuid.uuid4().hex),
             dedupe_key=validation.optional_text(dedupe_key, "dedupe_key", 255),
         )
+        if definition is not None and definition.flow is not None:
+            new = replace(new, flow_phase="fan_out", flow_mode=definition.flow.on_child_failure,
+                          flow_id=new.job_id)  # fmt: skip
+        return new
 
     def enqueue(
         self,

@@ -62,6 +62,9 @@ class Job(models.Model):
     flow_id = models.CharField(max_length=26, null=True, blank=True)
     parent_id = models.CharField(max_length=26, null=True, blank=True)
     flow_key = models.CharField(max_length=255, null=True, blank=True)  # the node's name in its flow
+    flow_phase = models.CharField(max_length=20, null=True, blank=True)  # flow parents: fan_out|collect
+    flow_mode = models.CharField(max_length=10, null=True, blank=True)  # on_child_failure: fail|continue
+    parent_backend = models.CharField(max_length=100, null=True, blank=True)  # where reports go
     flow_depth = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
@@ -142,6 +145,7 @@ class FlowDependency(models.Model):
     spec = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=20, default="pending")
     result = models.BinaryField(null=True, blank=True)
+    result_type = models.CharField(max_length=100, null=True, blank=True)
     error = models.TextField(null=True, blank=True)
     reported_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -153,6 +157,7 @@ class FlowDependency(models.Model):
         ]
         indexes = [
             models.Index("depends_on_id", name="bq_dep_dependency"),
+            models.Index("job_id", "status", name="bq_dep_job_status"),
             models.Index("flow_id", name="bq_dep_flow"),
         ]
 
@@ -208,3 +213,33 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.job_id or ''}"
+
+
+class Schedule(models.Model):
+    """A recurring job (SPEC §5): a cron expression or a fixed interval, in a timezone.
+
+    Rows from ``SCHEDULES`` are synced with ``source="settings"``; rows made in the admin have
+    ``source="admin"``. ``last_fired_at`` is compare-and-set in the enqueue's transaction, so
+    any number of sweepers fire each occurrence once.
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    job = models.CharField(max_length=255, help_text="registered job name")
+    queue = models.CharField(max_length=200, blank=True, default="", help_text="default: the job's")
+    payload = models.JSONField(null=True, blank=True)
+    cron = models.CharField(max_length=100, blank=True, default="")
+    interval = models.FloatField(null=True, blank=True, help_text="seconds (instead of cron)")
+    timezone = models.CharField(max_length=64, default="UTC")
+    enabled = models.BooleanField(default=True)
+    source = models.CharField(max_length=20, default="admin")
+    backend = models.CharField(max_length=100, blank=True, default="")
+    last_fired_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "blamequeue_schedule"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

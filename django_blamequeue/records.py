@@ -31,6 +31,9 @@ class NewJob:
     flow_id: str | None = None
     parent_id: str | None = None
     flow_key: str | None = None  # the node's name inside its flow
+    flow_phase: str | None = None  # "fan_out" for a @flow parent
+    flow_mode: str | None = None  # on_child_failure of a @flow parent
+    parent_backend: str | None = None  # where a child's report goes
     flow_depth: int = 0
     blocked: bool = False  # True for a DAG child with dependencies
     depends_on: tuple[str, ...] = ()  # job ids (DAG)
@@ -66,7 +69,30 @@ class Claimed:
     parent_id: str | None = None
     available_at: datetime | None = None
     created_at: datetime | None = None
-    has_dependants: bool = False
+    flow_phase: str | None = None
+    flow_mode: str | None = None
+    flow_depth: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildSpec:
+    """One child of a fan-out, fully specified so a repair can re-enqueue it from the row."""
+
+    key: str
+    job: NewJob
+    backend: str  # the child's backend alias
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    """A child's terminal outcome, on its way to the parent's dependency row."""
+
+    parent_id: str
+    child_id: str
+    state: str
+    result: bytes | None = None
+    result_type: str | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +107,7 @@ class Transition:
     reason: Reason | None = None
     give_back_attempt: bool = False  # graceful release
     yields_to_cancel: bool = True  # a pending cancel request turns this into CANCELLED
+    children: tuple[ChildSpec, ...] = ()  # WAITING_CHILDREN: the fan-out manifest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,3 +198,5 @@ class JobInfo:
     lease_expires_at: datetime | None = None
     depends_on: tuple[str, ...] = ()
     flow_key: str | None = None
+    flow_phase: str | None = None
+    children: Mapping[str, int] | None = None  # a flow parent's tally of children by state

@@ -30,6 +30,7 @@ class JobDefinition:
     retryable: RetryPredicate | None = None
     backend: str | None = None
     priority: int = 0
+    flow: Any = None  # a flow.FlowSpec for @flow classes
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -97,29 +98,49 @@ def job(
     _check(queue, max_attempts, timeout, retryable)
 
     def register(f: Callable[..., Any]) -> JobDefinition:
-        if not callable(f):
-            raise QueueError(ErrorCode.INVALID_HANDLER, f"{f!r} is not callable")
-        definition = JobDefinition(
-            func=f,
-            name=name or f"{f.__module__}.{f.__qualname__}",
-            queue=queue,
-            max_attempts=max_attempts,
-            timeout=float(timeout) if timeout is not None else None,
-            retryable=retryable,
-            backend=backend,
-            priority=priority,
-        )
-        with _lock:
-            old = _registry.get(definition.name)
-            if old is not None and _origin(old.func) != _origin(f):
-                raise QueueError(
-                    ErrorCode.INVALID_HANDLER,
-                    f"job name {definition.name!r} is already registered by {_origin(old.func)}",
-                )
-            _registry[definition.name] = definition
-        return definition
+        return register_definition(
+            f, name=name, queue=queue, max_attempts=max_attempts, timeout=timeout,
+            retryable=retryable, backend=backend, priority=priority,
+        )  # fmt: skip
 
     return register(func) if func is not None else register
+
+
+def register_definition(
+    f: Callable[..., Any],
+    *,
+    name: str | None,
+    queue: str,
+    max_attempts: int | None,
+    timeout: float | None,
+    retryable: RetryPredicate | None,
+    backend: str | None,
+    priority: int,
+    flow: Any = None,
+) -> JobDefinition:
+    _check(queue, max_attempts, timeout, retryable)
+    if not callable(f):
+        raise QueueError(ErrorCode.INVALID_HANDLER, f"{f!r} is not callable")
+    definition = JobDefinition(
+        func=f,
+        name=name or f"{f.__module__}.{f.__qualname__}",
+        queue=queue,
+        max_attempts=max_attempts,
+        timeout=float(timeout) if timeout is not None else None,
+        retryable=retryable,
+        backend=backend,
+        priority=priority,
+        flow=flow,
+    )
+    with _lock:
+        old = _registry.get(definition.name)
+        if old is not None and _origin(old.func) != _origin(f):
+            raise QueueError(
+                ErrorCode.INVALID_HANDLER,
+                f"job name {definition.name!r} is already registered by {_origin(old.func)}",
+            )
+        _registry[definition.name] = definition
+    return definition
 
 
 def _origin(f: Callable[..., Any]) -> str:

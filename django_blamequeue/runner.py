@@ -80,6 +80,14 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
                          claimed.payload.body)  # fmt: skip
     except Exception as exc:
         return lifecycle.BadJob(f"payload cannot be decoded: {lifecycle.describe(exc)}")
+    spec = run.definition.flow if run.definition is not None else None
+    if claimed.flow_phase and (handler is not None or spec is None):
+        return lifecycle.BadJob(
+            f"job {claimed.job_id} carries flow state (phase {claimed.flow_phase!r}) but was "
+            f"claimed by a plain handler; register the @flow class {claimed.name!r} on this worker"
+        )
+    if spec is not None and handler is None:
+        return _flow_phase(run, spec, payload)
     if handler is None:
         if run.definition is None:
             return lifecycle.BadJob(
@@ -105,6 +113,29 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
     except Exception as exc:
         return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
     return lifecycle.Succeeded(encoded)
+
+
+def _flow_phase(run: Run, spec: Any, payload: Any) -> lifecycle.Outcome:
+    """Phase by the stored manifest: none yet → fan out; parked and re-pended → collect."""
+    from .conf import get_settings
+    from .fanout import build_children
+    from .exceptions import QueueError
+
+    claimed = run.claimed
+    backend = run.ctx.backend
+    try:
+        if claimed.flow_phase == "collect":
+            state = backend.flow_state(claimed.job_id)  # type: ignore[attr-defined]
+            result = spec.collect(payload, state)
+            return lifecycle.Succeeded(encode(result) if result is not None else None)
+        children = build_children(spec, claimed, payload, backend.alias, get_settings().max_flow_depth)
+    except JobInterrupted:
+        raise
+    except QueueError as exc:
+        return lifecycle.BadJob(f"fan-out refused: {exc}")
+    except BaseException as exc:
+        return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
+    return lifecycle.FannedOut(children)
 
 
 def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]) -> None:

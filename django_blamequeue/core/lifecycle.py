@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..exceptions import Unrecoverable
-from ..records import Transition
+from ..records import ChildSpec, Transition
 from ..serializers import Encoded
 from .backoff import backoff_seconds
 from .states import Reason, State
@@ -60,13 +60,20 @@ class Released:
 
 
 @dataclass(frozen=True, slots=True)
+class FannedOut:
+    """A flow parent's phase 1 ended: park it with this manifest."""
+
+    children: tuple[ChildSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class BadJob:
     """The job cannot run here at all (unknown name, undecodable payload, ...)."""
 
     message: str
 
 
-Outcome = Succeeded | Raised | TimedOut | Cancelled | Released | BadJob
+Outcome = Succeeded | Raised | TimedOut | Cancelled | Released | BadJob | FannedOut
 
 
 def describe(exc: BaseException) -> str:
@@ -132,6 +139,8 @@ def decide(outcome: Outcome, *, attempt: int, max_attempts: int, policy: Policy)
             )
         case Released():
             return Transition(state=State.PENDING, give_back_attempt=True)
+        case FannedOut(children):
+            return Transition(state=State.WAITING_CHILDREN, children=children)
         case BadJob(message):
             return Transition(state=State.FAILED, error=message, reason=Reason.BAD_JOB)
     raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover

@@ -16,8 +16,11 @@ from typing import Any, Protocol
 from ..backends import all_backends
 from ..backends.base import Backend
 from ..conf import get_settings
+from ..outbox import Relay
+from .flow_repair import FlowRepair
 from .pruner import Pruner
 from .rescuer import Rescuer
+from .scheduler import Scheduler
 
 logger = logging.getLogger("django_blamequeue.sweeper")
 
@@ -42,6 +45,11 @@ def services_for(backends: Sequence[Backend]) -> list[Service]:
         found.append(Rescuer(b, max_stalled=settings.max_stalled_count,
                              period=settings.sweep_interval))  # fmt: skip
         found.append(Pruner(b, settings=settings, period=max(settings.sweep_interval, 60.0)))
+        if hasattr(b, "repair_flows"):
+            found.append(FlowRepair(b, period=settings.flow_sweep_interval))
+    found.append(Relay())
+    found[-1].period = settings.sweep_interval
+    found.append(Scheduler(period=min(settings.sweep_interval, 5.0)))
     return found
 
 

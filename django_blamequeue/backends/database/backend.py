@@ -21,7 +21,6 @@ from ...models import FlowDependency, Job
 from ...records import (
     Ack,
     AckResult,
-    CancelResult,
     Claimed,
     EnqueuedJob,
     JobInfo,
@@ -33,15 +32,17 @@ from ...records import (
 )
 from ..base import Backend
 from . import sql
+from .children import ChildOps
 from .flows import FlowOps
 from .rows import claimed_from_row, info_from_model, to_dt
 
 CHANNEL = "blamequeue"
 ACK_CHUNK = 500
 _ACTIVE = [s.value for s in ACTIVE]
+_TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
 
 
-class DatabaseBackend(FlowOps, Backend):
+class DatabaseBackend(ChildOps, FlowOps, Backend):
     protocol = "local"
     transactional_enqueue = True
     unavailable_errors: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
@@ -147,6 +148,7 @@ class DatabaseBackend(FlowOps, Backend):
             available_at=available, max_attempts=j.max_attempts, timeout=j.timeout,
             classification=j.classification, trace_id=j.trace_id, dedupe_key=j.dedupe_key,
             flow_id=j.flow_id, parent_id=j.parent_id, flow_key=j.flow_key,
+            flow_phase=j.flow_phase, flow_mode=j.flow_mode, parent_backend=j.parent_backend,
             flow_depth=j.flow_depth,
             created_at=now, updated_at=now,
         )  # fmt: skip
@@ -222,8 +224,11 @@ class DatabaseBackend(FlowOps, Backend):
         applied: dict[str, tuple[Any, ...]] = {}
         with transaction.atomic(using=self.db):
             now = self._now(now)
-            for start in range(0, len(acks), ACK_CHUNK):
-                chunk = acks[start : start + ACK_CHUNK]
+            fan_outs = [a for a in acks if a.transition.state == State.WAITING_CHILDREN]
+            plain = [a for a in acks if a.transition.state != State.WAITING_CHILDREN]
+            fanned: dict[str, State | None] = {a.job_id: self.apply_fan_out(a, now) for a in fan_outs}
+            for start in range(0, len(plain), ACK_CHUNK):
+                chunk = plain[start : start + ACK_CHUNK]
                 params: list[Any] = []
                 for a in chunk:
                     params += self._ack_params(a, now)
@@ -231,12 +236,17 @@ class DatabaseBackend(FlowOps, Backend):
                     cur.execute(sql.ack_many(self.connection.vendor, len(chunk)), params)
                     for row in cur.fetchall():
                         applied[row[0]] = tuple(row)
-            self._after_acks(acks, applied, now)
-        return [
-            AckResult(job_id=a.job_id, ok=a.job_id in applied,
-                      state=State(applied[a.job_id][1]) if a.job_id in applied else None)
-            for a in acks
-        ]  # fmt: skip
+            self._after_acks(plain, applied, now)
+        answer = []
+        for a in acks:
+            if a.job_id in fanned:
+                state = fanned[a.job_id]
+                answer.append(AckResult(job_id=a.job_id, ok=state is not None, state=state))
+            else:
+                row = applied.get(a.job_id)
+                answer.append(AckResult(job_id=a.job_id, ok=row is not None,
+                                        state=State(row[1]) if row else None))  # fmt: skip
+        return answer
 
     def _ack_params(self, a: Ack, now: datetime) -> list[Any]:
         t = a.transition
@@ -258,6 +268,9 @@ class DatabaseBackend(FlowOps, Backend):
             self.release_dependants(done_in_flows, now)
         if cancelled:
             self.cascade_cancel(cancelled, now)
+        children = [r[0] for r in applied.values() if r[4] and r[1] in _TERMINAL_VALUES]
+        if children:
+            self.report_terminal(children)
         self._notify(
             [r[2] for a in acks if (r := applied.get(a.job_id)) and r[1] == State.PENDING
              and a.transition.delay == 0]
@@ -384,10 +397,12 @@ class DatabaseBackend(FlowOps, Backend):
             if groups[State.FAILED]:
                 self.jobs().filter(id__in=[r[0] for r in groups[State.FAILED]], **fence).update(
                     state=State.FAILED, finished_at=t, error=msg, reason="stalled", **common)
+                self.report_terminal([r[0] for r in groups[State.FAILED]])
             if groups[State.CANCELLED]:
                 ids = [r[0] for r in groups[State.CANCELLED]]
                 self.jobs().filter(id__in=ids, **fence).update(
                     state=State.CANCELLED, finished_at=t, reason="cancelled", **common)
+                self.report_terminal(ids)
                 self.cascade_cancel(ids, t)
             self._notify([r[5] for r in groups[State.PENDING]])
             events = [
@@ -426,7 +441,8 @@ class DatabaseBackend(FlowOps, Backend):
         if job is None:
             return None
         deps = FlowDependency.objects.using(self.db).filter(job_id=job_id, kind="dag")
-        return info_from_model(job, self.alias, [d.depends_on_id for d in deps])
+        tally = self.children_tally(job_id) if job.flow_phase else None
+        return info_from_model(job, self.alias, [d.depends_on_id for d in deps], tally)
 
     def size(self, queue: str) -> int:
         n: int = self.jobs().filter(queue=queue, state__in=[State.PENDING, State.INFLIGHT]).count()

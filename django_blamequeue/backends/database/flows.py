@@ -81,6 +81,7 @@ class FlowOps(_Base):
             self.jobs().filter(id__in=[r[0] for r in waiting], state__in=_WAITING).update(
                 state=State.CANCELLED, finished_at=now, updated_at=now, reason="cancelled"
             )
+            self.report_terminal([r[0] for r in waiting])
         if running:
             self.jobs().filter(id__in=[r[0] for r in running], state=State.INFLIGHT).update(
                 cancel_requested=True, updated_at=now
@@ -119,6 +120,7 @@ class FlowOps(_Base):
                 state=State.CANCELLED, finished_at=t, updated_at=t, reason="cancelled"
             )
             audit.record([audit.Event(action=audit.CANCEL, **ev)], using=self.db)
+            self.report_terminal([job_id])
             self.cascade_cancel([job_id], t)
             return CancelResult(found=True, cancelled=True, state=State.CANCELLED)
 

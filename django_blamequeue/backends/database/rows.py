@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,7 +29,7 @@ def to_bytes(value: Any) -> bytes:
 def claimed_from_row(row: Sequence[Any]) -> Claimed:
     (job_id, queue, name, payload, ctype, cenc, token, attempts, max_attempts, expires,
      priority, timeout, trace_id, classification, flow_id, parent_id, available_at,
-     created_at) = row  # fmt: skip
+     created_at, flow_phase, flow_mode, flow_depth) = row  # fmt: skip
     expires_at = to_dt(expires)
     assert expires_at is not None
     return Claimed(
@@ -49,6 +49,9 @@ def claimed_from_row(row: Sequence[Any]) -> Claimed:
         parent_id=parent_id,
         available_at=to_dt(available_at),
         created_at=to_dt(created_at),
+        flow_phase=flow_phase,
+        flow_mode=flow_mode,
+        flow_depth=flow_depth or 0,
     )
 
 
@@ -61,7 +64,12 @@ def _decoded(ctype: str, cenc: str, body: Any) -> Any:
         return None
 
 
-def info_from_model(job: Any, backend: str, depends_on: Sequence[str] = ()) -> JobInfo:
+def info_from_model(
+    job: Any,
+    backend: str,
+    depends_on: Sequence[str] = (),
+    children: Mapping[str, int] | None = None,
+) -> JobInfo:
     return JobInfo(
         job_id=job.id,
         backend=backend,
@@ -92,4 +100,6 @@ def info_from_model(job: Any, backend: str, depends_on: Sequence[str] = ()) -> J
         lease_expires_at=job.lease_expires_at,
         depends_on=tuple(depends_on),
         flow_key=job.flow_key,
+        flow_phase=job.flow_phase,
+        children=children,
     )

@@ -1,0 +1,280 @@
+"""Parent/child flows on the local backend: fan-out ack, child reports, settle, repair.
+
+Reports travel through the outbox even when parent and child share this database, so one
+delivery path (and one repair path) serves children on any backend.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.db.models import Count
+
+from ... import audit, outbox
+from ...core.states import TERMINAL, State
+from ...models import FlowDependency, OutboxEntry
+from ...records import Ack, ChildSpec, Report
+
+if TYPE_CHECKING:
+    from ...fanout import FlowState
+    from .backend import DatabaseBackend
+
+    _Base = DatabaseBackend
+else:
+    _Base = object
+
+logger = logging.getLogger("django_blamequeue.flows")
+_TERMINAL = [s.value for s in TERMINAL]
+FAN_OUT = "system.queue.flow.fan_out"
+REPORT = "system.queue.flow.report"
+CASCADE = "system.queue.flow.cascade"
+
+
+class ChildOps(_Base):
+    # -- fan-out ---------------------------------------------------------------------------
+    def apply_fan_out(self, ack: Ack, now: datetime) -> State | None:
+        """Park the parent and store its manifest atomically; None if the token is stale."""
+        jobs = self.jobs().filter(id=ack.job_id, lease_token=ack.token, state=State.INFLIGHT)
+        row = jobs.values_list("cancel_requested", "queue", "attempts").first()
+        if row is None:
+            return None
+        cancel_requested, queue, attempts = row
+        if cancel_requested:
+            jobs.update(state=State.CANCELLED, finished_at=now, updated_at=now, reason="cancelled",
+                        lease_token=None, lease_expires_at=None)  # fmt: skip
+            self.report_terminal([ack.job_id])
+            return State.CANCELLED
+        children = ack.transition.children
+        jobs.update(state=State.WAITING_CHILDREN, flow_phase="collect", lease_token=None,
+                    lease_expires_at=None, updated_at=now)  # fmt: skip
+        self._store_manifest(ack.job_id, children)
+        audit.record([audit.Event(action=FAN_OUT, job_id=ack.job_id, queue=queue,
+                                  backend=self.alias, attempt=attempts,
+                                  data={"children": len(children)})], using=self.db)  # fmt: skip
+        if not children:
+            self.settle([ack.job_id], now)
+        return State.WAITING_CHILDREN
+
+    def _store_manifest(self, parent_id: str, children: Sequence[ChildSpec]) -> None:
+        flow_id = children[0].job.flow_id if children else parent_id
+        FlowDependency.objects.using(self.db).bulk_create(
+            [
+                FlowDependency(flow_id=flow_id or parent_id, kind=FlowDependency.KIND_CHILD,
+                               job_id=parent_id, depends_on_id=c.job.job_id, key=c.key,
+                               spec={"backend": c.backend, "job": outbox.job_to_body(c.job)})
+                for c in children
+            ],  # fmt: skip
+            ignore_conflicts=True,
+        )
+        self._land(children)
+
+    def _land(self, children: Sequence[ChildSpec]) -> None:
+        """Insert local children here; send the others through this database's outbox."""
+        here = [c.job for c in children if c.backend == self.alias]
+        if here:
+            self.enqueue_many(here)
+        outbox.write_many(
+            [("enqueue", c.backend, c.job.job_id, outbox.job_to_body(c.job))
+             for c in children if c.backend != self.alias],
+            using=self.db,
+        )  # fmt: skip
+
+    # -- reports ---------------------------------------------------------------------------
+    def report_terminal(self, ids: Sequence[str]) -> int:
+        """Outbox a report for each terminal child among ``ids`` (same transaction)."""
+        rows = list(
+            self.jobs().filter(id__in=list(ids), parent_id__isnull=False, state__in=_TERMINAL)
+            .values_list("id", "parent_id", "parent_backend", "state", "result", "content_type",
+                         "error")
+        )  # fmt: skip
+        outbox.write_many(
+            [("report", parent_backend or self.alias, job_id, outbox.report_to_body(Report(
+                parent_id=parent_id, child_id=job_id, state=state,
+                result=bytes(result) if result is not None and state == State.DONE else None,
+                result_type=ctype, error=error if state != State.DONE else None)))
+             for job_id, parent_id, parent_backend, state, result, ctype, error in rows],
+            using=self.db,
+        )  # fmt: skip
+        return len(rows)
+
+    def deliver_reports(self, reports: Sequence[Report], now: datetime | None = None) -> int:
+        """Record reports on the parents' rows (once: only a pending row changes); settle."""
+        recorded = 0
+        with transaction.atomic(using=self.db):
+            t = self._now(now)
+            parents = sorted({r.parent_id for r in reports})
+            if self.is_postgres:  # serialise settles of one parent across relays
+                list(self.jobs().filter(id__in=parents).select_for_update().order_by("id")
+                     .values_list("id", flat=True))  # fmt: skip
+            deps = FlowDependency.objects.using(self.db)
+            changed: set[str] = set()
+            for r in reports:
+                n = deps.filter(job_id=r.parent_id, depends_on_id=r.child_id, kind="child",
+                                status="pending").update(
+                    status=r.state, result=r.result, result_type=r.result_type, error=r.error,
+                    reported_at=t)  # fmt: skip
+                if n:
+                    recorded += n
+                    changed.add(r.parent_id)
+            if changed and audit.needed(REPORT):
+                audit.record([audit.Event(action=REPORT, job_id=r.child_id, backend=self.alias,
+                                          data={"parent_id": r.parent_id, "state": r.state})
+                              for r in reports if r.parent_id in changed], using=self.db)  # fmt: skip
+            if changed:
+                self.settle(sorted(changed), t)
+        return recorded
+
+    def settle(self, parent_ids: Sequence[str], now: datetime) -> list[str]:
+        """Re-pend parents with no pending child, or with a failure under ``"fail"``."""
+        parents = dict(
+            self.jobs().filter(id__in=list(parent_ids), state=State.WAITING_CHILDREN)
+            .values_list("id", "flow_mode")
+        )  # fmt: skip
+        if not parents:
+            return []
+        tally: dict[str, dict[str, int]] = {p: {} for p in parents}
+        for job_id, status, n in (
+            FlowDependency.objects.using(self.db).filter(job_id__in=list(parents), kind="child")
+            .values_list("job_id", "status").annotate(n=Count("id")).order_by()
+        ):  # fmt: skip
+            tally[job_id][status] = n
+        due = [p for p, mode in parents.items()
+               if not tally[p].get("pending") or (mode != "continue" and tally[p].get("failed"))]  # fmt: skip
+        if not due:
+            return []
+        self.jobs().filter(id__in=due, state=State.WAITING_CHILDREN).update(
+            state=State.PENDING, available_at=now, updated_at=now)  # fmt: skip
+        fail_fast = [p for p in due if tally[p].get("pending")]
+        if fail_fast:
+            self.cascade_children(fail_fast, now)
+        rows = dict(self.jobs().filter(id__in=due).values_list("id", "queue"))
+        self._notify(list(rows.values()))
+        audit.record([audit.Event(action=audit.FLOW_SETTLE, job_id=p, queue=rows.get(p),
+                                  backend=self.alias, data={"children": tally[p],
+                                  "fail_fast": p in fail_fast}) for p in due], using=self.db)  # fmt: skip
+        return due
+
+    def cascade_children(self, parent_ids: Sequence[str], now: datetime) -> int:
+        """Cancel the unfinished children (pending, blocked and in flight) of these parents."""
+        n = self.cascade_cancel(list(parent_ids), now)
+        if n:
+            audit.record([audit.Event(action=CASCADE, job_id=p, backend=self.alias)
+                          for p in parent_ids], using=self.db)  # fmt: skip
+        return n
+
+    def flow_state(self, parent_id: str) -> FlowState:
+        from ...fanout import state_from_rows
+
+        rows = list(
+            FlowDependency.objects.using(self.db).filter(job_id=parent_id, kind="child")
+            .values("key", "status", "result", "result_type", "error")
+        )  # fmt: skip
+        return state_from_rows(rows)
+
+    def children_tally(self, parent_id: str) -> dict[str, int]:
+        return dict(
+            FlowDependency.objects.using(self.db).filter(job_id=parent_id, kind="child")
+            .values_list("status").annotate(n=Count("id")).order_by()
+        )  # fmt: skip
+
+    def unsent_for(self, job_ids: Sequence[str], kind: str) -> set[str]:
+        return set(
+            OutboxEntry.objects.using(self.db).filter(job_id__in=list(job_ids), kind=kind,
+                                                      sent_at__isnull=True)
+            .values_list("job_id", flat=True)
+        )  # fmt: skip
+
+
+    # -- repair (the flow sweeper) -----------------------------------------------------------
+    def repair_flows(self, now: datetime | None = None, limit: int = 500) -> dict[str, int]:
+        """Mend what the push path missed; each parent in its own savepoint.
+
+        Re-lands children that never landed, synthesizes reports for terminal children whose
+        report was lost, settles parents with nothing pending, cascades cancels after a
+        settle. One broken row is logged and skipped; it never blocks the rest.
+        """
+        counts = {"relanded": 0, "synthesized": 0, "settled": 0, "cascaded": 0, "skipped": 0}
+        t = self._now(now)
+        waiting = list(
+            self.jobs().filter(state=State.WAITING_CHILDREN).order_by("updated_at")
+            .values_list("id", flat=True)[:limit]
+        )  # fmt: skip
+        for parent_id in waiting:
+            try:
+                with transaction.atomic(using=self.db):
+                    self._repair_parent(parent_id, t, counts)
+            except Exception as exc:
+                counts["skipped"] += 1
+                logger.warning("flow repair skipped parent %s: %s", parent_id, _describe(exc))
+        for parent_id in self._settled_with_live_children(limit):
+            try:
+                with transaction.atomic(using=self.db):
+                    counts["cascaded"] += self.cascade_children([parent_id], t)
+            except Exception as exc:
+                counts["skipped"] += 1
+                logger.warning("flow cascade skipped parent %s: %s", parent_id, _describe(exc))
+        return counts
+
+    def _repair_parent(self, parent_id: str, now: datetime, counts: dict[str, int]) -> None:
+        from ...backends import get_backend
+
+        qs = self.jobs().filter(id=parent_id, state=State.WAITING_CHILDREN)
+        if self.is_postgres:
+            qs = qs.select_for_update()
+        if not qs.exists():  # re-check around the repair: it may have settled meanwhile
+            return
+        pending = list(
+            FlowDependency.objects.using(self.db).filter(job_id=parent_id, kind="child",
+                                                         status="pending")
+        )  # fmt: skip
+        if not pending:
+            counts["settled"] += len(self.settle([parent_id], now))
+            return
+        by_backend: dict[str, list[Any]] = {}
+        for dep in pending:
+            by_backend.setdefault((dep.spec or {}).get("backend", self.alias), []).append(dep)
+        for alias, deps in by_backend.items():
+            target = get_backend(alias)
+            ids = [d.depends_on_id for d in deps]
+            found = {i.job_id: i.state for i in (target.get(j) for j in ids) if i is not None}
+            in_flight = self.unsent_for(ids, "enqueue")
+            missing = [d for d in deps if d.depends_on_id not in found
+                       and d.depends_on_id not in in_flight]  # fmt: skip
+            if missing:
+                self._land([ChildSpec(key=d.key, job=outbox.job_from_body(d.spec["job"]),
+                                      backend=alias) for d in missing])  # fmt: skip
+                counts["relanded"] += len(missing)
+            terminal = [j for j, st in found.items() if st in _TERMINAL]
+            lost = [j for j in terminal if j not in target.unsent_for([j], "report")]  # type: ignore[attr-defined]
+            if lost:
+                counts["synthesized"] += target.report_terminal(lost)  # type: ignore[attr-defined]
+
+    def _settled_with_live_children(self, limit: int) -> list[str]:
+        """Parents that settled fail-fast or were cancelled while children still run."""
+        parent_ids = set(
+            self.jobs().filter(parent_id__isnull=False).exclude(state__in=_TERMINAL)
+            .values_list("parent_id", flat=True).distinct()[:limit]
+        )  # fmt: skip
+        if not parent_ids:
+            return []
+        rows = self.jobs().filter(id__in=parent_ids).exclude(state=State.WAITING_CHILDREN)
+        failed = set(
+            FlowDependency.objects.using(self.db).filter(job_id__in=parent_ids, kind="child",
+                                                         status="failed")
+            .values_list("job_id", flat=True)
+        )  # fmt: skip
+        return [
+            pid for pid, state, mode in rows.values_list("id", "state", "flow_mode")
+            if state == State.CANCELLED or (mode != "continue" and pid in failed)
+        ]  # fmt: skip
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+__all__ = ["ChildOps", "_describe", "logger"]

@@ -1,0 +1,201 @@
+"""The outbox: messages written in the caller's transaction, relayed after commit (SPEC §3/§4).
+
+Two kinds: ``enqueue`` (a job bound for another backend) and ``report`` (a flow child's
+terminal outcome bound for its parent's dependency row). The relay pages through unsent rows
+with a cursor, delivers each group to its target backend and deletes what was delivered.
+Delivery is at least once and idempotent at the target — jobs by their fixed id, reports by
+``status = 'pending'`` — so a relay killed between the send and the delete repeats harmlessly.
+The relay is nudged by each commit that writes a row, and the sweeper runs it for whatever a
+crash left behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from .records import NewJob, Report
+from .serializers import Encoded
+
+logger = logging.getLogger("django_blamequeue.outbox")
+BATCH = 500
+
+
+def job_to_body(job: NewJob) -> dict[str, Any]:
+    body = asdict(job)
+    body["payload"] = {
+        "content_type": job.payload.content_type,
+        "content_encoding": job.payload.content_encoding,
+        "body": base64.b64encode(job.payload.body).decode(),
+    }
+    body["run_at"] = job.run_at.isoformat() if job.run_at else None
+    body["depends_on"] = list(job.depends_on)
+    return body
+
+
+def job_from_body(body: dict[str, Any]) -> NewJob:
+    data = dict(body)
+    p = data.pop("payload")
+    data["payload"] = Encoded(p["content_type"], p["content_encoding"], base64.b64decode(p["body"]))
+    data["run_at"] = datetime.fromisoformat(data["run_at"]) if data.get("run_at") else None
+    data["depends_on"] = tuple(data.get("depends_on") or ())
+    return NewJob(**data)
+
+
+def report_to_body(report: Report) -> dict[str, Any]:
+    body = asdict(report)
+    body["result"] = base64.b64encode(report.result).decode() if report.result is not None else None
+    return body
+
+
+def report_from_body(body: dict[str, Any]) -> Report:
+    data = dict(body)
+    data["result"] = base64.b64decode(data["result"]) if data.get("result") is not None else None
+    return Report(**data)
+
+
+@dataclass(kw_only=True)
+class RelayReport:
+    sent: int = 0
+    skipped: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.sent or self.skipped)
+
+
+def outbox_databases() -> list[str]:
+    """Every database that may hold outbox rows: the default and each local backend's."""
+    from .backends import all_backends
+
+    dbs = ["default"]
+    for b in all_backends():
+        db = getattr(b, "db", None)
+        if db and db not in dbs:
+            dbs.append(db)
+    return dbs
+
+
+class Relay:
+    def __init__(self, databases: Sequence[str] | None = None, batch: int = BATCH) -> None:
+        self.databases = list(databases) if databases is not None else None
+        self.batch = batch
+        self.name = "relay"
+        self.period = 1.0
+
+    def run_once(self) -> RelayReport:
+        total = RelayReport()
+        for db in self.databases or outbox_databases():
+            part = self._drain(db)
+            total.sent += part.sent
+            total.skipped += part.skipped
+        return total
+
+    def _drain(self, db: str) -> RelayReport:
+        from .models import OutboxEntry
+
+        report = RelayReport()
+        cursor = 0
+        while True:
+            rows = list(
+                OutboxEntry.objects.using(db).filter(sent_at__isnull=True, id__gt=cursor)
+                .order_by("id")[: self.batch]
+            )  # fmt: skip
+            if not rows:
+                return report
+            cursor = rows[-1].id
+            groups: dict[tuple[str, str], list[Any]] = {}
+            for row in rows:
+                groups.setdefault((row.kind, row.backend), []).append(row)
+            for (kind, alias), group in groups.items():
+                try:
+                    self._deliver(db, kind, alias, group)
+                    report.sent += len(group)
+                except Exception:  # isolate: one bad row must not block the rest
+                    for row in group:
+                        try:
+                            self._deliver(db, kind, alias, [row])
+                            report.sent += 1
+                        except Exception as exc:
+                            report.skipped += 1
+                            logger.warning("outbox row %s (%s → %s) skipped: %s", row.id, kind,
+                                           alias, exc)  # fmt: skip
+                            OutboxEntry.objects.using(db).filter(id=row.id).update(
+                                attempts=row.attempts + 1, last_error=str(exc)[:2000]
+                            )
+            if len(rows) < self.batch:
+                return report
+
+    def _deliver(self, db: str, kind: str, alias: str, rows: list[Any]) -> None:
+        from .backends import get_backend
+        from .models import OutboxEntry
+
+        target = get_backend(alias)
+        ids = [r.id for r in rows]
+        same_db = getattr(target, "db", None) == db
+        # On the same database the delivery and the delete commit together: exactly once.
+        with transaction.atomic(using=db) if same_db else _nothing():
+            if kind == "report":
+                target.deliver_reports([report_from_body(r.body) for r in rows])  # type: ignore[attr-defined]
+            elif kind == "enqueue":
+                target.enqueue_many([job_from_body(r.body) for r in rows])
+            else:
+                raise ValueError(f"unknown outbox kind {kind!r}")
+            OutboxEntry.objects.using(db).filter(id__in=ids).delete()
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_nudge_lock = threading.Lock()
+_nudge_event = threading.Event()
+_nudge_thread: threading.Thread | None = None
+
+
+def nudge() -> None:
+    """Relay soon, in this process's relay thread (started on first use; nudges coalesce)."""
+    global _nudge_thread
+    _nudge_event.set()
+    with _nudge_lock:
+        if _nudge_thread is None or not _nudge_thread.is_alive():
+            _nudge_thread = threading.Thread(target=_relay_loop, name="blamequeue-relay", daemon=True)
+            _nudge_thread.start()
+
+
+def _relay_loop() -> None:
+    from django.db import connections
+
+    relay = Relay()
+    while _nudge_event.wait(timeout=30):
+        _nudge_event.clear()
+        try:
+            relay.run_once()
+        except Exception:
+            logger.exception("outbox relay pass failed; the sweeper will retry")
+        finally:
+            connections.close_all()
+
+
+def write(kind: str, backend: str, job_id: str, body: dict[str, Any], *, using: str) -> None:
+    """Add one row in the current transaction on ``using``; nudge the relay after commit."""
+    write_many([(kind, backend, job_id, body)], using=using)
+
+
+def write_many(entries: Iterable[tuple[str, str, str, dict[str, Any]]], *, using: str) -> None:
+    from .models import OutboxEntry
+
+    rows = [OutboxEntry(kind=k, backend=b, job_id=j, body=body) for k, b, j, body in entries]
+    if rows:
+        OutboxEntry.objects.using(using).bulk_create(rows)
+        transaction.on_commit(nudge, using=using)
