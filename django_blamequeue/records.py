@@ -157,6 +157,9 @@ class QueueStats:
     queue: str
     counts: Mapping[str, int] = field(default_factory=dict)
     oldest_pending_age: float | None = None  # seconds
+    #: Jobs that finished done / failed within the last hour; None if the engine can't tell.
+    done_last_hour: int | None = None
+    failed_last_hour: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

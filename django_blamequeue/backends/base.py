@@ -51,6 +51,10 @@ class Backend(metaclass=ABCMeta):
     cheap_polling = False
     #: Engine errors that mean "unavailable" (mapped to ``BACKEND_UNAVAILABLE``).
     unavailable_errors: tuple[type[BaseException], ...] = ()
+    #: The Django database alias that holds this backend's jobs and audit rows (the local
+    #: backend), or None for a remote engine (its audit rows go to ``default``). The admin
+    #: lists jobs through it and joins its transactions to audit operators' actions.
+    database: str | None = None
 
     def __init__(self, config: BackendConfig) -> None:
         self.alias = config.alias

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 
 from django_blamequeue import job, queue, registry
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
 
 @pytest.fixture

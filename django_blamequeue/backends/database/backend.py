@@ -50,6 +50,7 @@ class DatabaseBackend(ChildOps, FlowOps, Backend):
     def __init__(self, config: BackendConfig) -> None:
         super().__init__(config)
         self.db: str = str(config.options.get("DATABASE", "default"))
+        self.database = self.db
         from django.conf import settings
 
         engine = str(settings.DATABASES.get(self.db, {}).get("ENGINE", ""))
@@ -490,10 +491,18 @@ class DatabaseBackend(ChildOps, FlowOps, Backend):
             .annotate(m=Min("available_at")).values_list("queue", "m")
         )  # fmt: skip
         now = self.now()
+        recent: dict[tuple[str, str], int] = {
+            (q, s): n
+            for q, s, n in self.jobs().filter(
+                state__in=[State.DONE, State.FAILED], finished_at__gte=now - timedelta(hours=1)
+            ).order_by().values_list("queue", "state").annotate(n=Count("id"))
+        }  # fmt: skip
         return [
             QueueStats(
                 backend=self.alias, queue=q, counts=c,
                 oldest_pending_age=max(0.0, (now - oldest[q]).total_seconds()) if oldest.get(q) else None,
+                done_last_hour=recent.get((q, State.DONE), 0),
+                failed_last_hour=recent.get((q, State.FAILED), 0),
             )
             for q, c in sorted(counts.items())
         ]  # fmt: skip

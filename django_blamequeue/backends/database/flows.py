@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from django.db.models import Count
 
 from ... import audit
 from ...core.states import TERMINAL, WAITING, State
@@ -142,5 +143,15 @@ class FlowOps(_Base):
             flow_id=flow_id, kind="dag"
         ).values_list("job_id", "depends_on_id"):
             edges.setdefault(job_id, []).append(dep)
+        tallies: dict[str, dict[str, int]] = {}
+        for job_id, status, n in (
+            FlowDependency.objects.using(self.db).filter(flow_id=flow_id, kind="child")
+            .values_list("job_id", "status").annotate(n=Count("id")).order_by()
+        ):  # fmt: skip
+            tallies.setdefault(job_id, {})[status] = n
         jobs: Any = self.jobs().filter(flow_id=flow_id).order_by("id")
-        return [info_from_model(j, self.alias, edges.get(j.id, ())) for j in jobs]
+        return [
+            info_from_model(j, self.alias, edges.get(j.id, ()),
+                            tallies.get(j.id, {}) if j.flow_phase else None)
+            for j in jobs
+        ]  # fmt: skip

@@ -163,16 +163,32 @@ def render_flow(flow_id: str, jobs: list[JobInfo]) -> list[str]:
     def level(job_id: str, seen: frozenset[str] = frozenset()) -> int:
         if job_id in depth:
             return depth[job_id]
-        deps = [d for d in by_id[job_id].depends_on if d in by_id and d not in seen]
+        job = by_id[job_id]
+        if job.parent_id in by_id and job.parent_id not in seen:  # a child sits under its parent
+            depth[job_id] = 1 + level(job.parent_id, seen | {job_id})
+            return depth[job_id]
+        deps = [d for d in job.depends_on if d in by_id and d not in seen]
         depth[job_id] = 1 + max((level(d, seen | {job_id}) for d in deps), default=-1)
         return depth[job_id]
 
-    for j in sorted(jobs, key=lambda j: (level(j.job_id), j.job_id)):
+    def order(j: JobInfo) -> tuple[str, ...]:
+        """Parents before their children, children in key order."""
+        chain: list[str] = []
+        node: JobInfo | None = j
+        while node is not None:
+            chain.append(f"{level(node.job_id):04d}{node.job_id}")
+            node = by_id.get(node.parent_id) if node.parent_id else None
+        return tuple(reversed(chain))
+
+    for j in sorted(jobs, key=order):
         deps = ", ".join(_label(by_id[d]) if d in by_id else d for d in j.depends_on)
         indent = "   " * level(j.job_id)
         arrow = f"  ← {deps}" if deps else ""
         mark = STATE_MARK.get(j.state, "?")
-        lines.append(f"{indent}{mark} {_label(j)} [{j.state}] {j.job_id}{arrow}")
+        tally = ""
+        if j.children:
+            tally = "  children: " + ", ".join(f"{n} {s}" for s, n in sorted(j.children.items()))
+        lines.append(f"{indent}{mark} {_label(j)} [{j.state}] {j.job_id}{arrow}{tally}")
     return lines
 
 

@@ -1,0 +1,106 @@
+"""What every console screen shares: permissions, backend lookup, a paginator that never counts
+a whole table, and read-only model admins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest
+from django.utils.functional import cached_property
+
+from ..backends import all_backends, get_backend
+from ..backends.base import Backend
+from ..conf import get_settings
+
+APP = "django_blamequeue"
+VIEW = f"{APP}.view_job"
+RETRY = f"{APP}.retry_job"
+PURGE = f"{APP}.purge_queue"
+CANCEL = f"{APP}.cancel_job"
+VIEW_AUDIT = f"{APP}.view_auditevent"
+
+#: A list never counts past this many rows: it shows "10,000+" and asks for a filter instead.
+COUNT_CAP = 10_000
+
+
+def allowed(request: HttpRequest, perm: str) -> bool:
+    return bool(request.user.has_perm(perm))  # type: ignore[union-attr]
+
+
+def require(request: HttpRequest, perm: str) -> None:
+    """403 unless the user holds ``perm`` (superusers hold every permission)."""
+    if not allowed(request, perm):
+        raise PermissionDenied(f"needs the {perm} permission")
+
+
+def backend_or_404(alias: str | None) -> Backend:
+    """The backend named in a query string or form (default: ``DEFAULT_BACKEND``)."""
+    name = alias or get_settings().default_backend
+    if name not in get_settings().backends:
+        raise Http404(f"no backend {name!r}")
+    return get_backend(name)
+
+
+def local_backends() -> list[Backend]:
+    """Backends whose jobs are rows of a Django database (the job list reads those)."""
+    return [b for b in all_backends() if b.database is not None]
+
+
+def backend_database(alias: str | None) -> str:
+    """Where a backend's jobs (local) or audit rows (any backend) live."""
+    backend = backend_or_404(alias)
+    return backend.database or "default"
+
+
+def selected_backend(request: HttpRequest) -> str:
+    """The ``backend`` of the query string if it is a local backend, else the default one."""
+    wanted = request.GET.get("backend")
+    aliases = [b.alias for b in local_backends()]
+    if wanted in aliases:
+        return str(wanted)
+    default = get_settings().default_backend
+    return default if default in aliases else (aliases[0] if aliases else default)
+
+
+class CappedPaginator(Paginator):
+    """Counts at most ``COUNT_CAP`` rows (``SELECT COUNT(*) FROM (… LIMIT cap)``).
+
+    On a table of millions an unbounded ``COUNT(*)`` is a full scan per page view; past the
+    cap the list says "10,000+" and the operator narrows it with a filter.
+    """
+
+    cap = COUNT_CAP
+
+    @cached_property
+    def count(self) -> int:
+        object_list: Any = self.object_list
+        if hasattr(object_list, "query"):
+            n: int = object_list.order_by()[: self.cap].count()
+            return n
+        return min(len(object_list), self.cap)
+
+    @property
+    def capped(self) -> bool:
+        return self.count >= self.cap
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """State changes go through the lifecycle, never through a form."""
+
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    paginator = CappedPaginator
+    list_per_page = 100
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
