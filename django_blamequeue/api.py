@@ -189,7 +189,7 @@ class Queue:
             action=audit.FLOW_ENQUEUE, queue=queue_name, backend=target.alias,
             data={"flow_id": flow_id, "jobs": len(jobs)},
         )  # fmt: skip
-        _call(target, lambda: target.enqueue_many(jobs, events=[event]))  # type: ignore[call-arg]
+        _call(target, lambda: target.enqueue_many(jobs, events=[event]))
         return {
             "flow_id": flow_id,
             "jobs": [{"name": c["name"], "job_id": by_name[c["name"]]} for c in children],

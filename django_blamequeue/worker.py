@@ -213,7 +213,7 @@ class Consumer:
             lease_until=now + lease,
             definition=definition,
         )  # fmt: skip
-        run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)  # type: ignore[misc]
+        run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)
         self._running[c.job_id] = run
         if self.options.rate_limit is not None:
             self._starts.append(now)

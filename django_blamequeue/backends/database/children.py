@@ -18,14 +18,10 @@ from ... import audit, outbox
 from ...core.states import TERMINAL, State
 from ...models import FlowDependency, OutboxEntry
 from ...records import Ack, ChildSpec, Report
+from .base import LocalBase
 
 if TYPE_CHECKING:
     from ...fanout import FlowState
-    from .backend import DatabaseBackend
-
-    _Base = DatabaseBackend
-else:
-    _Base = object
 
 logger = logging.getLogger("django_blamequeue.flows")
 _TERMINAL = [s.value for s in TERMINAL]
@@ -34,7 +30,7 @@ REPORT = "system.queue.flow.report"
 CASCADE = "system.queue.flow.cascade"
 
 
-class ChildOps(_Base):
+class ChildOps(LocalBase):
     # -- fan-out ---------------------------------------------------------------------------
     def apply_fan_out(self, ack: Ack, now: datetime) -> State | None:
         """Park the parent and store its manifest atomically; None if the token is stale."""
@@ -173,7 +169,7 @@ class ChildOps(_Base):
             FlowDependency.objects.using(self.db).filter(job_id=parent_id, kind="child")
             .values("key", "status", "result", "result_type", "error")
         )  # fmt: skip
-        return state_from_rows(rows)
+        return state_from_rows([dict(r) for r in rows])
 
     def children_tally(self, parent_id: str) -> dict[str, int]:
         return dict(

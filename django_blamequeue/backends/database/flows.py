@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Count
@@ -17,20 +17,14 @@ from ...core.states import TERMINAL, WAITING, State
 from ...models import FlowDependency
 from ...records import CancelResult, JobInfo
 from . import sql
+from .base import LocalBase
 from .rows import info_from_model
-
-if TYPE_CHECKING:
-    from .backend import DatabaseBackend
-
-    _Base = DatabaseBackend
-else:
-    _Base = object
 
 _WAITING = [s.value for s in WAITING] + [State.WAITING_CHILDREN.value]
 _TERMINAL = [s.value for s in TERMINAL]
 
 
-class FlowOps(_Base):
+class FlowOps(LocalBase):
     def release_dependants(self, done_ids: Sequence[str], now: datetime) -> list[str]:
         """Blocked DAG jobs whose dependencies are now all done become pending."""
         released: list[str] = []

@@ -80,8 +80,10 @@ class Command(BaseCommand):
                                                          "cancelled")
                     ) + f"  {age}"
                 )  # fmt: skip
-        for name, b in backends.items():
-            self.stdout.write(f"backend {name}: {b['protocol']}, breaker {b['breaker_state']}")
+        for name, entry in backends.items():
+            self.stdout.write(
+                f"backend {name}: {entry['protocol']}, breaker {entry['breaker_state']}"
+            )
 
     def do_dlq(self, options: dict[str, Any]) -> None:
         if options["dlq_action"] == "list":

@@ -116,7 +116,7 @@ class Command(BaseCommand):
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         interval = options["progress_interval"]
         line = ProgressLine(
-            self.stdout._out,  # the real stream, so a TTY is detected
+            self.stdout._out,  # type: ignore[arg-type]  # the real stream, so a TTY is detected
             lambda: consumer.counters,
             lambda: f"{consumer.in_flight}/{options['concurrency']}",
             **({"log_interval": interval} if interval else {}),
