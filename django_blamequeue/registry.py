@@ -147,8 +147,25 @@ def _origin(f: Callable[..., Any]) -> str:
     return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
 
 
+#: Called with a name nobody registered; may import its module and answer its definition
+#: (the django.tasks backend resolves ``@task`` functions by module path this way).
+Resolver = Callable[[str], "JobDefinition | None"]
+_resolvers: list[Resolver] = []
+
+
+def add_resolver(resolver: Resolver) -> None:
+    with _lock:
+        if resolver not in _resolvers:
+            _resolvers.append(resolver)
+
+
 def get(name: str) -> JobDefinition | None:
-    return _registry.get(name)
+    found = _registry.get(name)
+    if found is None:
+        for resolver in list(_resolvers):
+            if (found := resolver(name)) is not None:
+                break
+    return found
 
 
 def registered() -> dict[str, JobDefinition]:

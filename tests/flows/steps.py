@@ -8,6 +8,7 @@ through ``runner.invoke`` and ``lifecycle.decide``, so a step is what a worker w
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from django_blamequeue import registry, runner
@@ -42,12 +43,12 @@ def outcome_of(alias: str, claimed: Claimed, handler: Handler | None = None) -> 
     return Ack(job_id=claimed.job_id, token=claimed.token, transition=transition)
 
 
-def work(alias: str, queues: Sequence[str], *, limit: int = 1000,
-         handler: Handler | None = None) -> list[AckResult]:  # fmt: skip
-    """Claim what is due on ``queues``, run it, apply the acks in one batch."""
+def work(alias: str, queues: Sequence[str], *, limit: int = 1000, handler: Handler | None = None,
+         now: datetime | None = None) -> list[AckResult]:  # fmt: skip
+    """Claim what is due on ``queues`` (at ``now``), run it, apply the acks in one batch."""
     b = get_backend(alias)
-    claimed = b.claim(list(queues), limit, 60)
-    return b.apply_many([outcome_of(alias, c, handler) for c in claimed])
+    claimed = b.claim(list(queues), limit, 60, now)
+    return b.apply_many([outcome_of(alias, c, handler) for c in claimed], now)
 
 
 def relay(*databases: str) -> RelayReport:

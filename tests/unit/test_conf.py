@@ -89,7 +89,7 @@ def test_an_empty_setting_means_one_local_backend_with_documented_defaults(
     assert list(current.backends) == ["default"]
     default = current.backends["default"]
     assert (default.protocol, dict(default.options), default.queues) == (
-        "local", {"DATABASE": "default"}, None,
+        "local", {"DATABASE": "default", "LISTEN": True}, None,
     )  # fmt: skip
     assert current.retention_done == 7 * 86400 and current.retention_failed is None
     assert current.retention_audit == 30 * 86400 and current.accept_content == ("json",)

@@ -87,3 +87,6 @@ class LocalBase(Backend):
 
     def cascade_cancel(self, ids: Sequence[str], now: datetime) -> int:
         raise NotImplementedError
+
+    def cascade_children(self, parent_ids: Sequence[str], now: datetime) -> int:
+        raise NotImplementedError

@@ -108,18 +108,18 @@ class ChildOps(LocalBase):
                      .values_list("id", flat=True))  # fmt: skip
             deps = FlowDependency.objects.using(self.db)
             changed: set[str] = set()
+            events: list[audit.Event] = []
             for r in reports:
                 n = deps.filter(job_id=r.parent_id, depends_on_id=r.child_id, kind="child",
                                 status="pending").update(
                     status=r.state, result=r.result, result_type=r.result_type, error=r.error,
                     reported_at=t)  # fmt: skip
-                if n:
+                if n:  # a duplicate (even one in this same batch) changes nothing
                     recorded += n
                     changed.add(r.parent_id)
-            if changed and audit.needed(REPORT):
-                audit.record([audit.Event(action=REPORT, job_id=r.child_id, backend=self.alias,
-                                          data={"parent_id": r.parent_id, "state": r.state})
-                              for r in reports if r.parent_id in changed], using=self.db)  # fmt: skip
+                    events.append(audit.Event(action=REPORT, job_id=r.child_id, backend=self.alias,
+                                              data={"parent_id": r.parent_id, "state": r.state}))  # fmt: skip
+            audit.record(events, using=self.db)
             if changed:
                 self.settle(sorted(changed), t)
         return recorded

@@ -71,16 +71,17 @@ class FlowOps(LocalBase):
             .values_list("id", "state", "queue")
         )  # fmt: skip
         waiting = [r for r in rows if r[1] in _WAITING]
-        running = [r for r in rows if r[1] == State.INFLIGHT]
         if waiting:
             self.jobs().filter(id__in=[r[0] for r in waiting], state__in=_WAITING).update(
                 state=State.CANCELLED, finished_at=now, updated_at=now, reason="cancelled"
             )
             self.report_terminal([r[0] for r in waiting])
-        if running:
-            self.jobs().filter(id__in=[r[0] for r in running], state=State.INFLIGHT).update(
-                cancel_requested=True, updated_at=now
-            )
+        # Every row, not only those read as running: a worker may have claimed a waiting one
+        # between our read and our update (the update then waited for its commit), and that
+        # run must be interrupted too.
+        self.jobs().filter(id__in=[r[0] for r in rows], state=State.INFLIGHT).update(
+            cancel_requested=True, updated_at=now
+        )
         audit.record(
             [
                 audit.Event(
@@ -116,7 +117,7 @@ class FlowOps(LocalBase):
             )
             audit.record([audit.Event(action=audit.CANCEL, **ev)], using=self.db)
             self.report_terminal([job_id])
-            self.cascade_cancel([job_id], t)
+            self.cascade_children([job_id], t)
             return CancelResult(found=True, cancelled=True, state=State.CANCELLED)
 
     def cancel_flow(self, flow_id: str, now: datetime | None = None) -> int:

@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): ``.venv/bin/python bench/throughput.py --help``."""

@@ -1,0 +1,64 @@
+"""Django settings for the benchmark's processes (the driver and its ``runworker`` children).
+
+The database comes from ``BENCH_DATABASE_URL``: ``postgres://user@host:port/name`` or
+``sqlite:////abs/path.sqlite3``. SQLite is configured exactly like ``testproject`` (rollback
+journal, ``IMMEDIATE`` write transactions, 30 s busy timeout); PostgreSQL runs with fsync on.
+Library settings are the defaults (``AUDIT = "operations"``: the happy path writes no audit
+rows), JSON payloads.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+SECRET_KEY = "blamequeue-bench-not-secret"
+DEBUG = False  # DEBUG=True would keep every query in memory
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django_blamequeue",
+    "bench",
+]
+
+
+def _database(url: str) -> dict[str, object]:
+    parsed = urlparse(url)
+    if parsed.scheme in ("postgres", "postgresql"):
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parsed.path.lstrip("/")),
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+        }
+    if parsed.scheme == "sqlite":
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(Path(parsed.path)),
+            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30},
+        }
+    raise ValueError(f"unsupported BENCH_DATABASE_URL {url!r}")
+
+
+DATABASES = {"default": _database(os.environ["BENCH_DATABASE_URL"])}
+
+BLAMEQUEUE = {
+    "BACKENDS": {"default": {"PROTOCOL": "local"}},
+    "DEFAULT_BACKEND": "default",
+    "SERIALIZER": "json",
+    "ACCEPT_CONTENT": ["json"],
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_blamequeue": {"handlers": ["console"], "level": "WARNING"}},
+}

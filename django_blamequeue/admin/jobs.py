@@ -1,0 +1,246 @@
+"""The job list and the job page.
+
+The list reads the ``blamequeue_job`` table of one local backend's database: newest first
+(the primary key is time-sortable, so that is an index scan), counted only up to a cap,
+searched by exact id / dedupe key / trace id, filtered without ``SELECT DISTINCT``. The job
+page reads through ``queue.get_job`` and so works for any backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.http import urlencode
+from django.views.decorators.http import require_POST
+
+from ..api import queue
+from ..core.states import TERMINAL
+from ..models import AuditEvent, Job
+from . import display, operations
+from .base import (
+    CANCEL,
+    RETRY,
+    VIEW,
+    ReadOnlyAdmin,
+    allowed,
+    backend_database,
+    backend_or_404,
+    require,
+    selected_backend,
+)
+from .console import Console
+from .filters import BackendFilter, ClassificationFilter, NameFilter, QueueFilter
+
+#: Columns never loaded for a list page (payloads may be up to 1 MiB each).
+HEAVY_FIELDS = ("payload", "result", "traceback", "lease_token")
+AUDIT_TRAIL_ROWS = 200
+PROTECTED_ACTIONS = {"retry_selected": RETRY, "cancel_selected": CANCEL}
+
+
+def url(name: str, *args: Any, **query: Any) -> str:
+    target = reverse(f"admin:django_blamequeue_job_{name}", args=args)
+    query = {k: v for k, v in query.items() if v is not None}
+    return f"{target}?{urlencode(query)}" if query else target
+
+
+@admin.register(Job)
+class JobAdmin(ReadOnlyAdmin):
+    list_display = ("id", "name", "queue", "state_badge", "progress_bar", "attempts_of",
+                    "priority", "created", "when", "flow_link")  # fmt: skip
+    list_filter = (BackendFilter, "state", QueueFilter, NameFilter, ClassificationFilter)
+    search_fields = ("id", "dedupe_key", "trace_id")
+    search_help_text = "Exact job id, dedupe key or trace id."
+    ordering = ("-id",)
+    sortable_by = ("id",)
+    actions = ("retry_selected", "cancel_selected")
+    actions_selection_counter = False  # no "select all N": N is capped, see CappedPaginator
+    change_list_template = "admin/django_blamequeue/job/change_list.html"
+
+    class Media:
+        css = {"all": ("django_blamequeue/admin.css",)}
+
+    # -- the list ------------------------------------------------------------------------
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        db = backend_database(selected_backend(request))
+        return super().get_queryset(request).using(db).defer(*HEAVY_FIELDS)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
+        """Exact matches only: ``iexact`` (Django's ``=``) defeats the indexes."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return queryset.filter(Q(id=term) | Q(dedupe_key=term) | Q(trace_id=term)), False
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if request.method == "POST" and request.POST.get("action") in PROTECTED_ACTIONS:
+            require(request, PROTECTED_ACTIONS[request.POST["action"]])
+        backend = selected_backend(request)
+        context = {"tabs": Console.tabs(request, "jobs"), "backend_alias": backend,
+                   "title": f"Jobs on backend {backend}", **(extra_context or {})}  # fmt: skip
+        return super().changelist_view(request, context)
+
+    @admin.display(description="state", ordering=None)
+    def state_badge(self, job: Job) -> str:
+        return display.state_badge(job.state)
+
+    @admin.display(description="progress")
+    def progress_bar(self, job: Job) -> str:
+        return display.progress_bar(job.progress)
+
+    @admin.display(description="attempts")
+    def attempts_of(self, job: Job) -> str:
+        return f"{job.attempts}/{job.max_attempts}"
+
+    @admin.display(description="created")
+    def created(self, job: Job) -> str:
+        return display.relative(job.created_at)
+
+    @admin.display(description="when")
+    def when(self, job: Job) -> str:
+        """The time that matters for the state: due, started, or finished."""
+        if job.state in TERMINAL:
+            return format_html("finished {}", display.relative(job.finished_at))
+        if job.state == "inflight":
+            return format_html("started {}", display.relative(job.started_at))
+        if job.state == "pending":
+            return format_html("due {}", display.relative(job.available_at))
+        return format_html("updated {}", display.relative(job.updated_at))
+
+    @admin.display(description="flow")
+    def flow_link(self, job: Job) -> str:
+        if not job.flow_id:
+            return ""
+        label = job.flow_key or job.flow_id
+        return format_html('<a href="{}">{}</a>', url("flow", job.flow_id,
+                           backend=selected_backend_of(job)), display.short(label, 30))  # fmt: skip
+
+    # -- actions -------------------------------------------------------------------------
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return allowed(request, RETRY)
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return allowed(request, CANCEL)
+
+    def _selected(self, request: HttpRequest, jobs: QuerySet[Job]) -> list[tuple[str, str]] | None:
+        rows = list(jobs.order_by("-id").values_list("id", "queue")[: operations.MAX_SELECTED + 1])
+        if len(rows) > operations.MAX_SELECTED:
+            self.message_user(request, f"Select at most {operations.MAX_SELECTED} jobs; for a "
+                              "whole queue use the DLQ screen's retry all, or purge.",
+                              messages.ERROR)  # fmt: skip
+            return None
+        return [(str(i), str(q)) for i, q in rows]
+
+    @admin.action(description="Retry selected jobs from the DLQ", permissions=["retry"])
+    def retry_selected(self, request: HttpRequest, jobs: QuerySet[Job]) -> None:
+        rows = self._selected(request, jobs.filter(state="failed"))
+        if rows is None:
+            return
+        backend = backend_or_404(selected_backend(request))
+        n = operations.retry(request, backend, rows)
+        self.message_user(request, f"{n} job(s) back to pending.", messages.SUCCESS)
+
+    @admin.action(description="Cancel selected jobs", permissions=["cancel"])
+    def cancel_selected(self, request: HttpRequest, jobs: QuerySet[Job]) -> None:
+        rows = self._selected(request, jobs)
+        if rows is None:
+            return
+        backend = backend_or_404(selected_backend(request))
+        n = operations.cancel(request, backend, rows)
+        self.message_user(request, f"{n} job(s) cancelled or told to stop.", messages.SUCCESS)
+
+    # -- the job page --------------------------------------------------------------------
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        console = Console(self)
+        name = "django_blamequeue_job_"
+        return [
+            path("overview/", wrap(console.overview), name=name + "overview"),
+            path("dlq/", wrap(console.dlq), name=name + "dlq"),
+            path("dlq/retry/", wrap(console.dlq_retry), name=name + "dlq_retry"),
+            path("dlq/retry-all/", wrap(console.dlq_retry_all), name=name + "dlq_retry_all"),
+            path("purge/", wrap(console.purge), name=name + "purge"),
+            path("flow/<str:flow_id>/", wrap(console.flow), name=name + "flow"),
+            path("<path:object_id>/cancel/", wrap(self.cancel_view), name=name + "cancel"),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:  # fmt: skip
+        require(request, VIEW)
+        wanted = request.GET.get("backend")
+        info = queue.get_job(object_id, backend=backend_or_404(wanted).alias if wanted else None)
+        if info is None:
+            raise Http404(f"no job {object_id!r}")
+        trail = list(
+            AuditEvent.objects.using(backend_database(info.backend)).filter(job_id=info.job_id)
+            .order_by("id")[:AUDIT_TRAIL_ROWS]
+        )  # fmt: skip
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Job {info.job_id}",
+            "subtitle": f"{info.name} on {info.queue}",
+            "tabs": Console.tabs(request, "jobs"),
+            "job": info,
+            "state": display.state_badge(info.state),
+            "progress": display.progress_bar(info.progress),
+            "times": [(label, display.relative(getattr(info, field))) for label, field in (
+                ("created", "created_at"), ("available", "available_at"),
+                ("started", "started_at"), ("finished", "finished_at"),
+                ("lease expires", "lease_expires_at"))],  # fmt: skip
+            "payload_json": display.pretty_json(info.payload),
+            "result_json": display.pretty_json(info.result) if info.result is not None else None,
+            "trail": [(e, display.relative(e.created_at), display.pretty_json(e.data))
+                      for e in trail],  # fmt: skip
+            "trail_truncated": len(trail) >= AUDIT_TRAIL_ROWS,
+            "audit_url": reverse("admin:django_blamequeue_auditevent_changelist") + "?"
+            + urlencode({"job_id": info.job_id, "backend": info.backend}),
+            "flow_url": url("flow", info.flow_id, backend=info.backend) if info.flow_id else None,
+            "parent_url": url("change", info.parent_id, backend=info.backend)
+            if info.parent_id else None,
+            "depends": [(d, url("change", d, backend=info.backend)) for d in info.depends_on],
+            "can_cancel": info.state not in TERMINAL and allowed(request, CANCEL),
+            "can_retry": info.state == "failed" and allowed(request, RETRY),
+            "cancel_url": url("cancel", info.job_id),
+            "retry_url": url("dlq_retry"),
+        }
+        return TemplateResponse(request, "admin/django_blamequeue/job_detail.html", context)
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return _cancel(request, object_id)
+
+
+@require_POST
+def _cancel(request: HttpRequest, object_id: str) -> HttpResponse:
+    require(request, CANCEL)
+    wanted = request.POST.get("backend")
+    info = queue.get_job(object_id, backend=backend_or_404(wanted).alias if wanted else None)
+    if info is None:
+        raise Http404(f"no job {object_id!r}")
+    backend = backend_or_404(info.backend)
+    if operations.cancel(request, backend, [(info.job_id, info.queue)]):
+        messages.success(request, f"Job {info.job_id} cancelled (or told to stop if running).")
+    else:
+        messages.warning(request, f"Job {info.job_id} is {info.state}: nothing to cancel.")
+    return HttpResponseRedirect(url("change", info.job_id, backend=info.backend))
+
+
+def selected_backend_of(job: Job) -> str | None:
+    """The backend alias a listed row came from (the database it was read from)."""
+    from .base import local_backends
+
+    db = job._state.db
+    for b in local_backends():
+        if b.database == db:
+            return b.alias
+    return None

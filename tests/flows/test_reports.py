@@ -1,0 +1,191 @@
+"""Child reports through the outbox (SPEC §4, issue 4 item 3): written with the child's terminal
+transition, delivered at least once and recorded exactly once, the relay nudged by each
+terminal ack, paging with a cursor in batches of 500 and skipping a broken row."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from django_blamequeue import audit, outbox, queue
+from django_blamequeue.backends import get_backend
+from django_blamequeue.core import ids
+from django_blamequeue.models import AuditEvent, FlowDependency, Job, OutboxEntry
+from django_blamequeue.outbox import BATCH, Relay, report_from_body
+from django_blamequeue.testing import wait_until
+
+from .conftest import collects
+from .steps import outcome_of, relay, run_to_end, work
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+
+def db(alias: str) -> str:
+    return get_backend(alias).db  # type: ignore[attr-defined, no-any-return]
+
+
+def dep_of(alias: str, parent_id: str, key: str) -> FlowDependency:
+    return FlowDependency.objects.using(db(alias)).get(job_id=parent_id, key=key)
+
+
+def test_a_childs_terminal_ack_writes_its_report_in_the_same_transaction(
+    backend: str, jobs: SimpleNamespace, quiet_relay: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = get_backend(backend)
+    parent = jobs.Report.enqueue({"pages": 1}, backend=backend)
+    work(backend, ["reports"])
+    [claimed] = b.claim(["pages"], 1, 30)
+    ack = outcome_of(backend, claimed)
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the outbox insert failed")
+
+    monkeypatch.setattr(outbox, "write_many", boom)
+    with pytest.raises(RuntimeError):
+        b.apply_many([ack])
+    assert Job.objects.using(db(backend)).get(id=claimed.job_id).state == "inflight"  # rolled back
+    monkeypatch.undo()
+    monkeypatch.setattr(outbox, "nudge", lambda: None)
+
+    assert b.apply_many([ack])[0].ok
+    [row] = OutboxEntry.objects.using(db(backend)).filter(kind="report")
+    assert (row.job_id, row.backend, row.sent_at) == (claimed.job_id, backend, None)
+    report = report_from_body(row.body)
+    assert (report.parent_id, report.child_id, report.state) == (parent.job_id, claimed.job_id, "done")
+    assert dep_of(backend, parent.job_id, "p0").status == "pending"  # until the relay delivers
+
+
+def test_a_report_delivered_twice_is_recorded_once(
+    backend: str, jobs: SimpleNamespace, quiet_relay: None
+) -> None:
+    b = get_backend(backend)
+    parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
+    work(backend, ["reports"])
+    work(backend, ["pages"], limit=1)
+    [row] = OutboxEntry.objects.using(db(backend)).filter(kind="report")
+    report = report_from_body(row.body)
+
+    assert b.deliver_reports([report]) == 1  # type: ignore[attr-defined]
+    assert b.deliver_reports([report]) == 0  # type: ignore[attr-defined]
+    contrary = report_from_body({**row.body, "state": "failed", "error": "late and wrong"})
+    assert b.deliver_reports([contrary]) == 0  # type: ignore[attr-defined]
+    dep = FlowDependency.objects.using(db(backend)).get(job_id=parent.job_id, depends_on_id=report.child_id)
+    assert (dep.status, dep.error) == ("done", None)
+    reports = AuditEvent.objects.using(db(backend)).filter(action="system.queue.flow.report")
+    assert list(reports.values_list("job_id", flat=True)) == [report.child_id]
+
+
+def test_the_relay_delivering_a_duplicated_row_records_and_settles_once(
+    backend: str, jobs: SimpleNamespace, quiet_relay: None
+) -> None:
+    parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
+    work(backend, ["reports"])
+    work(backend, ["pages"])
+    rows = list(OutboxEntry.objects.using(db(backend)).filter(kind="report"))
+    assert len(rows) == 2
+    for row in rows:  # a relay that delivered but died before deleting, as seen by the next one
+        OutboxEntry.objects.using(db(backend)).create(kind=row.kind, backend=row.backend,
+                                                      job_id=row.job_id, body=row.body)  # fmt: skip
+    sent = relay()
+    assert (sent.sent, sent.skipped) == (4, 0)
+    assert relay().sent == 0
+    assert not OutboxEntry.objects.using(db(backend)).exists()
+    events = AuditEvent.objects.using(db(backend))
+    assert events.filter(action="system.queue.flow.report").count() == 2
+    assert events.filter(action="system.queue.flow.settle", job_id=parent.job_id).count() == 1
+    run_to_end(backend, ["reports", "pages"])
+    assert len(collects()) == 1
+    assert collects()[0].completed == 2
+
+
+def test_each_terminal_ack_nudges_the_relay_at_once(backend: str, jobs: SimpleNamespace) -> None:
+    """No sweeper runs here: only the nudge after the ack's commit can deliver the report."""
+    parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
+    work(backend, ["reports"])
+    work(backend, ["pages"], limit=1)
+    assert wait_until(lambda: FlowDependency.objects.using(db(backend)).filter(
+        job_id=parent.job_id, status="done").count() == 1, 10)  # fmt: skip
+    work(backend, ["pages"])
+    assert wait_until(
+        lambda: queue.get_job(parent.job_id, backend=backend).state == "pending", 10  # type: ignore[union-attr]
+    )
+
+
+class CountingRelay(Relay):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.deliveries: list[int] = []
+
+    def _deliver(self, db: str, kind: str, alias: str, rows: list[Any]) -> None:
+        self.deliveries.append(len(rows))
+        super()._deliver(db, kind, alias, rows)
+
+
+def test_the_relay_pages_through_the_outbox_in_batches_of_500(backend: str, quiet_relay: None) -> None:
+    from django_blamequeue.api import queue as q
+
+    assert BATCH == 500
+    jobs = [q._new_job("paged", {"n": i}, name=None, delay=None, run_at=None, priority=0,
+                       max_attempts=None, classification=None, trace_id=None, dedupe_key=None)
+            for i in range(1_234)]  # fmt: skip
+    with transaction.atomic(using=db(backend)):
+        outbox.write_many([("enqueue", backend, j.job_id, outbox.job_to_body(j)) for j in jobs],
+                          using=db(backend))  # fmt: skip
+    r = CountingRelay([db(backend)])
+    report = r.run_once()
+    assert (report.sent, report.skipped) == (1_234, 0)
+    assert r.deliveries == [500, 500, 234]
+    assert queue.size("paged", backend=backend) == 1_234
+    assert not OutboxEntry.objects.using(db(backend)).exists()
+
+
+def test_a_broken_outbox_row_is_skipped_and_never_blocks_the_rest(
+    backend: str, jobs: SimpleNamespace, quiet_relay: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    parent = jobs.Report.enqueue({"pages": 3}, backend=backend)
+    work(backend, ["reports"])
+    work(backend, ["pages"], limit=1)
+    entries = OutboxEntry.objects.using(db(backend))
+    broken = entries.create(kind="report", backend=backend, job_id=ids.new_id(), body={"garbage": 1})
+    work(backend, ["pages"])  # the two other reports come after the broken row
+    assert entries.count() == 4
+
+    report = Relay([db(backend)]).run_once()
+    assert (report.sent, report.skipped) == (3, 1)
+    assert f"outbox row {broken.id}" in caplog.text
+    [left] = entries.all()
+    assert (left.id, left.attempts) == (broken.id, 1)
+    assert "garbage" in (left.last_error or "")
+    info = queue.get_job(parent.job_id, backend=backend)
+    assert info is not None and info.state == "pending" and info.children == {"done": 3}
+
+    assert Relay([db(backend)]).run_once().skipped == 1  # tried again, still alone
+    assert entries.get().attempts == 2
+
+
+def test_a_report_for_a_parent_that_no_longer_exists_is_dropped(
+    backend: str, jobs: SimpleNamespace, quiet_relay: None
+) -> None:
+    parent = jobs.Report.enqueue({"pages": 1}, backend=backend)
+    work(backend, ["reports"])
+    Job.objects.using(db(backend)).filter(id=parent.job_id).delete()
+    FlowDependency.objects.using(db(backend)).filter(job_id=parent.job_id).delete()
+    work(backend, ["pages"])
+    assert relay().sent == 1
+    assert not OutboxEntry.objects.using(db(backend)).exists()
+
+
+def test_reports_record_the_error_of_failed_children_and_no_result(
+    backend: str, jobs: SimpleNamespace, quiet_relay: None
+) -> None:
+    parent = jobs.Continue.enqueue({"pages": 2, "broken": [0]}, backend=backend)
+    work(backend, ["reports"])
+    work(backend, ["pages"])
+    relay()
+    failed, done = dep_of(backend, parent.job_id, "p0"), dep_of(backend, parent.job_id, "p1")
+    assert (failed.status, failed.error, failed.result) == ("failed", "ValueError: page 0 is broken", None)
+    assert (done.status, done.error, done.result_type) == ("done", None, "application/json")
+    assert audit.FLOW_SETTLE == "system.queue.flow.settle"
