@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import audit, registry, validation
+from . import audit, registry, tracing, validation
 from .backends import all_backends, get_backend
 from .backends.base import Backend
 from .conf import get_settings
@@ -87,6 +87,7 @@ class Queue:
             timeout=definition.timeout if definition else None,
             classification=validation.optional_text(classification, "classification", 100),
             trace_id=validation.optional_text(trace_id, "trace_id", 64)
+            or tracing.current_trace_id()
             or (ctx.trace_id if ctx and ctx.trace_id else uuid.uuid4().hex),
             dedupe_key=validation.optional_text(dedupe_key, "dedupe_key", 255),
         )
@@ -140,18 +141,27 @@ class Queue:
         if dedupe_keys is not None and len(dedupe_keys) != len(items):
             raise QueueError(ErrorCode.BAD_ARGUMENT, "dedupe_keys must match payloads in length")
         target = get_backend(backend)
-        jobs = [
-            self._new_job(
-                queue_name, p, name=name, delay=delay, run_at=run_at, priority=priority,
-                max_attempts=max_attempts, classification=classification, trace_id=trace_id,
-                dedupe_key=dedupe_keys[i] if dedupe_keys is not None else dedupe_key,
-            )
-            for i, p in enumerate(items)
-        ]  # fmt: skip
-        if not jobs:
+        if not items:
             return []
-        self._require_transactional(target)
-        return _call(target, lambda: target.enqueue_many(jobs))
+        # The span is current while the jobs are built: they carry its trace context.
+        with tracing.enqueue_span(queue_name, target.alias) as span:
+            jobs = [
+                self._new_job(
+                    queue_name, p, name=name, delay=delay, run_at=run_at, priority=priority,
+                    max_attempts=max_attempts, classification=classification, trace_id=trace_id,
+                    dedupe_key=dedupe_keys[i] if dedupe_keys is not None else dedupe_key,
+                )
+                for i, p in enumerate(items)
+            ]  # fmt: skip
+            self._require_transactional(target)
+            flows = [  # a @flow's root: audited as a flow enqueue, with the insert
+                audit.Event(action=audit.FLOW_ENQUEUE, job_id=j.job_id, queue=j.queue,
+                            backend=target.alias, data={"flow_id": j.flow_id, "name": j.name})
+                for j in jobs if j.flow_phase
+            ]  # fmt: skip
+            enqueued = _call(target, lambda: target.enqueue_many(jobs, events=flows))
+            tracing.enqueued(span, enqueued)
+            return enqueued
 
     @staticmethod
     def _require_transactional(target: Backend) -> None:
@@ -171,25 +181,27 @@ class Queue:
         target = get_backend(backend)
         flow_id = ids.new_id()
         by_name = {c["name"]: ids.new_id() for c in children}
-        jobs = []
-        for c in children:
-            job = self._new_job(
-                queue_name, c.get("payload"), name=c.get("job"), delay=c.get("delay"),
-                run_at=None, priority=c.get("priority", 0), max_attempts=c.get("max_attempts"),
-                classification=c.get("classification"), trace_id=c.get("trace_id") or flow_id,
-                dedupe_key=c.get("dedupe_key"), job_id=by_name[c["name"]],
+        with tracing.enqueue_span(queue_name, target.alias) as span:
+            jobs = []
+            for c in children:
+                job = self._new_job(
+                    queue_name, c.get("payload"), name=c.get("job"), delay=c.get("delay"),
+                    run_at=None, priority=c.get("priority", 0), max_attempts=c.get("max_attempts"),
+                    classification=c.get("classification"),
+                    trace_id=c.get("trace_id") or tracing.current_trace_id() or flow_id,
+                    dedupe_key=c.get("dedupe_key"), job_id=by_name[c["name"]],
+                )  # fmt: skip
+                depends = tuple(by_name[d] for d in c.get("depends_on", ()))
+                jobs.append(
+                    NewJob(**{**_fields(job), "name": c.get("job") or c["name"], "flow_id": flow_id,
+                              "flow_key": c["name"], "blocked": bool(depends), "depends_on": depends})  # fmt: skip
+                )
+            self._require_transactional(target)
+            event = audit.Event(
+                action=audit.FLOW_ENQUEUE, queue=queue_name, backend=target.alias,
+                data={"flow_id": flow_id, "jobs": len(jobs)},
             )  # fmt: skip
-            depends = tuple(by_name[d] for d in c.get("depends_on", ()))
-            jobs.append(
-                NewJob(**{**_fields(job), "name": c.get("job") or c["name"], "flow_id": flow_id,
-                          "flow_key": c["name"], "blocked": bool(depends), "depends_on": depends})  # fmt: skip
-            )
-        self._require_transactional(target)
-        event = audit.Event(
-            action=audit.FLOW_ENQUEUE, queue=queue_name, backend=target.alias,
-            data={"flow_id": flow_id, "jobs": len(jobs)},
-        )  # fmt: skip
-        _call(target, lambda: target.enqueue_many(jobs, events=[event]))
+            tracing.enqueued(span, _call(target, lambda: target.enqueue_many(jobs, events=[event])))
         return {
             "flow_id": flow_id,
             "jobs": [{"name": c["name"], "job_id": by_name[c["name"]]} for c in children],

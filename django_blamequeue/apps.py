@@ -22,8 +22,13 @@ class BlameQueueConfig(AppConfig):
         from .context import JobContextFilter
 
         checks.register(check_settings, "blamequeue")
-        logger = logging.getLogger("django_blamequeue")
-        if not any(isinstance(f, JobContextFilter) for f in logger.filters):
-            logger.addFilter(JobContextFilter())
         for name in AUTODISCOVER_MODULES:
             autodiscover_modules(name)
+        # Logger filters apply only to records of that very logger: put it on each of ours.
+        names = ["django_blamequeue"] + [
+            n for n in logging.root.manager.loggerDict if n.startswith("django_blamequeue.")
+        ]
+        for name in names:
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, JobContextFilter) for f in logger.filters):
+                logger.addFilter(JobContextFilter())

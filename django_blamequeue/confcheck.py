@@ -41,7 +41,7 @@ TOP_KEYS = (
 )  # fmt: skip
 RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT")
 AUDIT_LEVELS = ("all", "operations", "off")
-SCHEDULE_KEYS = ("job", "cron", "interval", "timezone", "payload", "queue")
+SCHEDULE_KEYS = ("job", "cron", "interval", "timezone", "payload", "queue", "enabled", "backend")
 UNSAFE_CONTENT = {"application/x-python-serialize": "pickle", "application/x-yaml": "yaml"}
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from . import registry
+from . import registry, tracing
 from .context import JobContext, _current
 from .core import lifecycle
 from .exceptions import JobInterrupted
@@ -146,7 +146,8 @@ def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]
         run.guard.enter()
         try:
             if not run.ctx.cancelled:
-                outcome = invoke(run, handler)
+                outcome = (tracing.traced_run(run, handler, invoke) if tracing.enabled
+                           else invoke(run, handler))  # fmt: skip
         except JobInterrupted:
             outcome = None
         finally:

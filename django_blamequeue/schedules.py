@@ -2,6 +2,12 @@
 
 Pure functions: given the last fire and now, which occurrence (if any) is due. Missed fires
 coalesce: only the latest due occurrence is answered.
+
+Cron times are wall-clock times in the schedule's timezone (croniter does the calendar). Across
+daylight-saving changes: a wall time skipped by the spring-forward gap fires once, at the first
+instant after the gap; a wall time repeated by the fall-back hour fires once, at its first pass,
+unless the expression runs every hour (hour field ``*``), which fires on both passes since
+each is an hour of its own. Intervals are absolute seconds and ignore the calendar.
 """
 
 from __future__ import annotations
@@ -22,10 +28,15 @@ def latest_due(
         steps = int((now - last).total_seconds() // interval)
         return last + timedelta(seconds=steps * interval)
     zone = ZoneInfo(tz or "UTC")
-    local_now = now.astimezone(zone)
+    # croniter's get_prev is strictly before its start: start just after now, so an
+    # occurrence exactly at now is due at now.
+    local_now = (now + timedelta(microseconds=1)).astimezone(zone)
     previous: datetime = croniter(cron, local_now).get_prev(datetime)
     if previous.tzinfo is None:
         previous = previous.replace(tzinfo=zone)
+    local = previous.astimezone(zone)
+    if _second_pass(local, cron) and last >= local.replace(fold=0):
+        return None  # its first pass already fired
     return previous if previous > last else None
 
 
@@ -35,4 +46,19 @@ def next_fires(*, cron: str, interval: float | None, tz: str, after: datetime, c
         return [after + timedelta(seconds=interval * (i + 1)) for i in range(count)]
     zone = ZoneInfo(tz or "UTC")
     it = croniter(cron, after.astimezone(zone))
-    return [it.get_next(datetime) for _ in range(count)]
+    fires: list[datetime] = []
+    while len(fires) < count:
+        fire = it.get_next(datetime).astimezone(zone)
+        if not _second_pass(fire, cron):
+            fires.append(fire)
+    return fires
+
+
+def _second_pass(local: datetime, cron: str) -> bool:
+    """A wall time on its second pass through a fall-back hour, for a job not run hourly."""
+    first = local.replace(fold=0)
+    return (
+        local.fold == 1
+        and local.utcoffset() != first.utcoffset()
+        and croniter(cron).expanded[1] != ["*"]
+    )

@@ -1,4 +1,12 @@
-"""Helpers for tests, ours and users': capture audit events and wait on them, not on clocks."""
+"""Helpers for tests, ours and users'.
+
+- ``capture_jobs()`` (and the fixtures of ``django_blamequeue.pytest_plugin``): see the jobs
+  code under test enqueued and run them in the test's own thread on demand, through the real
+  lifecycle — retries with their backoff (recorded, not slept), the DLQ, DAG and ``@flow``
+  flows, transactions (a job enqueued in a rolled-back ``atomic()`` was never enqueued).
+- ``capture_events()``: audit events as they are sent, with waits on them instead of clocks.
+- ``wait_until()``: poll with a deadline, for state that sends no event.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +14,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
+from . import tracing
 from .audit import Event
+from .core.states import ACTIVE, State
+from .exceptions import ErrorCode, QueueError
+from .outbox import Relay
+from .records import Ack, Claimed, JobInfo
 from .signals import audit_event
+
+if TYPE_CHECKING:
+    from .runner import Handler
 
 
 class CapturedEvents:
@@ -71,3 +89,196 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: f
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval)
+
+
+# -- capture_jobs ----------------------------------------------------------------------------
+LEASE = 3600.0  # seconds: nothing expires while a test runs its jobs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    """One attempt ``run_jobs`` made, and where it led."""
+
+    job_id: str
+    name: str
+    queue: str
+    attempt: int
+    state: str  # after the ack: done, pending (a retry), failed (the DLQ), cancelled, ...
+    error: str | None = None
+    backoff: float | None = None  # seconds until the retry (not slept: the clock was moved)
+
+
+@dataclass(kw_only=True)
+class RunReport:
+    """What one ``run_jobs()`` call did, attempt by attempt, in order."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+    clock_advanced: float = 0.0  # seconds of backoff (or delay) skipped instead of slept
+
+    def of(self, job_id: str) -> list[Attempt]:
+        return [a for a in self.attempts if a.job_id == job_id]
+
+    def _in(self, state: str) -> list[Attempt]:
+        return [a for a in self.attempts if a.state == state]
+
+    @property
+    def done(self) -> list[Attempt]:
+        return self._in("done")
+
+    @property
+    def retried(self) -> list[Attempt]:
+        return [a for a in self._in("pending") if a.backoff is not None]
+
+    @property
+    def dead_lettered(self) -> list[Attempt]:
+        return self._in("failed")
+
+    @property
+    def backoffs(self) -> list[float]:
+        return [a.backoff for a in self.retried if a.backoff is not None]
+
+
+class JobsDidNotSettle(AssertionError):
+    """``run_jobs`` reached ``max_runs``: something keeps enqueueing or retrying."""
+
+
+class CapturedJobs:
+    """The jobs enqueued on one local backend since the capture began; ``run_jobs`` runs them.
+
+    Jobs are real rows of the test database, so whatever the code under test did with its
+    transactions is what you see: an enqueue inside a rolled-back ``atomic()`` left nothing.
+    """
+
+    def __init__(self, backend: str | None = None) -> None:
+        from .backends import get_backend
+
+        self.backend = get_backend(backend)
+        if not hasattr(self.backend, "jobs"):
+            raise QueueError(
+                ErrorCode.PROTOCOL_UNAVAILABLE,
+                f"capture_jobs needs a local backend; {self.backend.alias!r} is "
+                f"{self.backend.protocol} (point BLAMEQUEUE at the test database in tests)",
+            )
+        self.since = self.backend.now()
+        # Only this backend's database: a test may be allowed to touch no other.
+        self._relay = Relay(databases=[str(getattr(self.backend, "db", "default"))])
+        self._offset = timedelta(0)
+
+    def _rows(self) -> Any:
+        return self.backend.jobs().filter(created_at__gte=self.since)  # type: ignore[attr-defined]
+
+    def jobs_enqueued(
+        self, queue: str | None = None, *, name: str | None = None, state: str | None = None
+    ) -> list[JobInfo]:
+        """Jobs enqueued since the capture began, in enqueue order, as they are now."""
+        rows = self._rows()
+        if queue is not None:
+            rows = rows.filter(queue=queue)
+        if name is not None:
+            rows = rows.filter(name=name)
+        if state is not None:
+            rows = rows.filter(state=state)
+        found = [self.backend.get(job_id) for job_id in rows.order_by("id").values_list("id", flat=True)]
+        return [info for info in found if info is not None]
+
+    def now(self) -> datetime:
+        """The clock ``run_jobs`` runs at: the engine's, plus the backoff it skipped."""
+        return self.backend.now() + self._offset
+
+    def run_jobs(
+        self,
+        queue: str | None = None,
+        *,
+        handler: Handler | None = None,
+        until: datetime | timedelta | None = None,
+        max_runs: int = 1000,
+    ) -> RunReport:
+        """Run captured jobs in this thread until nothing is left to run; answer what happened.
+
+        Runs jobs of ``queue`` (default: every queue a captured job is on) by their registered
+        ``@job``/``@flow``/``@task`` handler, or ``handler(job, ctx)`` as ``queue.consume``
+        would. A failing job retries per its policy: the clock moves past the backoff instead
+        of sleeping, and the attempt records it; a job out of attempts lands in the DLQ.
+        Delayed jobs stay pending unless ``until`` (a time, or a span from now) reaches them.
+        Timeouts are not enforced: the handler runs to its end in the test's thread.
+        """
+        report = RunReport()
+        horizon = until if not isinstance(until, timedelta) else self.now() + until
+        runs = 0
+        while True:
+            queues = [queue] if queue is not None else self._queues()
+            claimed = self.backend.claim(queues, 1, LEASE, self.now()) if queues else []
+            if claimed:
+                runs += 1
+                if runs > max_runs:
+                    raise JobsDidNotSettle(f"run_jobs stopped after {max_runs} runs")
+                report.attempts.append(self._run(claimed[0], handler))
+                continue
+            if self._relay.run_once().sent:  # flow reports (and cross-backend jobs) delivered
+                continue
+            step = self._next_wait(queues, horizon)
+            if step is None:
+                return report
+            self._offset += step
+            report.clock_advanced += step.total_seconds()
+
+    def _queues(self) -> list[str]:
+        return sorted(set(self._rows().filter(state__in=list(ACTIVE)).values_list("queue", flat=True)))
+
+    def _next_wait(self, queues: list[str], horizon: datetime | None) -> timedelta | None:
+        """How far to move the clock to the next retry (or, up to ``horizon``, delayed job)."""
+        now = self.now()
+        waiting = self._rows().filter(state=State.PENDING, queue__in=queues, available_at__gt=now)
+        soonest = waiting.filter(attempts__gt=0).order_by("available_at").first()
+        if horizon is not None:
+            delayed = waiting.filter(available_at__lte=horizon).order_by("available_at").first()
+            if delayed is not None and (soonest is None or delayed.available_at < soonest.available_at):
+                soonest = delayed
+        if soonest is None:
+            return None
+        return soonest.available_at - now + timedelta(microseconds=1)
+
+    def _run(self, c: Claimed, handler: Handler | None) -> Attempt:
+        from . import registry
+        from .conf import get_settings
+        from .context import JobContext, _current
+        from .core import lifecycle
+        from .runner import Run, invoke
+
+        settings = get_settings()
+        definition = registry.get(c.name)
+        ctx = JobContext(
+            job_id=c.job_id, queue=c.queue, name=c.name, attempt=c.attempt,
+            max_attempts=c.max_attempts, trace_id=c.trace_id, backend=self.backend,
+            token=c.token, progress_throttle=0.0,
+        )  # fmt: skip
+        run = Run(claimed=c, ctx=ctx, started=time.monotonic(), deadline=None, renew_at=0.0,
+                  lease_until=0.0, definition=definition)  # fmt: skip
+        token = _current.set(ctx)
+        try:
+            outcome = (tracing.traced_run(run, handler, invoke) if tracing.enabled
+                       else invoke(run, handler))  # fmt: skip
+        finally:
+            _current.reset(token)
+        policy = lifecycle.Policy(
+            backoff_base=settings.backoff_base, backoff_max=settings.backoff_max,
+            backoff_jitter=settings.backoff_jitter,
+            retryable=definition.retryable if definition else None,
+        )  # fmt: skip
+        transition = lifecycle.decide(
+            outcome, attempt=c.attempt, max_attempts=c.max_attempts, policy=policy
+        )
+        [ack] = self.backend.apply_many(
+            [Ack(job_id=c.job_id, token=c.token, transition=transition)], self.now()
+        )
+        state = ack.state.value if ack.state is not None else "lock_lost"
+        retry = state == "pending" and not transition.give_back_attempt
+        return Attempt(job_id=c.job_id, name=c.name, queue=c.queue, attempt=c.attempt,
+                       state=state, error=transition.error,
+                       backoff=transition.delay if retry else None)  # fmt: skip
+
+
+@contextmanager
+def capture_jobs(backend: str | None = None) -> Iterator[CapturedJobs]:
+    """``with capture_jobs() as jobs:`` … ``jobs.jobs_enqueued(queue=…)``, ``jobs.run_jobs()``."""
+    yield CapturedJobs(backend)

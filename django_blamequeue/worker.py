@@ -13,7 +13,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from . import registry, wakeup
+from . import metrics, registry, wakeup
 from .backends.base import Backend
 from .conf import get_settings
 from .context import JobContext
@@ -215,6 +215,8 @@ class Consumer:
         )  # fmt: skip
         run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)
         self._running[c.job_id] = run
+        if metrics.enabled:
+            metrics.run_started(self.backend.alias, c, lease)
         if self.options.rate_limit is not None:
             self._starts.append(now)
         self.pool.submit(run)
@@ -230,10 +232,11 @@ class Consumer:
             return False
         assert self.backend.resilience is not None
         try:
-            return all(
-                self.backend.resilience.call(lambda q=q: self.backend.size(q), idempotent=True) == 0  # type: ignore[misc]
-                for q in self.options.queues
+            queues = self.options.queues
+            left = self.backend.resilience.call(
+                lambda: self.backend.outstanding(queues), idempotent=True
             )
+            return left == 0
         except QueueError:
             return False
 
@@ -274,6 +277,8 @@ class Consumer:
         if outcome is None:  # lease lost: someone else owns the job; nothing to ack
             self._running.pop(run.claimed.job_id, None)
             self.counters.lock_lost += 1
+            if metrics.enabled:
+                metrics.lease_lost(self.backend.alias, run.claimed.queue)
             logger.warning("lost the lease of job %s; its run was abandoned", run.claimed.job_id,
                            extra=_extra(run))  # fmt: skip
             return
@@ -340,6 +345,9 @@ class Consumer:
 
     def _count(self, ok: bool, state: State | None, run: Run, transition: Transition) -> None:
         c = self.counters
+        if ok and metrics.enabled:
+            took = time.monotonic() - run.started
+            metrics.run_finished(self.backend.alias, run.claimed.queue, took)
         if not ok:
             c.lock_lost += 1
             logger.warning("ack refused for job %s: %s (another worker took it over)",

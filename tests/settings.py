@@ -3,11 +3,13 @@
 ``make test`` starts a throwaway PostgreSQL and exports ``BLAMEQUEUE_TEST_POSTGRES_URL``; the
 ``postgres`` database alias and backend exist only then. Worker subprocesses started by the
 process tests set ``BLAMEQUEUE_TEST_SUBPROCESS=1`` and connect straight to the test databases
-that pytest-django created.
+that pytest-django created; ``BLAMEQUEUE_TEST_OVERRIDES`` (JSON) adds ``BLAMEQUEUE`` keys
+for them, e.g. a short ``SWEEP_INTERVAL`` for a chaos test.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -16,7 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "testproject"))
 
 from testproject.settings import *  # noqa: E402, F403
+from testproject.settings import INSTALLED_APPS as _APPS  # noqa: E402
 from testproject.settings import database_from_url, sqlite_database  # noqa: E402
+
+INSTALLED_APPS = [*_APPS, "tests.procapp"]
 
 TMP = Path(os.environ.get("BLAMEQUEUE_TEST_TMP", ROOT / ".tmp"))
 TMP.mkdir(parents=True, exist_ok=True)
@@ -27,6 +32,9 @@ POSTGRES_URL = os.environ.get("BLAMEQUEUE_TEST_POSTGRES_URL", "")
 
 _sqlite = sqlite_database(Path(SQLITE_TEST_NAME if SUBPROCESS else TMP / "unused.sqlite3"))
 _sqlite["TEST"] = {"NAME": SQLITE_TEST_NAME}
+# Workers keep their connections, as a production worker would (checked before reuse).
+PERSISTENT = {"CONN_MAX_AGE": 600, "CONN_HEALTH_CHECKS": True} if SUBPROCESS else {}
+_sqlite.update(PERSISTENT)
 DATABASES = {"default": _sqlite}
 BACKENDS: dict[str, dict[str, object]] = {"default": {"PROTOCOL": "local", "DATABASE": "default"}}
 if POSTGRES_URL:
@@ -35,6 +43,7 @@ if POSTGRES_URL:
     _pg["TEST"] = {"NAME": "test_blamequeue"}
     if SUBPROCESS:
         _pg["NAME"] = "test_blamequeue"
+        _pg.update(PERSISTENT)
     DATABASES["postgres"] = _pg
     BACKENDS["postgres"] = {"PROTOCOL": "local", "DATABASE": "postgres"}
 
@@ -42,6 +51,7 @@ BLAMEQUEUE = {
     "BACKENDS": BACKENDS,
     "DEFAULT_BACKEND": "default",
     "AUDIT": "operations",
+    **json.loads(os.environ.get("BLAMEQUEUE_TEST_OVERRIDES") or "{}"),
 }
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

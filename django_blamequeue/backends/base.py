@@ -165,6 +165,10 @@ class Backend(metaclass=ABCMeta):
     ) -> PruneReport:
         """Delete old terminal jobs (and their flow rows). ``None`` keeps that state."""
 
+    def outstanding(self, queues: Sequence[str]) -> int:
+        """What a burst worker still waits for; by default pending + inflight."""
+        return sum(self.size(q) for q in queues)
+
     def now(self) -> datetime:
         """The engine's clock (for display and for computing retention cut-offs)."""
         raise NotImplementedError

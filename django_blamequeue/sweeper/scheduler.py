@@ -1,8 +1,9 @@
 """Fires schedules: a compare-and-set on ``last_fired_at`` in the enqueue's transaction.
 
 Any number of sweepers may run this: only the one whose update moves ``last_fired_at`` forward
-enqueues, and its enqueue commits with that update (a local backend on the default database),
-so each occurrence fires once. The job also carries the dedupe key ``schedule:NAME:TIME``.
+enqueues, and its enqueue commits with that update when the job's backend is local on the
+schedules' database (``database``, the default one unless told), so each occurrence fires once.
+Elsewhere the job carries the dedupe key ``schedule:NAME:TIME``, which an active job holds.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ FIRE = "system.queue.schedule.fire"
 
 
 class Scheduler:
-    def __init__(self, *, period: float = 5.0) -> None:
+    def __init__(self, *, period: float = 5.0, database: str = "default") -> None:
         self.period = period
+        self.database = database
         self.name = "scheduler"
 
     def sync_settings(self, now: datetime) -> None:
@@ -32,7 +34,8 @@ class Scheduler:
         from ..models import Schedule
 
         wanted = get_settings().schedules
-        Schedule.objects.filter(source="settings").exclude(name__in=list(wanted)).delete()
+        schedules = Schedule.objects.using(self.database)
+        schedules.filter(source="settings").exclude(name__in=list(wanted)).delete()
         for name, entry in wanted.items():
             fields = {
                 "job": entry["job"], "queue": entry.get("queue", ""), "payload": entry.get("payload"),
@@ -40,9 +43,9 @@ class Scheduler:
                 "timezone": entry.get("timezone", "UTC"), "enabled": entry.get("enabled", True),
                 "backend": entry.get("backend", ""), "source": "settings",
             }  # fmt: skip
-            updated = Schedule.objects.filter(name=name).update(**fields)
+            updated = schedules.filter(name=name).update(**fields)
             if not updated:
-                Schedule.objects.get_or_create(name=name, defaults={**fields, "last_fired_at": now})
+                schedules.get_or_create(name=name, defaults={**fields, "last_fired_at": now})
 
     def run_once(self, now: datetime | None = None) -> dict[str, int]:
         from ..backends import get_backend
@@ -50,9 +53,10 @@ class Scheduler:
 
         t = now or get_backend(None).now()
         self.sync_settings(t)
-        Schedule.objects.filter(last_fired_at__isnull=True).update(last_fired_at=t)
+        schedules = Schedule.objects.using(self.database)
+        schedules.filter(last_fired_at__isnull=True).update(last_fired_at=t)
         fired = skipped = 0
-        for s in Schedule.objects.filter(enabled=True):
+        for s in schedules.filter(enabled=True):
             try:
                 fired += self._fire(s, t)
             except Exception as exc:
@@ -71,8 +75,8 @@ class Scheduler:
         definition = registry.get(s.job)
         if definition is None:
             raise LookupError(f"job {s.job!r} is not registered")
-        with transaction.atomic():
-            moved = Schedule.objects.filter(
+        with transaction.atomic(using=self.database):
+            moved = Schedule.objects.using(self.database).filter(
                 Q(last_fired_at__lt=due) | Q(last_fired_at__isnull=True), id=s.id
             ).update(last_fired_at=due)
             if not moved:
@@ -84,5 +88,5 @@ class Scheduler:
             )  # fmt: skip
             audit.record([audit.Event(action=FIRE, job_id=job.job_id, queue=job.queue_name,
                                       backend=job.backend, data={"schedule": s.name,
-                                      "fire_time": due.isoformat()})], using="default")  # fmt: skip
+                                      "fire_time": due.isoformat()})], using=self.database)  # fmt: skip
         return 1

@@ -102,7 +102,7 @@ def test_the_fan_out_ack_stores_the_full_manifest_and_parks_the_parent(
 
 
 def test_a_fan_out_ack_that_fails_half_way_leaves_nothing_behind(
-    backend: str, jobs: SimpleNamespace, quiet_relay: None, monkeypatch: pytest.MonkeyPatch
+    backend: str, jobs: SimpleNamespace, quiet_relay: None
 ) -> None:
     b = get_backend(backend)
     parent = jobs.Report.enqueue({"pages": 3}, backend=backend)
@@ -112,15 +112,15 @@ def test_a_fan_out_ack_that_fails_half_way_leaves_nothing_behind(
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("connection lost while inserting the children")
 
-    monkeypatch.setattr(b, "enqueue_many", boom)
-    with pytest.raises(RuntimeError):
+    with pytest.MonkeyPatch.context() as m, pytest.raises(RuntimeError):
+        m.setattr(b, "enqueue_many", boom)
         b.apply_many([ack])
     assert FlowDependency.objects.using(db(backend)).filter(job_id=parent.job_id).count() == 0
     assert Job.objects.using(db(backend)).filter(parent_id=parent.job_id).count() == 0
     p = Job.objects.using(db(backend)).get(id=parent.job_id)
     assert (p.state, p.lease_token, p.flow_phase) == ("inflight", claimed.token, "fan_out")
 
-    monkeypatch.undo()  # the worker keeps the ack and sends it again
+    # the worker keeps the ack and sends it again
     assert b.apply_many([ack])[0].ok
     assert FlowDependency.objects.using(db(backend)).filter(job_id=parent.job_id).count() == 3
     assert Job.objects.using(db(backend)).filter(parent_id=parent.job_id).count() == 3

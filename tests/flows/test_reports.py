@@ -32,7 +32,7 @@ def dep_of(alias: str, parent_id: str, key: str) -> FlowDependency:
 
 
 def test_a_childs_terminal_ack_writes_its_report_in_the_same_transaction(
-    backend: str, jobs: SimpleNamespace, quiet_relay: None, monkeypatch: pytest.MonkeyPatch
+    backend: str, jobs: SimpleNamespace, quiet_relay: None
 ) -> None:
     b = get_backend(backend)
     parent = jobs.Report.enqueue({"pages": 1}, backend=backend)
@@ -43,12 +43,10 @@ def test_a_childs_terminal_ack_writes_its_report_in_the_same_transaction(
     def boom(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("the outbox insert failed")
 
-    monkeypatch.setattr(outbox, "write_many", boom)
-    with pytest.raises(RuntimeError):
+    with pytest.MonkeyPatch.context() as m, pytest.raises(RuntimeError):
+        m.setattr(outbox, "write_many", boom)
         b.apply_many([ack])
     assert Job.objects.using(db(backend)).get(id=claimed.job_id).state == "inflight"  # rolled back
-    monkeypatch.undo()
-    monkeypatch.setattr(outbox, "nudge", lambda: None)
 
     assert b.apply_many([ack])[0].ok
     [row] = OutboxEntry.objects.using(db(backend)).filter(kind="report")

@@ -11,7 +11,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import OperationalError, transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
 
 from ... import audit
 from ...core.states import ACTIVE, TERMINAL, WAITING, State
@@ -250,7 +251,7 @@ class DatabaseBackend(ChildOps, FlowOps):
             n = (
                 self.jobs()
                 .filter(id=job_id, lease_token=token, state=State.INFLIGHT)
-                .update(lease_expires_at=t + timedelta(seconds=seconds))
+                .update(lease_expires_at=Greatest(F("lease_expires_at"), Value(t + timedelta(seconds=seconds))))
             )
             if n and audit.needed(audit.LEASE_EXTENDED):
                 audit.record([audit.Event(action=audit.LEASE_EXTENDED, job_id=job_id,
@@ -406,7 +407,10 @@ class DatabaseBackend(ChildOps, FlowOps):
     def _dlq_retry(self, qs: Any, now: datetime | None) -> int:
         with transaction.atomic(using=self.db):
             t = self._now(now)
-            rows = list(qs.filter(state=State.FAILED).values_list("id", "queue"))
+            rows = list(qs.filter(state=State.FAILED).values_list("id", "queue", "dedupe_key"))
+            held = self._held_keys([(q, k) for _, q, k in rows if k])
+            # A dedupe key now held by a newer live job stays in the DLQ (no duplicate run).
+            rows = [r for r in rows if not r[2] or (r[1], r[2]) not in held]
             ids = [r[0] for r in rows]
             n = 0
             for start in range(0, len(ids), 5000):
@@ -417,6 +421,24 @@ class DatabaseBackend(ChildOps, FlowOps):
             audit.record([audit.Event(action=audit.DLQ_RETRY, job_id=r[0], queue=r[1],
                                       backend=self.alias) for r in rows], using=self.db)  # fmt: skip
         return n
+
+    def _held_keys(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        held: set[tuple[str, str]] = set()
+        for queue, key in set(keys):
+            if self.jobs().filter(queue=queue, dedupe_key=key, state__in=_ACTIVE).exists():
+                held.add((queue, key))
+        return held
+
+    def outstanding(self, queues: Sequence[str]) -> int:
+        """Jobs a burst worker should still wait for: pending, in flight, parked parents,
+        and unsent outbox rows (flow reports on their way)."""
+        from ...models import OutboxEntry
+
+        n: int = self.jobs().filter(
+            queue__in=list(queues),
+            state__in=[State.PENDING, State.INFLIGHT, State.WAITING_CHILDREN],
+        ).count()
+        return n + OutboxEntry.objects.using(self.db).filter(sent_at__isnull=True).count()
 
     def stats(self) -> list[QueueStats]:
         from django.db.models import Count, Min

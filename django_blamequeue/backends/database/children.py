@@ -145,22 +145,37 @@ class ChildOps(LocalBase):
         self.jobs().filter(id__in=due, state=State.WAITING_CHILDREN).update(
             state=State.PENDING, available_at=now, updated_at=now)  # fmt: skip
         fail_fast = [p for p in due if tally[p].get("pending")]
-        if fail_fast:
-            self.cascade_children(fail_fast, now)
         rows = dict(self.jobs().filter(id__in=due).values_list("id", "queue"))
         self._notify(list(rows.values()))
         audit.record([audit.Event(action=audit.FLOW_SETTLE, job_id=p, queue=rows.get(p),
                                   backend=self.alias, data={"children": tally[p],
                                   "fail_fast": p in fail_fast}) for p in due], using=self.db)  # fmt: skip
+        if fail_fast:
+            self.cascade_children(fail_fast, now)
         return due
 
     def cascade_children(self, parent_ids: Sequence[str], now: datetime) -> int:
-        """Cancel the unfinished children (pending, blocked and in flight) of these parents."""
+        """Cancel the unfinished children (pending, blocked and in flight) of these parents.
+
+        Children here are cancelled in this transaction; children on other backends once it
+        commits (a crash in between is mended by the flow sweeper, which cascades again).
+        """
         n = self.cascade_cancel(list(parent_ids), now)
-        if n:
+        remote = self._remote_unreported(parent_ids)
+        if remote:
+            transaction.on_commit(lambda: _cancel_remote(remote), using=self.db)
+        if n or remote:
             audit.record([audit.Event(action=CASCADE, job_id=p, backend=self.alias)
                           for p in parent_ids], using=self.db)  # fmt: skip
-        return n
+        return n + len(remote)
+
+    def _remote_unreported(self, parent_ids: Sequence[str]) -> list[tuple[str, str]]:
+        """(backend, child id) of these parents' unreported children on other backends."""
+        return list(
+            FlowDependency.objects.using(self.db)
+            .filter(job_id__in=list(parent_ids), kind="child", status="pending")
+            .exclude(spec__backend=self.alias).values_list("spec__backend", "depends_on_id")
+        )  # fmt: skip
 
     def flow_state(self, parent_id: str) -> FlowState:
         from ...fanout import state_from_rows
@@ -191,21 +206,27 @@ class ChildOps(LocalBase):
 
         Re-lands children that never landed, synthesizes reports for terminal children whose
         report was lost, settles parents with nothing pending, cascades cancels after a
-        settle. One broken row is logged and skipped; it never blocks the rest.
+        settle. Pages through every waiting parent, ``limit`` at a time. One broken row is
+        logged and skipped; it never blocks the rest.
         """
         counts = {"relanded": 0, "synthesized": 0, "settled": 0, "cascaded": 0, "skipped": 0}
         t = self._now(now)
-        waiting = list(
-            self.jobs().filter(state=State.WAITING_CHILDREN).order_by("updated_at")
-            .values_list("id", flat=True)[:limit]
-        )  # fmt: skip
-        for parent_id in waiting:
-            try:
-                with transaction.atomic(using=self.db):
-                    self._repair_parent(parent_id, t, counts)
-            except Exception as exc:
-                counts["skipped"] += 1
-                logger.warning("flow repair skipped parent %s: %s", parent_id, _describe(exc))
+        cursor = ""
+        while True:
+            waiting = list(
+                self.jobs().filter(state=State.WAITING_CHILDREN, id__gt=cursor).order_by("id")
+                .values_list("id", flat=True)[:limit]
+            )  # fmt: skip
+            for parent_id in waiting:
+                try:
+                    with transaction.atomic(using=self.db):
+                        self._repair_parent(parent_id, t, counts)
+                except Exception as exc:
+                    counts["skipped"] += 1
+                    logger.warning("flow repair skipped parent %s: %s", parent_id, _describe(exc))
+            if len(waiting) < limit:
+                break
+            cursor = waiting[-1]
         for parent_id in self._settled_with_live_children(limit):
             try:
                 with transaction.atomic(using=self.db):
@@ -223,41 +244,54 @@ class ChildOps(LocalBase):
             qs = qs.select_for_update()
         if not qs.exists():  # re-check around the repair: it may have settled meanwhile
             return
-        pending = list(
-            FlowDependency.objects.using(self.db).filter(job_id=parent_id, kind="child",
-                                                         status="pending")
-        )  # fmt: skip
+        deps = FlowDependency.objects.using(self.db).filter(job_id=parent_id, kind="child")
+        pending = list(deps.filter(status="pending").values_list("depends_on_id", "spec__backend"))
         if not pending:
             counts["settled"] += len(self.settle([parent_id], now))
             return
-        by_backend: dict[str, list[Any]] = {}
-        for dep in pending:
-            by_backend.setdefault((dep.spec or {}).get("backend", self.alias), []).append(dep)
-        for alias, deps in by_backend.items():
+        by_backend: dict[str, list[str]] = {}
+        for child_id, alias in pending:
+            by_backend.setdefault(alias or self.alias, []).append(child_id)
+        for alias, ids in by_backend.items():
             target = get_backend(alias)
-            ids = [d.depends_on_id for d in deps]
-            found = {i.job_id: i.state for i in (target.get(j) for j in ids) if i is not None}
+            found = _states(target, ids)
             in_flight = self.unsent_for(ids, "enqueue")
-            missing = [d for d in deps if d.depends_on_id not in found
-                       and d.depends_on_id not in in_flight]  # fmt: skip
+            missing = [j for j in ids if j not in found and j not in in_flight]
             if missing:
-                self._land([ChildSpec(key=d.key, job=outbox.job_from_body(d.spec["job"]),
-                                      backend=alias) for d in missing])  # fmt: skip
+                self._land([ChildSpec(key=key, job=outbox.job_from_body(spec["job"]), backend=alias)
+                            for key, spec in deps.filter(depends_on_id__in=missing)
+                            .values_list("key", "spec")])  # fmt: skip
                 counts["relanded"] += len(missing)
             terminal = [j for j, st in found.items() if st in _TERMINAL]
-            lost = [j for j in terminal if j not in target.unsent_for([j], "report")]  # type: ignore[attr-defined]
-            if lost:
-                counts["synthesized"] += target.report_terminal(lost)  # type: ignore[attr-defined]
+            if terminal:
+                lost = sorted(set(terminal) - target.unsent_for(terminal, "report"))  # type: ignore[attr-defined]
+                if lost:
+                    counts["synthesized"] += target.report_terminal(lost)  # type: ignore[attr-defined]
+
+    def child_states(self, ids: Sequence[str]) -> dict[str, str]:
+        """The state of each of these jobs that exists here, in one query."""
+        return dict(self.jobs().filter(id__in=list(ids)).values_list("id", "state"))
 
     def _settled_with_live_children(self, limit: int) -> list[str]:
-        """Parents that settled fail-fast or were cancelled while children still run."""
+        """Parents here that settled fail-fast or were cancelled while children still run.
+
+        Parents still waiting are left out in SQL, so a crowd of healthy flows never hides
+        the few that need a cascade.
+        """
+        waiting = self.jobs().filter(state=State.WAITING_CHILDREN).values("id")
         parent_ids = set(
-            self.jobs().filter(parent_id__isnull=False).exclude(state__in=_TERMINAL)
+            self.jobs().filter(parent_id__isnull=False, parent_backend=self.alias)
+            .exclude(state__in=_TERMINAL).exclude(parent_id__in=waiting)
             .values_list("parent_id", flat=True).distinct()[:limit]
+        )  # fmt: skip
+        parent_ids |= set(  # children on other backends that have not reported yet
+            FlowDependency.objects.using(self.db).filter(kind="child", status="pending")
+            .exclude(spec__backend=self.alias).exclude(job_id__in=waiting)
+            .values_list("job_id", flat=True).distinct()[:limit]
         )  # fmt: skip
         if not parent_ids:
             return []
-        rows = self.jobs().filter(id__in=parent_ids).exclude(state=State.WAITING_CHILDREN)
+        rows = self.jobs().filter(id__in=parent_ids)
         failed = set(
             FlowDependency.objects.using(self.db).filter(job_id__in=parent_ids, kind="child",
                                                          status="failed")
@@ -267,6 +301,23 @@ class ChildOps(LocalBase):
             pid for pid, state, mode in rows.values_list("id", "state", "flow_mode")
             if state == State.CANCELLED or (mode != "continue" and pid in failed)
         ]  # fmt: skip
+
+
+def _states(target: Any, ids: Sequence[str]) -> dict[str, str]:
+    lookup = getattr(target, "child_states", None)
+    if lookup is not None:
+        return lookup(ids)  # type: ignore[no-any-return]
+    return {i.job_id: i.state for i in (target.get(j) for j in ids) if i is not None}
+
+
+def _cancel_remote(children: Sequence[tuple[str, str]]) -> None:
+    from ...backends import get_backend
+
+    for alias, child_id in children:
+        try:
+            get_backend(alias).cancel(child_id)
+        except Exception as exc:  # the flow sweeper cascades again
+            logger.warning("cascade to child %s on %s failed: %s", child_id, alias, _describe(exc))
 
 
 def _describe(exc: BaseException) -> str:

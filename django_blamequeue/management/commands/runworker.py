@@ -46,6 +46,16 @@ def non_negative_float(text: str) -> float:
     return positive_float(text)
 
 
+def port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a TCP port, not {text!r}") from None
+    if not 0 < value < 65536:
+        raise ArgumentTypeError(f"expected a TCP port (1-65535), not {text!r}")
+    return value
+
+
 def rate_limit(text: str) -> tuple[int, float]:
     try:
         return parse_rate_limit(text)
@@ -72,6 +82,10 @@ class Command(BaseCommand):
         parser.add_argument("--no-sweep", action="store_true", help="do not run the sweepers")
         parser.add_argument("--grace", type=non_negative_float, default=None,
                             help="seconds in-flight handlers get at shutdown (SHUTDOWN_GRACE)")
+        parser.add_argument("--metrics-port", type=port, default=None,
+                            help="serve Prometheus /metrics on this port (needs the prometheus extra)")
+        parser.add_argument("--metrics-address", default="0.0.0.0",
+                            help="address --metrics-port binds (default 0.0.0.0)")
         parser.add_argument("--progress-interval", type=positive_float, default=None,
                             help="seconds between progress lines when not on a terminal")
 
@@ -80,6 +94,7 @@ class Command(BaseCommand):
         if not queues:
             raise CommandError("no queues given and no @job registered: name the queues to consume")
         settings = get_settings()
+        metrics_server = self._serve_metrics(options["metrics_port"], options["metrics_address"])
         try:
             consumer = queue.consume(
                 queues,
@@ -129,10 +144,24 @@ class Command(BaseCommand):
                 signal.signal(s, handler)
             if sweeper is not None:
                 sweeper.stop()
+            if metrics_server is not None:
+                metrics_server.shutdown()
         summary = line.close()
         how = "burst finished" if options["burst"] and not stopped.is_set() else "stopped"
         self.stdout.write(f"{how}: {summary}")
         sys.stdout.flush()
+
+    def _serve_metrics(self, port: int | None, address: str) -> Any:
+        if port is None:
+            return None
+        from django.core.exceptions import ImproperlyConfigured
+
+        from ... import metrics
+
+        try:
+            return metrics.serve(port, address)
+        except (ImproperlyConfigured, OSError) as exc:
+            raise CommandError(f"--metrics-port {port}: {exc}") from exc
 
     def _print_banner(self, consumer: Any, queues: list[str], grace: float, sweeping: bool) -> None:
         from importlib.metadata import PackageNotFoundError, version

@@ -1,0 +1,37 @@
+"""pytest fixtures for projects that use django-blamequeue (needs pytest-django).
+
+Enable in your top-level ``conftest.py``::
+
+    pytest_plugins = ["django_blamequeue.pytest_plugin"]
+
+- ``blamequeue_jobs``: a ``testing.CapturedJobs`` on the default backend (database access is
+  requested for you).
+- ``jobs_enqueued(queue=None, *, name=None, state=None)``: the jobs enqueued during the test.
+- ``run_jobs(queue=None, *, handler=None, until=None)``: run them in the test's thread, with
+  real retries (backoff recorded, not slept), the DLQ and flows; answers a ``RunReport``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from .testing import CapturedJobs, capture_jobs
+
+
+@pytest.fixture
+def blamequeue_jobs(db: None) -> Iterator[CapturedJobs]:
+    with capture_jobs() as captured:
+        yield captured
+
+
+@pytest.fixture
+def jobs_enqueued(blamequeue_jobs: CapturedJobs) -> Callable[..., Any]:
+    return blamequeue_jobs.jobs_enqueued
+
+
+@pytest.fixture
+def run_jobs(blamequeue_jobs: CapturedJobs) -> Callable[..., Any]:
+    return blamequeue_jobs.run_jobs

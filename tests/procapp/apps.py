@@ -1,0 +1,9 @@
+"""A tiny app for the process tests: job handlers worker subprocesses can import."""
+
+from django.apps import AppConfig
+
+
+class ProcAppConfig(AppConfig):
+    name = "tests.procapp"
+    label = "procapp"
+    default_auto_field = "django.db.models.BigAutoField"

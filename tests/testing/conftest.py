@@ -1,0 +1,5 @@
+"""The user-facing fixtures, loaded the way a project's conftest would get them."""
+
+from django_blamequeue.pytest_plugin import blamequeue_jobs, jobs_enqueued, run_jobs
+
+__all__ = ["blamequeue_jobs", "jobs_enqueued", "run_jobs"]

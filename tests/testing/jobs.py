@@ -1,0 +1,53 @@
+"""Jobs the testing-helper tests enqueue, as a project's jobs.py would declare them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_blamequeue import Child, current_job, flow, job
+
+CALLS: list[tuple[str, Any]] = []
+
+
+@job(queue="emails", name="tests.testing.send_welcome")
+def send_welcome(payload: dict[str, Any]) -> dict[str, Any]:
+    CALLS.append(("send_welcome", payload))
+    return {"sent": payload["to"]}
+
+
+@job(queue="emails", name="tests.testing.flaky", max_attempts=3)
+def flaky(payload: dict[str, Any]) -> str:
+    attempt = current_job().attempt
+    CALLS.append(("flaky", attempt))
+    if attempt < payload["succeed_on"]:
+        raise ConnectionError(f"attempt {attempt} failed")
+    return f"ok on {attempt}"
+
+
+@job(queue="emails", name="tests.testing.chain")
+def chain(payload: dict[str, Any]) -> None:
+    """Enqueues a follow-up job: run_jobs runs it in the same call."""
+    CALLS.append(("chain", payload["n"]))
+    if payload["n"] > 0:
+        chain.enqueue({"n": payload["n"] - 1})
+
+
+@job(queue="reports", name="tests.testing.step")
+def step(payload: dict[str, Any]) -> str:
+    CALLS.append(("step", payload["name"]))
+    return payload["name"]
+
+
+@job(queue="reports", name="tests.testing.page", max_attempts=1)
+def page(payload: dict[str, Any]) -> int:
+    CALLS.append(("page", payload["page"]))
+    return int(payload["page"]) * 10
+
+
+@flow(queue="reports", name="tests.testing.report")
+class Report:
+    def fan_out(self, payload: dict[str, Any]) -> list[Child]:
+        return [Child(page, {"page": i}, key=f"p{i}") for i in range(payload["pages"])]
+
+    def collect(self, payload: dict[str, Any], state: Any) -> dict[str, Any]:
+        return {"total": sum(state.results.values()), "completed": state.completed}
