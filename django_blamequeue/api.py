@@ -192,10 +192,11 @@ class Queue:
                     dedupe_key=c.get("dedupe_key"), job_id=by_name[c["name"]],
                 )  # fmt: skip
                 depends = tuple(by_name[d] for d in c.get("depends_on", ()))
-                jobs.append(
-                    NewJob(**{**_fields(job), "name": c.get("job") or c["name"], "flow_id": flow_id,
-                              "flow_key": c["name"], "blocked": bool(depends), "depends_on": depends})  # fmt: skip
-                )
+                node = {
+                    "name": c.get("job") or c["name"], "flow_id": flow_id, "flow_key": c["name"],
+                    "blocked": bool(depends), "depends_on": depends,
+                }  # fmt: skip
+                jobs.append(NewJob(**{**_fields(job), **node}))
             self._require_transactional(target)
             event = audit.Event(
                 action=audit.FLOW_ENQUEUE, queue=queue_name, backend=target.alias,
@@ -225,7 +226,14 @@ class Queue:
         job name to ``@job`` handlers."""
         from .worker import Consumer, WorkerOptions
 
-        queues = [queue_name] if isinstance(queue_name, str) else list(queue_name)
+        if isinstance(queue_name, str):
+            queues = [queue_name]
+        elif isinstance(queue_name, Sequence | set | frozenset):
+            queues = list(queue_name)
+        else:
+            raise QueueError(
+                ErrorCode.MISSING_QUEUE, f"consume needs a queue name or a list, not {queue_name!r}"
+            )
         if not queues:
             raise QueueError(ErrorCode.MISSING_QUEUE, "consume needs at least one queue")
         for q in queues:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 
 from . import audit
+from .signals import audit_event
 
 if TYPE_CHECKING:
     from django.http import HttpRequest, HttpResponse
@@ -100,10 +101,12 @@ def _create() -> _Metrics:
         stalled=counter("jobs_stalled", "Expired leases rescued by the sweeper."),
         cancelled=counter("jobs_cancelled", "Jobs cancelled."),
         lock_lost=counter("lock_lost", "Acks refused and leases lost to another worker."),
-        run_seconds=p.Histogram("blamequeue_job_run_seconds", "Claim to ack, per attempt.",
-                                LABELS, buckets=RUN_BUCKETS),  # fmt: skip
-        wait_seconds=p.Histogram("blamequeue_job_wait_seconds", "Available to claimed.",
-                                 LABELS, buckets=WAIT_BUCKETS),  # fmt: skip
+        run_seconds=p.Histogram(
+            "blamequeue_job_run_seconds", "Claim to ack, per attempt.", LABELS, buckets=RUN_BUCKETS
+        ),
+        wait_seconds=p.Histogram(
+            "blamequeue_job_wait_seconds", "Available to claimed.", LABELS, buckets=WAIT_BUCKETS
+        ),
     )
 
 
@@ -115,14 +118,14 @@ def enable() -> None:
             _m = _create()
             if not _multiprocess():
                 _require().REGISTRY.register(QueueStatsCollector())
-        audit.audit_event.connect(_on_event, dispatch_uid="django_blamequeue.metrics")
+        audit_event.connect(_on_event, dispatch_uid="django_blamequeue.metrics")
         enabled = True
 
 
 def disable() -> None:
     """Stop counting (the metrics stay registered, with their values)."""
     global enabled
-    audit.audit_event.disconnect(dispatch_uid="django_blamequeue.metrics")
+    audit_event.disconnect(dispatch_uid="django_blamequeue.metrics")
     enabled = False
 
 
@@ -193,7 +196,8 @@ class QueueStatsCollector:
         depth = GaugeMetricFamily("blamequeue_queue_jobs", "Jobs per queue and state.",
                                   labels=["backend", "queue", "state"])  # fmt: skip
         oldest = GaugeMetricFamily(
-            "blamequeue_queue_oldest_pending_seconds", "Age of the oldest due pending job.",
+            "blamequeue_queue_oldest_pending_seconds",
+            "Age of the oldest due pending job.",
             labels=["backend", "queue"],
         )
         for b in all_backends():
@@ -219,7 +223,7 @@ def registry() -> Any:
     from prometheus_client import multiprocess
 
     reg = p.CollectorRegistry()
-    multiprocess.MultiProcessCollector(reg)
+    multiprocess.MultiProcessCollector(reg)  # type: ignore[no-untyped-call]
     reg.register(QueueStatsCollector())
     return reg
 

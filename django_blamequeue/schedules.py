@@ -1,7 +1,9 @@
 """Fire times of recurring jobs (SPEC §5): cron expressions or fixed intervals, in a timezone.
 
 Pure functions: given the last fire and now, which occurrence (if any) is due. Missed fires
-coalesce: only the latest due occurrence is answered.
+coalesce: only the latest due occurrence is answered. Answers are in UTC: an aware datetime on
+the second pass of a fall-back hour (``fold=1``) compares unequal to every instant of another
+zone (PEP 495), so local ones would be a trap for callers.
 
 Cron times are wall-clock times in the schedule's timezone (croniter does the calendar). Across
 daylight-saving changes: a wall time skipped by the spring-forward gap fires once, at the first
@@ -12,7 +14,7 @@ each is an hour of its own. Intervals are absolute seconds and ignore the calend
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
@@ -35,13 +37,14 @@ def latest_due(
     if previous.tzinfo is None:
         previous = previous.replace(tzinfo=zone)
     local = previous.astimezone(zone)
-    if _second_pass(local, cron) and last >= local.replace(fold=0):
+    if _second_pass(local, cron) and last >= local.replace(fold=0).astimezone(UTC):
         return None  # its first pass already fired
-    return previous if previous > last else None
+    due = previous.astimezone(UTC)
+    return due if due > last else None
 
 
 def next_fires(*, cron: str, interval: float | None, tz: str, after: datetime, count: int = 3) -> list[datetime]:
-    """The next ``count`` fire times after ``after`` (for the admin's preview)."""
+    """The next ``count`` fire times after ``after`` (for the admin's preview), in UTC."""
     if interval:
         return [after + timedelta(seconds=interval * (i + 1)) for i in range(count)]
     zone = ZoneInfo(tz or "UTC")
@@ -50,7 +53,7 @@ def next_fires(*, cron: str, interval: float | None, tz: str, after: datetime, c
     while len(fires) < count:
         fire = it.get_next(datetime).astimezone(zone)
         if not _second_pass(fire, cron):
-            fires.append(fire)
+            fires.append(fire.astimezone(UTC))
     return fires
 
 

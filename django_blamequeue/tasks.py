@@ -12,7 +12,7 @@ TASKS = {
 
 A task is a job named by the task's module path, whose payload is ``{"args", "kwargs",
 "task"}``; ``runworker`` runs it with the whole lifecycle (leases, retries, timeouts, the DLQ,
-crash recovery). Django's priority (−100..100, higher first) is the job's priority unchanged:
+crash recovery). Django's priority (-100..100, higher first) is the job's priority unchanged:
 both scales run higher numbers first, so tasks and ``@job`` jobs on one queue interleave by
 the same number. ``run_after`` is the job's ``run_at``. ``@task(max_attempts=, timeout=,
 dedupe_key=)`` reach the job (Django 6.x passes unknown ``@task`` keywords to ``task_class``).
@@ -122,7 +122,7 @@ class BlameQueueTask(_TaskBase):
     timeout: float | None = None  # seconds per attempt; set with @task only
     dedupe_key: str | None = None  # at most one unfinished run per (queue, key)
 
-    def using(  # type: ignore[override]
+    def using(
         self,
         *,
         priority: int | None = None,
@@ -133,9 +133,12 @@ class BlameQueueTask(_TaskBase):
         dedupe_key: str | None = None,
     ) -> BlameQueueTask:
         """A copy with other defaults (Django's four, plus ``max_attempts``/``dedupe_key``)."""
-        given = {"priority": priority, "queue_name": queue_name, "run_after": run_after,
-                 "backend": backend, "max_attempts": max_attempts, "dedupe_key": dedupe_key}  # fmt: skip
-        return replace(self, **{k: v for k, v in given.items() if v is not None})
+        given = {
+            "priority": priority, "queue_name": queue_name, "run_after": run_after,
+            "backend": backend, "max_attempts": max_attempts, "dedupe_key": dedupe_key,
+        }  # fmt: skip
+        changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        return replace(self, **changes)
 
 
 class BlameQueueBackend(BaseTaskBackend):
@@ -199,9 +202,7 @@ class BlameQueueBackend(BaseTaskBackend):
         return []
 
     # -- enqueue ---------------------------------------------------------------------------
-    def enqueue(
-        self, task: Task[Any, Any], args: Any, kwargs: Any
-    ) -> TaskResult[Any, Any]:
+    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
         """Store the run as a job (in the caller's transaction on a local backend).
 
         Arguments must be JSON (``TypeError``/``ValueError`` otherwise, nothing stored). With
@@ -415,7 +416,7 @@ def _run(name: str, payload: Any) -> Any:
     if not isinstance(payload, dict):
         raise TaskNotRunnable(f"task payload must be an object, not {type(payload).__name__}")
     args, kwargs = payload.get("args", []), payload.get("kwargs", {})
-    definition = registry.registered().get(name)
+    definition = registry.get(name)
     retryable = definition.retryable if definition else None
     try:
         if task.takes_context:

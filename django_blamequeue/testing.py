@@ -80,7 +80,9 @@ def capture_events() -> Iterator[CapturedEvents]:
         audit_event.disconnect(captured._receive)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.01) -> bool:
+def wait_until(
+    predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.01
+) -> bool:
     """Poll ``predicate`` until true or the deadline; for state that sends no event."""
     deadline = time.monotonic() + timeout
     while True:
@@ -178,7 +180,9 @@ class CapturedJobs:
             rows = rows.filter(name=name)
         if state is not None:
             rows = rows.filter(state=state)
-        found = [self.backend.get(job_id) for job_id in rows.order_by("id").values_list("id", flat=True)]
+        found = [
+            self.backend.get(job_id) for job_id in rows.order_by("id").values_list("id", flat=True)
+        ]
         return [info for info in found if info is not None]
 
     def now(self) -> datetime:
@@ -223,7 +227,9 @@ class CapturedJobs:
             report.clock_advanced += step.total_seconds()
 
     def _queues(self) -> list[str]:
-        return sorted(set(self._rows().filter(state__in=list(ACTIVE)).values_list("queue", flat=True)))
+        return sorted(
+            set(self._rows().filter(state__in=list(ACTIVE)).values_list("queue", flat=True))
+        )
 
     def _next_wait(self, queues: list[str], horizon: datetime | None) -> timedelta | None:
         """How far to move the clock to the next retry (or, up to ``horizon``, delayed job)."""
@@ -232,11 +238,14 @@ class CapturedJobs:
         soonest = waiting.filter(attempts__gt=0).order_by("available_at").first()
         if horizon is not None:
             delayed = waiting.filter(available_at__lte=horizon).order_by("available_at").first()
-            if delayed is not None and (soonest is None or delayed.available_at < soonest.available_at):
+            if delayed is not None and (
+                soonest is None or delayed.available_at < soonest.available_at
+            ):
                 soonest = delayed
         if soonest is None:
             return None
-        return soonest.available_at - now + timedelta(microseconds=1)
+        wait: timedelta = soonest.available_at - now
+        return wait + timedelta(microseconds=1)
 
     def _run(self, c: Claimed, handler: Handler | None) -> Attempt:
         from . import registry

@@ -155,12 +155,11 @@ def traced_run(
             span.set_attribute(OUTCOME, exc.reason)
             span.set_status(Status(StatusCode.ERROR, exc.reason))
             raise
-        match outcome:
-            case lifecycle.Raised(exc, _):
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, lifecycle.describe(exc)))
-            case lifecycle.BadJob(message):
-                span.set_status(Status(StatusCode.ERROR, message))
+        if isinstance(outcome, lifecycle.Raised):
+            span.record_exception(outcome.exc)
+            span.set_status(Status(StatusCode.ERROR, lifecycle.describe(outcome.exc)))
+        elif isinstance(outcome, lifecycle.BadJob):
+            span.set_status(Status(StatusCode.ERROR, outcome.message))
         span.set_attribute(OUTCOME, _OUTCOMES.get(type(outcome).__name__, "unknown"))
         return outcome
 

@@ -87,6 +87,10 @@ class CappedPaginator(Paginator):
     def capped(self) -> bool:
         return self.count >= self.cap
 
+    @property
+    def count_label(self) -> str:
+        return f"{self.count:,}+" if self.capped else f"{self.count:,}"
+
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """State changes go through the lifecycle, never through a form."""

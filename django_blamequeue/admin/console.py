@@ -139,7 +139,7 @@ class Console:
                 continue
             rows += [self._row(request, b, st, entry["breaker"]) for st in stats]
         return self.render(request, "overview.html", "overview", "Queues", rows=rows,
-                           backends=backends, states=OVERVIEW_STATES,
+                           backends=backends, headers=[s.replace("_", " ") for s in OVERVIEW_STATES],
                            styles=display.STATE_STYLES)  # fmt: skip
 
     def _row(self, request: HttpRequest, b: Backend, st: QueueStats, breaker: str) -> OverviewRow:
@@ -214,11 +214,11 @@ class Console:
         return _dlq_retry(request)
 
     def dlq_retry_all(self, request: HttpRequest) -> HttpResponse:
-        return _dlq_retry_all(self, request)
+        return _dlq_retry_all(request, self)
 
     # -- purge ---------------------------------------------------------------------------
     def purge(self, request: HttpRequest) -> HttpResponse:
-        return _purge(self, request)
+        return _purge(request, self)
 
     # -- flows ---------------------------------------------------------------------------
     def flow(self, request: HttpRequest, flow_id: str) -> HttpResponse:
@@ -259,7 +259,7 @@ def _dlq_retry(request: HttpRequest) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def _dlq_retry_all(console: Console, request: HttpRequest) -> HttpResponse:
+def _dlq_retry_all(request: HttpRequest, console: Console) -> HttpResponse:
     require(request, RETRY)
     target = _from_request(request)
     if target is None:
@@ -283,7 +283,7 @@ def _dlq_retry_all(console: Console, request: HttpRequest) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def _purge(console: Console, request: HttpRequest) -> HttpResponse:
+def _purge(request: HttpRequest, console: Console) -> HttpResponse:
     require(request, PURGE)
     target = _from_request(request)
     if target is None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from ..core.states import State
 
@@ -27,7 +27,7 @@ class StateStyle:
 
 STATE_STYLES: dict[str, StateStyle] = {
     State.PENDING: StateStyle("#3b6fb6", "#ffffff", "·"),
-    State.BLOCKED: StateStyle("#c9ccd1", "#1f2328", "⏸"),
+    State.BLOCKED: StateStyle("#c9ccd1", "#1f2328", "‖"),
     State.INFLIGHT: StateStyle("#e8a317", "#1f2328", "▶"),
     State.WAITING_CHILDREN: StateStyle("#8e5fb5", "#ffffff", "⋯"),
     State.DONE: StateStyle("#2f8f46", "#ffffff", "✓"),
@@ -75,7 +75,7 @@ def _span(seconds: float) -> str:
 def relative(when: datetime | None, now: datetime | None = None) -> SafeString:
     """``3 min ago`` / ``in 12 s``, with the absolute time (UTC) as the tooltip."""
     if when is None:
-        return format_html('<span class="quiet">–</span>')
+        return mark_safe('<span class="quiet">–</span>')
     now = now or timezone.now()
     delta = (when - now).total_seconds()
     span = _span(delta)
@@ -86,6 +86,12 @@ def relative(when: datetime | None, now: datetime | None = None) -> SafeString:
         when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         text,
     )
+
+
+def waited(since: datetime, now: datetime | None = None) -> SafeString:
+    """How long ago ``since`` was, without "ago": ``waiting 5 min``."""
+    seconds = ((now or timezone.now()) - since).total_seconds()
+    return format_html('<time datetime="{}">{}</time>', since.isoformat(), _span(seconds))
 
 
 def age(seconds: float | None) -> str:

@@ -15,6 +15,7 @@ from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
@@ -108,13 +109,18 @@ class JobAdmin(ReadOnlyAdmin):
     @admin.display(description="when")
     def when(self, job: Job) -> str:
         """The time that matters for the state: due, started, or finished."""
+        now = timezone.now()
         if job.state in TERMINAL:
-            return format_html("finished {}", display.relative(job.finished_at))
-        if job.state == "inflight":
-            return format_html("started {}", display.relative(job.started_at))
-        if job.state == "pending":
-            return format_html("due {}", display.relative(job.available_at))
-        return format_html("updated {}", display.relative(job.updated_at))
+            text = format_html("finished {}", display.relative(job.finished_at, now))
+        elif job.state == "inflight":
+            text = format_html("started {}", display.relative(job.started_at, now))
+        elif job.state == "pending" and job.available_at > now:
+            text = format_html("due {}", display.relative(job.available_at, now))
+        elif job.state == "pending":
+            text = format_html("waiting {}", display.waited(job.available_at, now))
+        else:
+            text = format_html("since {}", display.relative(job.updated_at, now))
+        return format_html('<span class="bq-when">{}</span>', text)
 
     @admin.display(description="flow")
     def flow_link(self, job: Job) -> str:

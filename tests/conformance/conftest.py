@@ -1,10 +1,82 @@
-import pytest
+"""Fixtures of the conformance suite: every test runs once per backend (``backend`` fixture)."""
 
-# Every conformance test touches the job tables of every configured database.
-pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from pytest_django import Settings as SettingsWrapper
+
+from django_blamequeue import registry
+from django_blamequeue.backends import get_backend
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.registry import JobDefinition
+
+
+_names = itertools.count()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Transactional, flushing only the job tables (``available_apps``: no post_migrate).
+
+    A test parametrized by ``backend`` may touch only that backend's database, so a backend
+    that strays into another database fails loudly; the rest may touch every database.
+    """
     for item in items:
-        if "conformance" in str(item.fspath):
-            item.add_marker(pytest.mark.django_db(transaction=True, databases="__all__"))
+        if "conformance" not in str(item.fspath):
+            continue
+        callspec = getattr(item, "callspec", None)
+        alias = callspec.params.get("backend") if callspec is not None else None
+        if item.get_closest_marker("all_databases") is not None or alias is None:
+            databases: Any = "__all__"
+        else:
+            databases = [_database_of(alias)]
+        item.add_marker(pytest.mark.django_db(transaction=True, databases=databases,
+                                              available_apps=["django_blamequeue"]))  # fmt: skip
+
+
+def _database_of(alias: str) -> str:
+    return str(settings.BLAMEQUEUE["BACKENDS"].get(alias, {}).get("DATABASE", "default"))
+
+
+@pytest.fixture
+def engine(backend: str) -> Backend:
+    """The ``Backend`` object under test, for driving its verbs directly."""
+    return get_backend(backend)
+
+
+@pytest.fixture
+def register() -> Iterator[Callable[..., JobDefinition]]:
+    """``register(func, **job_options)``: a throwaway ``@job`` with a unique name."""
+    made: list[str] = []
+
+    def make(func: Callable[..., Any], **options: Any) -> JobDefinition:
+        options.setdefault("name", f"tests.conformance.{func.__name__}.{next(_names)}")
+        options.setdefault("queue", f"q-{func.__name__}-{next(_names)}")
+        definition = registry.job(**options)(func)
+        made.append(definition.name)
+        return definition
+
+    yield make
+    for name in made:
+        registry.unregister(name)
+
+
+@pytest.fixture
+def configure(settings: SettingsWrapper) -> Callable[..., None]:
+    """``configure(AUDIT="all", ...)``: the test ``BLAMEQUEUE`` with some keys replaced."""
+    base = dict(settings.BLAMEQUEUE)
+
+    def apply(**overrides: Any) -> None:
+        settings.BLAMEQUEUE = {**base, **overrides}
+
+    return apply
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "all_databases: the test may touch every configured database"
+    )

@@ -7,3 +7,6 @@ class ProcAppConfig(AppConfig):
     name = "tests.procapp"
     label = "procapp"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import flowjobs  # noqa: F401  (the flow chaos test's flows, tests/processes)

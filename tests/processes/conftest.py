@@ -230,6 +230,11 @@ def processes(
 
 
 # -- reading the outcome ---------------------------------------------------------------------
+def engine(backend: str) -> str:
+    """The name a figure shows for a backend alias of tests/settings.py."""
+    return {"default": "sqlite"}.get(backend, backend)
+
+
 def states(db: str) -> dict[str, int]:
     rows = Job.objects.using(db).filter(queue=QUEUE).order_by().values_list("state")
     return dict(rows.annotate(n=Count("id")).values_list("state", "n"))

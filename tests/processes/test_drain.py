@@ -12,7 +12,7 @@ from django_blamequeue.models import Job
 from tests.procapp.jobs import QUEUE
 from tests.procapp.models import SideEffect
 
-from .conftest import Processes, Report, effects, redeliveries, states
+from .conftest import Processes, Report, effects, engine, redeliveries, states
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, databases="__all__")]
 
@@ -41,7 +41,7 @@ def test_workers_draining_one_queue_run_every_job_exactly_once(
     by_worker = Counter(SideEffect.objects.using(backend).values_list("pid", flat=True))
     assert set(by_worker) <= {w.pid for w in workers}
     report(
-        f"drain[{backend}]", jobs=n, workers=WORKERS,
+        f"drain[{engine(backend)}]", jobs=n, workers=WORKERS,
         split="/".join(str(by_worker.get(w.pid, 0)) for w in workers),
         run_twice=0, s=elapsed,
     )  # fmt: skip

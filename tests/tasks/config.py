@@ -19,3 +19,11 @@ def tasks_setting(blamequeue_backend: str | None = None) -> dict[str, dict[str, 
             "OPTIONS": {"BLAMEQUEUE_BACKEND": target} if target else {},
         },
     }
+
+
+def reference_tasks() -> dict[str, dict[str, Any]]:
+    """``tasks_setting()`` plus django-tasks-db's backend as ``reference``."""
+    return {
+        **tasks_setting(),
+        "reference": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["crash"]},
+    }

@@ -1,4 +1,4 @@
-"""The ``django.tasks`` backend contract (django/tasks/backends/base.py, base.py), on every database.
+"""The ``django.tasks`` backend contract (django/tasks/backends/base.py), on every database.
 
 Django's own ``tests/tasks`` pins its Dummy/Immediate backends, so this states the contract
 again for ``BlameQueueBackend``: JSON-only arguments, the ``supports_*`` flags, every
@@ -80,7 +80,7 @@ def test_enqueue_answers_a_ready_result_with_every_field(tasks_backend: Any, bac
     assert result.errors == [] and result.worker_ids == [] and result.attempts == 0
     assert result.is_finished is False
     with pytest.raises(ValueError, match="not finished"):
-        result.return_value
+        _ = result.return_value
     info = queue.get_job(result.id, backend=backend)
     assert info is not None and info.name == "tests.tasks.sample.echo" and info.queue == "tasks"
 
@@ -237,7 +237,7 @@ def test_a_failed_run_names_the_exception_class_and_keeps_the_traceback(
     result = run(sample.decline.enqueue(42), backend)
     assert result.status == TaskResultStatus.FAILED
     with pytest.raises(ValueError, match="failed"):
-        result.return_value
+        _ = result.return_value
     [error] = result.errors
     assert error.exception_class_path == "tests.tasks.sample.PaymentError"
     assert error.exception_class is sample.PaymentError

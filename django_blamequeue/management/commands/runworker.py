@@ -83,7 +83,7 @@ class Command(BaseCommand):
         parser.add_argument("--grace", type=non_negative_float, default=None,
                             help="seconds in-flight handlers get at shutdown (SHUTDOWN_GRACE)")
         parser.add_argument("--metrics-port", type=port, default=None,
-                            help="serve Prometheus /metrics on this port (needs the prometheus extra)")
+                            help="serve Prometheus /metrics on this port (prometheus extra)")
         parser.add_argument("--metrics-address", default="0.0.0.0",
                             help="address --metrics-port binds (default 0.0.0.0)")
         parser.add_argument("--progress-interval", type=positive_float, default=None,
@@ -108,10 +108,15 @@ class Command(BaseCommand):
                 burst=options["burst"],
             )
         except QueueError as exc:
+            if metrics_server is not None:
+                metrics_server.shutdown()
             raise CommandError(str(exc)) from exc
         grace = settings.shutdown_grace if options["grace"] is None else options["grace"]
         sweeper = None if options["no_sweep"] else Sweeper(services_for([consumer.backend]))
         self._print_banner(consumer, queues, grace, sweeper is not None)
+        if metrics_server is not None:
+            host, bound = metrics_server.server_address[:2]
+            self.stdout.write(f"  metrics  http://{host}:{bound}/metrics")
         if sweeper is not None:
             sweeper.start()
         signals = {"count": 0}

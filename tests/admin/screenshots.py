@@ -1,0 +1,130 @@
+"""``make screenshots``: every console screen with demo data, as PNGs in docs/img/.
+
+Runs the demo project on a fresh SQLite file in .tmp/, serves it from a thread on 127.0.0.1,
+and drives the system's headless Chromium with Playwright::
+
+    python -m tests.admin.screenshots [OUTPUT_DIR]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+USER, PASSWORD = "operator", "demo-password"
+
+
+def setup_django(db: Path) -> None:
+    sys.path.insert(0, str(ROOT / "testproject"))
+    db.unlink(missing_ok=True)
+    os.environ["DATABASE_URL"] = f"sqlite:///{db}"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
+    for name in [n for n in os.environ if n.startswith("BLAMEQUEUE_")]:
+        del os.environ[name]
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def demo_data() -> dict[str, object]:
+    from django.contrib.auth.models import User
+    from django.test import RequestFactory
+
+    from django_blamequeue.admin import operations
+    from django_blamequeue.backends import get_backend
+
+    from .demo import build
+
+    user = User.objects.create_superuser(USER, "operator@example.com", PASSWORD)
+    data = build()
+    request = RequestFactory().post("/")
+    request.user = user
+    hooks = data["hooks"]
+    assert isinstance(hooks, list)
+    operations.retry(request, get_backend(), [(hooks[0], "webhooks")])
+    return data
+
+
+def serve() -> tuple[object, str]:
+    from django.contrib.staticfiles.handlers import StaticFilesHandler
+    from django.test.testcases import LiveServerThread
+
+    thread = LiveServerThread("127.0.0.1", StaticFilesHandler, connections_override={}, port=0)
+    thread.daemon = True
+    thread.start()
+    thread.is_ready.wait()
+    if thread.error:
+        raise thread.error
+    return thread, f"http://127.0.0.1:{thread.port}"
+
+
+def shoot(base: str, out: Path, data: dict[str, object]) -> list[Path]:
+    from playwright.sync_api import sync_playwright
+
+    dag, fan = data["dag"], data["fan"]
+    assert isinstance(dag, dict) and isinstance(fan, dict)
+    failed = next(j["job_id"] for j in dag["jobs"] if j["name"] == "enrich")
+    job = "/admin/django_blamequeue/job/"
+    screens = [
+        ("overview", f"{job}overview/", False),
+        ("jobs", f"{job}?backend=default", False),
+        ("jobs-filtered", f"{job}?backend=default&queue=emails&state__exact=failed", False),
+        ("job-detail", f"{job}{failed}/change/", True),
+        ("job-hostile-payload", f"{job}{data['hostile']}/change/", False),
+        ("dlq", f"{job}dlq/?backend=default&queue=webhooks", False),
+        ("dlq-retry-all", f"{job}dlq/retry-all/?backend=default&queue=webhooks", False),
+        ("purge", f"{job}purge/?backend=default&queue=emails", False),
+        ("flow-dag", f"{job}flow/{dag['flow_id']}/", True),
+        ("flow-10000", f"{job}flow/{fan['flow_id']}/?group=0&page=19#members", True),
+        ("audit-log", "/admin/django_blamequeue/auditevent/", False),
+    ]
+    written = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900}, device_scale_factor=1)
+        # The console's tables are wide: start with the admin's model sidebar collapsed.
+        page.add_init_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+        page.goto(f"{base}/admin/login/")
+        page.fill("#id_username", USER)
+        page.fill("#id_password", PASSWORD)
+        page.click("input[type=submit]")
+        page.wait_for_url(re.compile(r".*/admin/$"))
+        for name, path, full in screens:
+            page.goto(base + path)
+            target = out / f"admin-{name}.png"
+            page.screenshot(path=str(target), full_page=full)
+            written.append(target)
+        browser.close()
+    return written
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[1] if len(argv) > 1 else ROOT / "docs" / "img").absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    if shutil.which("chromium") is None:
+        print("screenshots: chromium is not installed (apt-get install chromium)", file=sys.stderr)
+        return 1
+    tmp = ROOT / ".tmp"
+    tmp.mkdir(exist_ok=True)
+    setup_django(tmp / "screenshots.sqlite3")
+    data = demo_data()
+    thread, base = serve()
+    try:
+        for path in shoot(base, out, data):
+            print(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+    finally:
+        thread.terminate()  # type: ignore[attr-defined]
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

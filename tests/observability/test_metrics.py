@@ -1,0 +1,176 @@
+"""Prometheus metrics: counters from audit events, worker histograms, gauges at scrape time."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.test import RequestFactory
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+
+from django_blamequeue import queue
+from django_blamequeue.testing import wait_until
+from tests.observability import handlers
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def value(name: str, backend: str, queue_name: str = "obs", registry: Any = REGISTRY) -> float:
+    found = registry.get_sample_value(name, {"backend": backend, "queue": queue_name})
+    return float(found or 0.0)
+
+
+@contextmanager
+def worker(backend: str, queue_name: str = "obs") -> Iterator[None]:
+    consumer = queue.consume(queue_name, None, backend=backend, poll_interval=0.05)
+    try:
+        yield
+    finally:
+        consumer.cancel(grace=5)
+        consumer.join(10)
+
+
+@pytest.fixture(autouse=True)
+def _fast_retries(settings: Any) -> None:
+    settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, "BACKOFF_BASE": 0.01, "BACKOFF_MAX": 0.02}
+
+
+NAMES = ["enqueued", "started", "succeeded", "failed", "retried", "dead_lettered"]
+
+
+def counts(backend: str) -> dict[str, float]:
+    found = {n: value(f"blamequeue_jobs_{n}_total", backend) for n in NAMES}
+    found["run"] = value("blamequeue_job_run_seconds_count", backend)
+    found["wait"] = value("blamequeue_job_wait_seconds_count", backend)
+    return found
+
+
+def test_counters_and_histograms_follow_the_lifecycle(metrics: Any, backend: str) -> None:
+    before = counts(backend)
+    handlers.ok.enqueue({"n": 1}, backend=backend)
+    handlers.boom.enqueue({"n": 2}, backend=backend)  # two failed attempts, then the DLQ
+    want = {"enqueued": 2, "started": 3, "succeeded": 1, "failed": 2, "retried": 1,
+            "dead_lettered": 1, "run": 3, "wait": 3}  # fmt: skip
+    with worker(backend):
+        done = wait_until(
+            lambda: all(counts(backend)[k] - before[k] >= n for k, n in want.items()), timeout=15
+        )
+    delta = {k: counts(backend)[k] - before[k] for k in want}
+    assert done and delta == want
+
+
+def test_a_lease_lost_or_a_refused_ack_counts_as_lock_lost(metrics: Any, backend: str) -> None:
+    from django_blamequeue.backends import get_backend
+    from django_blamequeue.core.states import State
+    from django_blamequeue.records import Ack, Transition
+
+    before = value("blamequeue_lock_lost_total", backend, "")
+    job_id = handlers.ok.enqueue({}, backend=backend).job_id
+    b = get_backend(backend)
+    [claimed] = b.claim(["obs"], 1, 30)
+    b.apply_many([Ack(job_id=job_id, token="stale", transition=Transition(state=State.DONE))])
+    assert claimed.job_id == job_id
+    assert value("blamequeue_lock_lost_total", backend, "") == before + 1
+
+
+def test_gauges_report_depth_per_state_and_oldest_pending_age(metrics: Any, backend: str) -> None:
+    for i in range(2):
+        queue.enqueue("depth", {"i": i}, backend=backend)
+    queue.enqueue("depth", {}, backend=backend, delay=3600)
+    text = generate_latest(metrics.registry()).decode()
+    line = f'blamequeue_queue_jobs{{backend="{backend}",queue="depth",state="pending"}} 3.0'
+    assert line in text
+    assert f'blamequeue_queue_jobs{{backend="{backend}",queue="depth",state="done"}} 0.0' in text
+    age = REGISTRY.get_sample_value("blamequeue_queue_oldest_pending_seconds",
+                                    {"backend": backend, "queue": "depth"})  # fmt: skip
+    assert age is not None and 0.0 <= age < 60
+
+
+def test_the_django_view_serves_the_exposition_format(metrics: Any, backend: str) -> None:
+    handlers.ok.enqueue({}, backend=backend)
+    response = metrics.metrics_view(RequestFactory().get("/metrics"))
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    body = response.content.decode()
+    assert "blamequeue_jobs_enqueued_total" in body and "blamequeue_queue_jobs" in body
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_serve_answers_metrics_over_http(metrics: Any, backend: str) -> None:
+    server = metrics.serve(0, "127.0.0.1")
+    try:
+        port = server.server_address[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            body = r.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "blamequeue_jobs_started_total" in body or "blamequeue_job_run_seconds" in body
+    assert "blamequeue_queue_jobs" in body
+
+
+def test_runworker_metrics_port_serves_while_it_runs(backend: str) -> None:
+    import io
+
+    from django_blamequeue import metrics
+
+    handlers.ok.enqueue({}, backend=backend)
+    port = free_port()
+    out = io.StringIO()
+    try:
+        call_command("runworker", "obs", "--backend", backend, "--burst", "--no-sweep",
+                     "--metrics-port", str(port), "--metrics-address", "127.0.0.1",
+                     stdout=out, stderr=io.StringIO())  # fmt: skip
+    finally:
+        metrics.disable()
+    assert f"metrics  http://127.0.0.1:{port}/metrics" in out.getvalue()
+    with pytest.raises(OSError):  # shut down with the worker
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+@pytest.mark.slow
+def test_worker_processes_share_counters_through_the_multiprocess_dir(
+    backend: str, tmp_path: Path, settings: Any
+) -> None:
+    from prometheus_client import multiprocess
+
+    from tests.tasks.config import tasks_setting
+
+    settings.TASKS = tasks_setting(backend)
+    from tests.tasks import sample
+
+    directory = tmp_path / "prom"
+    directory.mkdir()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.tasks.worker_settings",
+           "BLAMEQUEUE_TEST_SUBPROCESS": "1", "BLAMEQUEUE_TEST_TASKS_BACKEND": backend,
+           "PROMETHEUS_MULTIPROC_DIR": str(directory)}  # fmt: skip
+    for batch in (3, 2):  # two worker processes, one after the other
+        for i in range(batch):
+            sample.add.enqueue(i, i)
+        subprocess.run(
+            [sys.executable, "-m", "django", "runworker", "tasks", "--backend", backend,
+             "--burst", "--no-sweep", "--metrics-port", str(free_port()),
+             "--metrics-address", "127.0.0.1"],
+            cwd=ROOT, env=env, check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+    assert len(list(directory.glob("counter_*.db"))) == 2  # one file per process
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+    assert value("blamequeue_jobs_succeeded_total", backend, "tasks", registry) == 5
+    assert value("blamequeue_job_run_seconds_count", backend, "tasks", registry) == 5

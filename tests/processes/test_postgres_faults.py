@@ -1,0 +1,160 @@
+"""PostgreSQL going away under running workers: a server restart, and connections terminated
+mid-job. Workers recover on their own (no restart), LISTEN comes back, nothing is lost."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connections
+
+from django_blamequeue import queue
+from django_blamequeue.models import Job
+from tests.procapp.jobs import QUEUE
+from tests.servers import PostgresServer
+
+from .conftest import Processes, Report, count, effects, redeliveries, states, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, databases="__all__")]
+postgres_only = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+
+LISTENING = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+    "AND query ILIKE 'LISTEN%%'"
+)
+
+
+class Remote:
+    """Queries against a server the pytest process has no Django connection to."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def one(self, sql: str) -> Any:
+        """The first column of the first row, or None while the server is unreachable."""
+        import psycopg
+
+        try:
+            with psycopg.connect(self.url, connect_timeout=2, autocommit=True) as conn:
+                cur = conn.execute(sql)
+                row = cur.fetchone() if cur.description else None
+        except psycopg.OperationalError:
+            return None
+        return row[0] if row else None
+
+    def done(self) -> int:
+        n = self.one(f"SELECT count(*) FROM blamequeue_job WHERE queue = '{QUEUE}' "
+                     "AND state = 'done'")  # fmt: skip
+        return -1 if n is None else int(n)
+
+
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Iterator[PostgresServer]:
+    """A PostgreSQL of this test's own, so restarting it leaves the shared one alone."""
+    server = PostgresServer(tmp_path / "pg")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(mode="immediate")
+
+
+@postgres_only
+def test_workers_recover_from_a_postgres_restart_at_40_percent(
+    backend: str, own_postgres: PostgresServer, processes: Processes, report: Report
+) -> None:
+    n_jobs = 2_000
+    env = {"BLAMEQUEUE_TEST_POSTGRES_URL": own_postgres.url}
+    Remote(own_postgres.url).one("CREATE DATABASE test_blamequeue")
+    db = Remote(own_postgres.url.rsplit("/", 1)[0] + "/test_blamequeue")
+    processes.run("migrate", "--database", "postgres", "--noinput", "-v", "0", extra_env=env)
+    processes.run("procapp", "enqueue", "--backend", "postgres", "--count", str(n_jobs),
+                  "--max-attempts", "100", "--payload", '{"sleep": 0.01}', extra_env=env)  # fmt: skip
+    # --poll 5: waiting a poll interval would show; a re-established LISTEN wakes at once.
+    workers = [
+        processes.worker("postgres", "--concurrency", "4", "--poll", "5", extra_env=env,
+                         overrides={"SWEEP_INTERVAL": 1})  # fmt: skip
+        for _ in range(2)
+    ]
+    try:
+        wait_for(lambda: db.done() >= n_jobs * 0.4, 60, "40 % done")
+        at = db.done()
+        began = time.monotonic()
+        own_postgres.restart()
+        down = time.monotonic() - began
+        recovered = wait_for(lambda: db.done() > at, 60, "the first job done after the restart")
+        wait_for(lambda: db.done() == n_jobs, 90, "all jobs done after the restart")
+        drained = time.monotonic() - began
+        relisten = wait_for(lambda: db.one(LISTENING) == len(workers), 30, "LISTEN again")
+        processes.run("procapp", "enqueue", "--backend", "postgres", "--count", "1",
+                      extra_env=env)  # fmt: skip
+        wait_for(lambda: db.done() == n_jobs + 1, 10, "a job enqueued after the recovery")
+        latency = db.one(
+            "SELECT extract(epoch FROM max(started_at - created_at)) FROM blamequeue_job "
+            "WHERE started_at = (SELECT max(started_at) FROM blamequeue_job)"
+        )
+        lost = n_jobs + 1 - db.done()
+        effects_n = db.one("SELECT count(*) FROM procapp_sideeffect")
+        again = db.one("SELECT count(*) FROM procapp_redelivery")
+        retried = db.one("SELECT count(*) FROM blamequeue_job WHERE attempts > 1")
+        warned = processes.stderr_count("LISTEN connection lost")
+        report("pg-restart[postgres]", jobs=n_jobs, restarted_at=f"{at} done",
+               down=f"{down:.1f} s", first_job_done_after=f"{recovered:.1f} s",
+               drained_after=f"{drained:.1f} s", listen_re_established_after=f"{relisten:.1f} s",
+               wake_latency_after=f"{float(latency) * 1000:.0f} ms", lost=lost,
+               jobs_retried=retried, done_twice=again, listen_lost_warnings=warned)  # fmt: skip
+        assert lost == 0 and effects_n == n_jobs + 1 and again == 0
+        assert float(latency) < 2.0, "woken by polling, not by LISTEN"
+        assert all(w.alive() for w in workers), processes.tails()
+        assert all(w.stop() == 0 for w in workers)
+    finally:
+        processes.kill_all()
+
+
+def terminate_worker_connections() -> int:
+    """Terminate every other session on the test database: the worker's, all of them."""
+    with connections["postgres"].cursor() as cur:
+        cur.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'"
+        )
+        n: int = cur.fetchone()[0]
+        return n
+
+
+@postgres_only
+def test_a_worker_survives_pg_terminate_backend_mid_job(
+    backend: str, processes: Processes, report: Report
+) -> None:
+    n_jobs = 200
+    queue.enqueue_many(QUEUE, [{"sleep": 0.05}] * n_jobs, name="procapp.effect",
+                       backend=backend, max_attempts=10)  # fmt: skip
+    worker = processes.worker(backend, "--concurrency", "4", "--poll", "5")
+    terminated: list[int] = []
+    for share in (0.2, 0.5, 0.8):
+        wait_for(lambda s=share: count(backend, "done") >= n_jobs * s  # type: ignore[misc]
+                 and count(backend, "inflight") > 0, 60, f"{share:.0%} done, jobs in flight")  # fmt: skip
+        terminated.append(terminate_worker_connections())
+    wait_for(lambda: count(backend, "done") == n_jobs, 60, "all jobs done")
+    relisten = wait_for(lambda: listening() == 1, 30, "the worker to LISTEN again")
+    retried = Job.objects.using(backend).filter(queue=QUEUE, attempts__gt=1).count()
+    report("pg-terminate[postgres]", jobs=n_jobs,
+           connections_terminated="+".join(map(str, terminated)) + " mid-job",
+           lost=n_jobs - effects(backend), jobs_retried=retried,
+           done_twice=len(redeliveries(backend)), worker="survived",
+           listen_back_after=f"{relisten:.1f} s")  # fmt: skip
+    assert all(n >= 2 for n in terminated), terminated  # at least the claimer and the listener
+    assert states(backend) == {"done": n_jobs} and effects(backend) == n_jobs
+    assert redeliveries(backend) == []
+    assert worker.alive() and worker.stop() == 0
+
+
+def listening() -> int:
+    with connections["postgres"].cursor() as cur:
+        cur.execute(LISTENING.replace("%%", "%"))
+        n: int = cur.fetchone()[0]
+        return n

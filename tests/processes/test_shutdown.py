@@ -1,0 +1,76 @@
+"""SIGTERM / SIGINT (SPEC §7): stop leasing, give in-flight handlers the grace period, release
+the rest with their attempt given back; a second signal stops at once."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from django_blamequeue import queue
+from django_blamequeue.models import Job
+from tests.procapp.jobs import QUEUE
+from tests.procapp.models import SideEffect
+
+from .conftest import Processes, Report, count, effects, engine, redeliveries, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, databases="__all__")]
+
+IN_FLIGHT = 20
+JOB_SECONDS = 10
+
+
+def test_sigterm_releases_what_outlives_the_grace_and_each_job_runs_once_elsewhere(
+    backend: str, processes: Processes, report: Report
+) -> None:
+    first = processes.worker(backend, "--concurrency", str(IN_FLIGHT), "--grace", "2",
+                             "--lease", "30", "--no-sweep")  # fmt: skip
+    first.wait_started()
+    queue.enqueue_many(QUEUE, [{"sleep": JOB_SECONDS}] * IN_FLIGHT, name="procapp.effect",
+                       backend=backend)  # fmt: skip
+    wait_for(lambda: count(backend, "inflight") == IN_FLIGHT, 30, "20 jobs in flight")
+    sent = time.monotonic()
+    first.signal(signal.SIGTERM)
+    code = first.wait(10)
+    exited_in = time.monotonic() - sent
+    assert code == 0, first.tail()
+    jobs = Job.objects.using(backend).filter(queue=QUEUE)
+    released = jobs.filter(state="pending", attempts=0, lease_token=None).count()
+    assert effects(backend) == 0
+
+    second = processes.worker(backend, "--concurrency", str(IN_FLIGHT), "--lease", "30",
+                              "--no-sweep")  # fmt: skip
+    wait_for(lambda: count(backend, "done") == IN_FLIGHT, 60, "the released jobs to run")
+    runs = set(SideEffect.objects.using(backend).values_list("pid", flat=True))
+    attempts = set(jobs.values_list("attempts", flat=True))
+    report(f"sigterm[{engine(backend)}]", in_flight=f"{IN_FLIGHT} × {JOB_SECONDS} s jobs",
+           grace="2 s", exited_in=f"{exited_in:.1f} s", released_with_attempts_unchanged=released,
+           run_once_elsewhere=effects(backend))  # fmt: skip
+    assert exited_in <= 3.0
+    assert released == IN_FLIGHT
+    assert runs == {second.pid} and attempts == {1} and redeliveries(backend) == []
+    assert second.stop() == 0
+
+
+def test_a_second_signal_stops_at_once(
+    backend: str, processes: Processes, report: Report
+) -> None:
+    worker = processes.worker(backend, "--concurrency", "4", "--grace", "30", "--no-sweep")
+    worker.wait_started()
+    queue.enqueue_many(QUEUE, [{"sleep": JOB_SECONDS}] * 4, name="procapp.effect",
+                       backend=backend)  # fmt: skip
+    wait_for(lambda: count(backend, "inflight") == 4, 30, "4 jobs in flight")
+    worker.signal(signal.SIGTERM)
+    wait_for(lambda: "signal again to stop now" in worker.stderr(), 10, "the first signal")
+    sent = time.monotonic()
+    worker.signal(signal.SIGINT)
+    code = worker.wait(10)
+    exited_in = time.monotonic() - sent
+    assert code == 0, worker.tail()
+    released = Job.objects.using(backend).filter(queue=QUEUE, state="pending", attempts=0)
+    report(f"second-signal[{engine(backend)}]", grace="30 s",
+           exited_in=f"{exited_in:.1f} s after the second signal",
+           released=released.count())  # fmt: skip
+    assert exited_in <= 1.5
+    assert released.count() == 4 and effects(backend) == 0
