@@ -1,7 +1,7 @@
 # django-blamequeue: development tasks. Everything runs from the repository's own .venv.
 #
 #   make test [PYTEST_ARGS='-k lease -x'] [TEST_SERVERS='postgres']
-#   make demo | lint | typecheck | bench | clean | distclean
+#   make demo | lint | typecheck | bench | screenshots | clean | distclean
 
 SHELL := /bin/bash
 
@@ -57,6 +57,7 @@ test: $(DEV_STAMP)
 	    if test $$kind = postgres; then export BLAMEQUEUE_TEST_REQUIRE_POSTGRES=1; fi; \
 	  else echo "make test: no $$kind server installed; its tests will skip" >&2; fi; \
 	done; \
+	export BLAMEQUEUE_TEST_REQUIRE_BROWSER=1; \
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; exit $$rc
 
 demo: $(RUNTIME_STAMP)
@@ -84,3 +85,8 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV)
+
+# Every admin console screen with demo data, as PNGs in docs/img/ (headless system Chromium).
+.PHONY: screenshots
+screenshots: $(DEV_STAMP)
+	$(PY) -m tests.admin.screenshots docs/img

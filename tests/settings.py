@@ -55,8 +55,13 @@ BLAMEQUEUE = {
 }
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-LOGGING = {
+LOGGING: dict[str, object] = {
     "version": 1,
     "disable_existing_loggers": False,
     "loggers": {"django_blamequeue": {"level": "WARNING"}},
 }
+if SUBPROCESS:  # worker stderr, read by the process tests: timestamped, one line per record
+    LOGGING["formatters"] = {"ts": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}}
+    LOGGING["handlers"] = {"stderr": {"class": "logging.StreamHandler", "formatter": "ts"}}
+    LOGGING["loggers"] = {"django_blamequeue": {"level": "WARNING", "handlers": ["stderr"],
+                                                "propagate": False}}  # fmt: skip

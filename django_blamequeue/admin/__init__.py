@@ -2,7 +2,8 @@
 
 ``jobs``: the job list and job page · ``console``: queue overview, DLQ, retry all, purge ·
 ``flows`` / ``graph``: flow graphs as server-rendered SVG · ``audit_log``: the audit log ·
-``operations``: the audited actions · ``filters`` / ``base`` / ``display``: shared parts.
+``schedules``: recurring jobs · ``operations``: the audited actions ·
+``filters`` / ``base`` / ``display``: shared parts.
 
 Importing this package (Django's admin autodiscovery does) registers the model admins.
 """
@@ -11,6 +12,13 @@ from __future__ import annotations
 
 from .audit_log import AuditEventAdmin
 from .jobs import JobAdmin
+from .schedules import ScheduleAdmin
 from .tables import FlowDependencyAdmin, OutboxEntryAdmin
 
-__all__ = ["AuditEventAdmin", "FlowDependencyAdmin", "JobAdmin", "OutboxEntryAdmin"]
+__all__ = [
+    "AuditEventAdmin",
+    "FlowDependencyAdmin",
+    "JobAdmin",
+    "OutboxEntryAdmin",
+    "ScheduleAdmin",
+]

@@ -106,6 +106,9 @@ class Console:
             ("Jobs", reverse("admin:django_blamequeue_job_changelist"), current == "jobs"),
             ("Dead letters", _url("dlq"), current == "dlq"),
         ]
+        if allowed(request, "django_blamequeue.view_schedule"):
+            tabs.append(("Schedules", reverse("admin:django_blamequeue_schedule_changelist"),
+                         current == "schedules"))  # fmt: skip
         if allowed(request, VIEW_AUDIT):
             tabs.append(("Audit log", reverse("admin:django_blamequeue_auditevent_changelist"),
                          current == "audit"))  # fmt: skip
@@ -138,8 +141,9 @@ class Console:
                 entry["breaker"] = breaker_of(b)
                 continue
             rows += [self._row(request, b, st, entry["breaker"]) for st in stats]
+        headers = [s.replace("_", " ") for s in OVERVIEW_STATES]
         return self.render(request, "overview.html", "overview", "Queues", rows=rows,
-                           backends=backends, headers=[s.replace("_", " ") for s in OVERVIEW_STATES],
+                           backends=backends, headers=headers,
                            styles=display.STATE_STYLES)  # fmt: skip
 
     def _row(self, request: HttpRequest, b: Backend, st: QueueStats, breaker: str) -> OverviewRow:
@@ -180,6 +184,10 @@ class Console:
         jobs = queue.dlq_list(q, limit=DLQ_PER_PAGE, offset=(page - 1) * DLQ_PER_PAGE,
                               backend=backend.alias)  # fmt: skip
         last = max(1, -(-total // DLQ_PER_PAGE))
+
+        def page_url(n: int) -> str:
+            return _url("dlq", backend=backend.alias, queue=q, page=n)
+
         return self.render(
             request, "dlq.html", "dlq", f"Dead letters of {q}",
             backend=backend.alias, queue=q, total=total, page=page, last_page=last,
@@ -187,8 +195,8 @@ class Console:
             can_retry=allowed(request, RETRY),
             retry_url=_url("dlq_retry"),
             retry_all_url=_url("dlq_retry_all", backend=backend.alias, queue=q),
-            prev_url=_url("dlq", backend=backend.alias, queue=q, page=page - 1) if page > 1 else None,
-            next_url=_url("dlq", backend=backend.alias, queue=q, page=page + 1) if page < last else None,
+            prev_url=page_url(page - 1) if page > 1 else None,
+            next_url=page_url(page + 1) if page < last else None,
             list_url=job_list_url(backend.alias, queue=q, state__exact="failed")
             if backend.database is not None else None,
         )  # fmt: skip

@@ -54,19 +54,20 @@ class ValueFilter(admin.SimpleListFilter):
         value = self.value()
         return queryset.filter(**{self.field: value}) if value is not None else queryset
 
-    def choices(self, changelist: ChangeList) -> Iterator[dict[str, Any]]:
+    def choices(self, changelist: ChangeList) -> Iterator[dict[str, Any]]:  # type: ignore[override]
+        param = str(self.parameter_name)
         self.hidden_params = [
-            (k, v) for k, v in changelist.params.items() if k not in (self.parameter_name, PAGE_VAR)
+            (k, v) for k, v in changelist.params.items() if k not in (param, PAGE_VAR)
         ]
         yield {
             "selected": self.value() is None,
-            "query_string": changelist.get_query_string(remove=[self.parameter_name]),
+            "query_string": changelist.get_query_string(remove=[param]),
             "display": "All",
         }
         for lookup, title in self.lookup_choices:
             yield {
                 "selected": self.value() == str(lookup),
-                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "query_string": changelist.get_query_string({param: lookup}),
                 "display": title,
             }
 
@@ -79,12 +80,16 @@ def database_of(request: HttpRequest, model_admin: Any) -> str:
 
 def newest_values(request: HttpRequest, model_admin: Any, field: str) -> list[str]:
     """Distinct non-empty values of ``field`` among the newest ``SAMPLE_ROWS`` rows."""
+    objects = model_admin.model.objects.using(database_of(request, model_admin))
+    newest = objects.order_by("-pk").values("pk")[:SAMPLE_ROWS]
     rows = (
-        model_admin.model.objects.using(database_of(request, model_admin))
-        .order_by("-pk")
-        .values_list(field, flat=True)[:SAMPLE_ROWS]
+        objects.filter(pk__in=newest)
+        .exclude(**{f"{field}__isnull": True})
+        .order_by(field)
+        .values_list(field, flat=True)
+        .distinct()[: MAX_CHOICES + 1]
     )
-    return sorted({v for v in rows if v})
+    return [v for v in rows if v]
 
 
 def distinct_by_index(request: HttpRequest, model_admin: Any, field: str) -> list[str]:
@@ -177,7 +182,7 @@ class BackendFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset  # the model admin picks the database in get_queryset
 
-    def choices(self, changelist: ChangeList) -> Iterator[dict[str, Any]]:
+    def choices(self, changelist: ChangeList) -> Iterator[dict[str, Any]]:  # type: ignore[override]
         current = selected_backend(self.request)
         for alias, title in self.lookup_choices:
             yield {

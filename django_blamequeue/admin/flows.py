@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django.http import Http404, HttpRequest, HttpResponse
@@ -36,7 +37,10 @@ def flow_page(console: Console, request: HttpRequest, flow_id: str) -> HttpRespo
                 + urlencode({"backend": backend}))  # fmt: skip
 
     def group_url(n: int) -> str:
-        return f"{base}?{urlencode({k: v for k, v in (('backend', alias), ('group', n)) if v is not None})}#members"
+        query: dict[str, str | int] = {"group": n}
+        if alias is not None:
+            query["backend"] = alias
+        return f"{base}?{urlencode(query)}#members"
 
     by_id = {j.job_id: j for j in jobs}
     g = graph.build(jobs, job_url, group_url)
@@ -62,7 +66,7 @@ def flow_page(console: Console, request: HttpRequest, flow_id: str) -> HttpRespo
 
 
 def _members(request: HttpRequest, g: graph.Graph, base: str, alias: str | None,
-             job_url: object) -> dict[str, object]:  # fmt: skip
+             job_url: Callable[[str], str]) -> dict[str, object]:  # fmt: skip
     groups = g.groups()
     try:
         n = int(request.GET.get("group", "0"))
@@ -78,18 +82,26 @@ def _members(request: HttpRequest, g: graph.Graph, base: str, alias: str | None,
     page = min(page, last)
     shown = members[(page - 1) * MEMBERS_PER_PAGE : page * MEMBERS_PER_PAGE]
 
-    def link(**changes: object) -> str:
-        query = {"backend": alias, "group": n, "state": state or None, "page": page}
+    def link(**changes: str | int | None) -> str:
+        query: dict[str, str | int | None] = {
+            "backend": alias,
+            "group": n,
+            "state": state or None,
+            "page": page,
+        }
         query.update(changes)
         return f"{base}?{urlencode({k: v for k, v in query.items() if v is not None})}#members"
 
     return {
         "group": group,
         "group_index": n,
-        "group_grid": graph.member_grid(shown, job_url),  # type: ignore[arg-type]
+        "group_grid": graph.member_grid(shown, job_url),
         "group_state": state or "",
-        "group_states": [(s, group.counts.get(s, 0), link(state=s, page=1))
-                         for s in STATES if group.counts.get(s)],  # fmt: skip
+        "group_states": [
+            (s, group.counts.get(s, 0), link(state=s, page=1))
+            for s in STATES
+            if group.counts.get(s)
+        ],
         "group_all_url": link(state=None, page=1),
         "group_page": page,
         "group_last": last,
@@ -97,6 +109,8 @@ def _members(request: HttpRequest, g: graph.Graph, base: str, alias: str | None,
         "group_matching": len(members),
         "group_prev": link(page=page - 1) if page > 1 else None,
         "group_next": link(page=page + 1) if page < last else None,
-        "group_links": [(other.label, i == n, link(group=i, state=None, page=1))
-                        for i, other in enumerate(groups)],  # fmt: skip
+        "group_links": [
+            (other.label, i == n, link(group=i, state=None, page=1))
+            for i, other in enumerate(groups)
+        ],
     }

@@ -137,14 +137,16 @@ def build(jobs: Sequence[JobInfo], url_for: Callable[[str], str],
                 state = next((s for s in URGENCY if counts.get(s)), group[0].state)
                 key = f"group:{groups}"
                 short_name = name.rsplit(".", 1)[-1] or "jobs"
-                col.append(Node(key, f"{short_name} ×{len(group):,}", state, group_url(groups),
+                label = f"{short_name} ×{len(group):,}"  # noqa: RUF001
+                col.append(Node(key, label, state, group_url(groups),
                                 members=group, counts=counts))  # fmt: skip
                 owner.update((j.job_id, key) for j in group)
                 groups += 1
         layout.append(col)
 
-    merged = sorted({Edge(owner[e.src], owner[e.dst], e.kind) for e in edges
-                     if owner[e.src] != owner[e.dst]}, key=lambda e: (e.src, e.dst, e.kind))  # fmt: skip
+    between = {Edge(owner[e.src], owner[e.dst], e.kind) for e in edges
+               if owner[e.src] != owner[e.dst]}  # fmt: skip
+    merged = sorted(between, key=lambda e: (e.src, e.dst, e.kind))
     _order(layout, merged)
     tallest = max((len(col) for col in layout), default=0)
     height = PAD * 2 + tallest * (NODE_H + GAP_Y) - (GAP_Y if tallest else 0)
@@ -164,6 +166,7 @@ def _order(layout: list[list[Node]], edges: Sequence[Edge]) -> None:
         preds[e.dst].append(e.src)
     row: dict[str, int] = {}
     for col in layout:
+
         def weight(n: Node) -> float:
             rows = [row[p] for p in preds[n.key] if p in row]
             return sum(rows) / len(rows) if rows else -1.0
@@ -190,7 +193,8 @@ def _edge(e: Edge, nodes: dict[str, Node]) -> SafeString:
     return format_html(
         '<path class="bq-edge bq-edge-{}" d="M{},{} C{},{} {},{} '
         '{},{}" marker-end="url(#bq-arrow)"{}/>',
-        "child" if e.kind == CHILD else "dep", *(_n(v) for v in (x1, y1, mid, y1, mid, y2, x2 - 2, y2)),
+        "child" if e.kind == CHILD else "dep",
+        *(_n(v) for v in (x1, y1, mid, y1, mid, y2, x2 - 2, y2)),
         mark_safe(' stroke-dasharray="5 4"') if e.kind == CHILD else "",
     )  # fmt: skip
 
@@ -225,7 +229,8 @@ def _node(node: Node) -> SafeString:
             '<rect width="{}" height="{}" rx="6" fill="#ffffff" stroke="{}" stroke-width="2"/>'
             '<text x="8" y="16" class="bq-node-label" fill="#1f2328">{}</text>'
             '<text x="8" y="29" class="bq-node-state" fill="#1f2328">{}</text>{}',
-            NODE_W, NODE_H, st.fill, _short(node.label), _short_summary(node), _bar(node))  # fmt: skip
+            NODE_W, NODE_H, st.fill, _short(node.label), _short_summary(node),
+            _bar(node))  # fmt: skip
         title = f"{node.label}: {summary}"
         attrs = format_html('data-group="{}" data-state="{}"', node.key, node.state)
     else:
@@ -254,7 +259,8 @@ def svg(graph: Graph) -> SafeString:
         'viewBox="0 0 {} {}" role="img" aria-label="flow graph">'
         '<defs><marker id="bq-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
         'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
-        'fill="#6e7076"/></marker></defs><g class="bq-edges">{}</g><g class="bq-nodes">{}</g></svg>',
+        'fill="#6e7076"/></marker></defs>'
+        '<g class="bq-edges">{}</g><g class="bq-nodes">{}</g></svg>',
         graph.width, graph.height, graph.width, graph.height, edges, body,
     )  # fmt: skip
 

@@ -200,20 +200,29 @@ class JobAdmin(ReadOnlyAdmin):
             "job": info,
             "state": display.state_badge(info.state),
             "progress": display.progress_bar(info.progress),
-            "times": [(label, display.relative(getattr(info, field))) for label, field in (
-                ("created", "created_at"), ("available", "available_at"),
-                ("started", "started_at"), ("finished", "finished_at"),
-                ("lease expires", "lease_expires_at"))],  # fmt: skip
+            "times": [
+                (label, display.relative(getattr(info, field)))
+                for label, field in (
+                    ("created", "created_at"),
+                    ("available", "available_at"),
+                    ("started", "started_at"),
+                    ("finished", "finished_at"),
+                    ("lease expires", "lease_expires_at"),
+                )
+            ],
             "payload_json": display.pretty_json(info.payload),
             "result_json": display.pretty_json(info.result) if info.result is not None else None,
-            "trail": [(e, display.relative(e.created_at), display.pretty_json(e.data))
-                      for e in trail],  # fmt: skip
+            "trail": [
+                (e, display.relative(e.created_at), display.pretty_json(e.data)) for e in trail
+            ],
             "trail_truncated": len(trail) >= AUDIT_TRAIL_ROWS,
-            "audit_url": reverse("admin:django_blamequeue_auditevent_changelist") + "?"
+            "audit_url": reverse("admin:django_blamequeue_auditevent_changelist")
+            + "?"
             + urlencode({"job_id": info.job_id, "backend": info.backend}),
             "flow_url": url("flow", info.flow_id, backend=info.backend) if info.flow_id else None,
             "parent_url": url("change", info.parent_id, backend=info.backend)
-            if info.parent_id else None,
+            if info.parent_id
+            else None,
             "depends": [(d, url("change", d, backend=info.backend)) for d in info.depends_on],
             "can_cancel": info.state not in TERMINAL and allowed(request, CANCEL),
             "can_retry": info.state == "failed" and allowed(request, RETRY),

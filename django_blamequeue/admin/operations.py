@@ -23,7 +23,13 @@ ADMIN_RETRY = audit.ADMIN_PREFIX + "retry"
 ADMIN_RETRY_ALL = audit.ADMIN_PREFIX + "retry_all"
 ADMIN_PURGE = audit.ADMIN_PREFIX + "purge"
 ADMIN_CANCEL = audit.ADMIN_PREFIX + "cancel"
-ADMIN_ACTIONS = (ADMIN_RETRY, ADMIN_RETRY_ALL, ADMIN_PURGE, ADMIN_CANCEL)
+ADMIN_ACTIONS = (
+    ADMIN_RETRY,
+    ADMIN_RETRY_ALL,
+    ADMIN_PURGE,
+    ADMIN_CANCEL,
+    *(audit.ADMIN_PREFIX + f"schedule.{verb}" for verb in ("add", "change", "delete")),
+)
 
 #: The most jobs one "selected" action touches; larger sets use "retry all" or purge.
 MAX_SELECTED = 1000

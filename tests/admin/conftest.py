@@ -13,8 +13,9 @@ PASSWORD = "correct horse battery staple"
 
 def staff(username: str, *codenames: str) -> User:
     user = User.objects.create_user(username, password=PASSWORD, is_staff=True)
-    perms = Permission.objects.filter(content_type__app_label="django_blamequeue",
-                                      codename__in=codenames)  # fmt: skip
+    perms = Permission.objects.filter(
+        content_type__app_label="django_blamequeue", codename__in=codenames
+    )
     assert perms.count() == len(codenames), codenames
     user.user_permissions.add(*perms)
     return user

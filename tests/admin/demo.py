@@ -22,19 +22,40 @@ def dag_flow(backend: str | None = None) -> dict[str, Any]:
         "reports",
         [
             {"name": "extract", "job": RENDER, "payload": {"step": "extract"}},
-            {"name": "clean", "job": RENDER, "payload": {"step": "clean"},
-             "depends_on": ["extract"]},
-            {"name": "enrich", "job": RENDER, "payload": {"step": "enrich"},
-             "depends_on": ["extract"], "max_attempts": 1},
-            {"name": "load", "job": RENDER, "payload": {"step": "load"},
-             "depends_on": ["clean", "enrich"]},
-            {"name": "report", "job": RENDER, "payload": {"step": "report"},
-             "depends_on": ["load"]},
-            {"name": "audit-trail", "job": RENDER, "payload": {"step": "audit"},
-             "depends_on": ["extract"]},
+            {
+                "name": "clean",
+                "job": RENDER,
+                "payload": {"step": "clean"},
+                "depends_on": ["extract"],
+            },
+            {
+                "name": "enrich",
+                "job": RENDER,
+                "payload": {"step": "enrich"},
+                "depends_on": ["extract"],
+                "max_attempts": 1,
+            },
+            {
+                "name": "load",
+                "job": RENDER,
+                "payload": {"step": "load"},
+                "depends_on": ["clean", "enrich"],
+            },
+            {
+                "name": "report",
+                "job": RENDER,
+                "payload": {"step": "report"},
+                "depends_on": ["load"],
+            },
+            {
+                "name": "audit-trail",
+                "job": RENDER,
+                "payload": {"step": "audit"},
+                "depends_on": ["extract"],
+            },
         ],
         backend=backend,
-    )  # fmt: skip
+    )
     settle("reports", ["done"], backend=backend)  # extract
     settle("reports", ["done", "failed", "inflight"], backend=backend)  # clean, enrich, audit
     return flow
@@ -43,10 +64,24 @@ def dag_flow(backend: str | None = None) -> dict[str, Any]:
 def fan_out_flow(children: int = 10_000, backend: str | None = None) -> dict[str, Any]:
     """split → ``children`` pages → merge; most pages done, some failed, some running."""
     spec: list[dict[str, Any]] = [{"name": "split", "job": RENDER, "payload": {"step": "split"}}]
-    spec += [{"name": f"page-{i:05d}", "job": RENDER, "payload": {"step": "page", "page": i},
-              "depends_on": ["split"], "max_attempts": 1} for i in range(children)]  # fmt: skip
-    spec.append({"name": "merge", "job": RENDER, "payload": {"step": "merge"},
-                 "depends_on": [f"page-{i:05d}" for i in range(children)]})  # fmt: skip
+    spec += [
+        {
+            "name": f"page-{i:05d}",
+            "job": RENDER,
+            "payload": {"step": "page", "page": i},
+            "depends_on": ["split"],
+            "max_attempts": 1,
+        }
+        for i in range(children)
+    ]
+    spec.append(
+        {
+            "name": "merge",
+            "job": RENDER,
+            "payload": {"step": "merge"},
+            "depends_on": [f"page-{i:05d}" for i in range(children)],
+        }
+    )
     flow = queue.enqueue_flow("pages", spec, backend=backend)
     settle("pages", ["done"], backend=backend)
     done, failed, running = int(children * 0.72), int(children * 0.03), int(children * 0.02)
@@ -60,15 +95,24 @@ def fan_out_flow(children: int = 10_000, backend: str | None = None) -> dict[str
 
 def build(backend: str | None = None, *, big_flow: int = 10_000) -> dict[str, Any]:
     emails = make_jobs("emails", 240, name="demo.jobs.send_email", classification="transactional")
-    settle("emails", ["done"] * 200 + ["inflight"] * 6, backend=backend,
-           result={"sent": True})  # fmt: skip
-    make_failed("emails", 4, backend=backend, name="demo.jobs.send_email",
-                error="SMTPServerDisconnected: 421 try later")
+    settle("emails", ["done"] * 200 + ["inflight"] * 6, backend=backend, result={"sent": True})
+    make_failed(
+        "emails",
+        4,
+        backend=backend,
+        name="demo.jobs.send_email",
+        error="SMTPServerDisconnected: 421 try later",
+    )
     make_jobs("emails", 30, name="demo.jobs.send_email", delay=600, classification="newsletter")
-    hooks = make_failed("webhooks", 14, backend=backend, name="demo.jobs.flaky_webhook",
-                        error="ConnectionError: webhook https://hooks.example.com/orders refused")  # fmt: skip
-    hostile = make_jobs("webhooks", 1, payloads=[{"url": "https://hooks.example.com/<x>",
-                                                 "note": XSS, "body": "<b>bold?</b>"}])  # fmt: skip
+    refused = "ConnectionError: webhook https://hooks.example.com/orders refused"
+    hooks = make_failed(
+        "webhooks", 14, backend=backend, name="demo.jobs.flaky_webhook", error=refused
+    )
+    hostile = make_jobs(
+        "webhooks",
+        1,
+        payloads=[{"url": "https://hooks.example.com/<x>", "note": XSS, "body": "<b>bold?</b>"}],
+    )
     make_jobs("imports", 50, classification="bulk")
     settle("imports", ["done"] * 20, backend=backend)
     dag = dag_flow(backend)

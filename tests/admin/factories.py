@@ -16,8 +16,14 @@ XSS = "<script>window.__xss = 1; alert('x')</script>"
 SVG_XSS = '"><svg onload="window.__xss=2"><a href="javascript:alert(1)">x</a></svg>'
 
 
-def settle(queue_name: str, outcomes: Sequence[str], *, backend: str | None = None,
-           error: str = "ConnectionError: refused", result: Any = None) -> None:  # fmt: skip
+def settle(
+    queue_name: str,
+    outcomes: Sequence[str],
+    *,
+    backend: str | None = None,
+    error: str = "ConnectionError: refused",
+    result: Any = None,
+) -> None:
     """Claim ``len(outcomes)`` jobs of the queue and ack them as ``done`` / ``failed`` /
     ``inflight`` (left claimed), in claim order."""
     b = get_backend(backend)
@@ -26,12 +32,29 @@ def settle(queue_name: str, outcomes: Sequence[str], *, backend: str | None = No
     acks = []
     for c, outcome in zip(claimed, outcomes, strict=True):
         if outcome == "done":
-            acks.append(Ack(job_id=c.job_id, token=c.token, transition=Transition(
-                state=State.DONE, result=encode(result if result is not None else {"ok": True}))))
+            acks.append(
+                Ack(
+                    job_id=c.job_id,
+                    token=c.token,
+                    transition=Transition(
+                        state=State.DONE,
+                        result=encode(result if result is not None else {"ok": True}),
+                    ),
+                )
+            )
         elif outcome == "failed":
-            acks.append(Ack(job_id=c.job_id, token=c.token, transition=Transition(
-                state=State.FAILED, error=error, reason=Reason.ERROR,
-                traceback=f"Traceback (most recent call last):\n  File \"job.py\"\n{error}")))
+            acks.append(
+                Ack(
+                    job_id=c.job_id,
+                    token=c.token,
+                    transition=Transition(
+                        state=State.FAILED,
+                        error=error,
+                        reason=Reason.ERROR,
+                        traceback=f'Traceback (most recent call last):\n  File "job.py"\n{error}',
+                    ),
+                )
+            )
         else:
             assert outcome == "inflight"
     b.apply_many(acks)
@@ -42,8 +65,9 @@ def make_jobs(queue_name: str, n: int, *, backend: str | None = None, **options:
     return [e.job_id for e in queue.enqueue_many(queue_name, payloads, backend=backend, **options)]
 
 
-def make_failed(queue_name: str, n: int, *, backend: str | None = None, name: str | None = None,
-                **kw: Any) -> list[str]:  # fmt: skip
+def make_failed(
+    queue_name: str, n: int, *, backend: str | None = None, name: str | None = None, **kw: Any
+) -> list[str]:
     ids = make_jobs(queue_name, n, backend=backend, max_attempts=1, name=name)
     settle(queue_name, ["failed"] * n, backend=backend, **kw)
     return ids

@@ -55,8 +55,3 @@ def effect(payload: dict[str, Any] | None) -> dict[str, int]:
                 first_token=first.token,
             )  # fmt: skip
     return {"pid": os.getpid()}
-
-
-@job(queue=QUEUE, name="procapp.noop")
-def noop(payload: object) -> None:
-    return None

@@ -54,11 +54,16 @@ def tally() -> dict[str, Any]:
     }
 
 
+def waiting(parent_ids: list[str]) -> bool:
+    rows = Job.objects.using(DB).filter(id__in=parent_ids, state="waiting_children")
+    return rows.count() == len(parent_ids)
+
+
 def plan(rng: random.Random) -> dict[str, Any]:
     """20 flows: 9 "fail" (6 with a failing child), 10 "continue" (0–5 failing), 1 nested."""
 
     def pages(failing: int, n: int = CHILDREN) -> dict[str, Any]:
-        return {"ms": [rng.randint(50, 250) for _ in range(n)], "fail": rng.sample(range(n), failing)}
+        return {"ms": [rng.randint(30, 150) for _ in range(n)], "fail": rng.sample(range(n), failing)}
 
     flows: dict[str, Any] = {}
     for i in range(9):
@@ -91,14 +96,16 @@ def test_flows_survive_workers_and_sweepers_killed_at_random(
     roots = Job.objects.using(DB).filter(id__in=list(ids.values()))
     start = time.monotonic()
     cancelled: list[str] = []
+    next_kill = start + KILL_EVERY
     while roots.exclude(state__in=["done", "cancelled"]).exists():
         assert time.monotonic() - start < 100, f"flows did not settle (seed {seed}): {tally()}"
-        time.sleep(KILL_EVERY)
-        if not cancelled and SideEffect.objects.using(DB).count() > 250:
+        time.sleep(0.1)
+        if not cancelled and waiting(to_cancel) and SideEffect.objects.using(DB).count() > 200:
             cancelled = [p for p in to_cancel if queue.cancel(p, backend=DB)]
         up = [i for i, p in enumerate(pool) if p.name.split("-")[0] in p.stdout()]
-        if not up:
+        if time.monotonic() < next_kill or not up:
             continue
+        next_kill = time.monotonic() + KILL_EVERY
         i = rng.choice(up)
         kind = pool[i].name.split("-")[0]
         pool[i].kill()

@@ -13,10 +13,11 @@ from ...serializers import Encoded, decode
 
 
 def to_dt(value: Any) -> datetime | None:
-    """Raw SQL gives datetimes on PostgreSQL and stored text on SQLite."""
-    if value is None or isinstance(value, datetime):
-        return value
-    parsed = parse_datetime(str(value))
+    """Raw SQL gives aware datetimes on PostgreSQL; on SQLite, stored UTC text, or a naive
+    datetime when the column's declared type has a converter. Always answers aware (UTC)."""
+    if value is None:
+        return None
+    parsed = value if isinstance(value, datetime) else parse_datetime(str(value))
     if parsed is None:
         raise ValueError(f"not a datetime: {value!r}")
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

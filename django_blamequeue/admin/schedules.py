@@ -1,0 +1,184 @@
+"""Schedules (SPEC §5) in the admin: cron or interval, timezone, enabled, next fire times.
+
+Rows from ``SCHEDULES`` (``source="settings"``) are shown read-only: the sweeper mirrors the
+setting into the table, so an edit here would be undone. Every add, change and delete is
+audited with the acting user in the transaction that saves it (the admin's own).
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from datetime import datetime, timedelta
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db import router, transaction
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+
+from .. import audit, registry
+from ..confcheck import cron_error
+from ..models import Schedule
+from ..schedules import next_fires
+from . import display
+
+ADMIN_SCHEDULE = audit.ADMIN_PREFIX + "schedule."
+RULE_FIELDS = ("cron", "interval", "timezone")
+
+
+class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = Schedule
+        fields = ("name", "job", "queue", "payload", "cron", "interval", "timezone", "enabled",
+                  "backend")  # fmt: skip
+        help_texts = {"cron": "5 fields: minute hour day month weekday, e.g. */5 * * * *",
+                      "timezone": "IANA name, e.g. Europe/Paris; cron times are wall-clock "
+                      "times there"}  # fmt: skip
+
+    def clean_job(self) -> str:
+        job = str(self.cleaned_data["job"]).strip()
+        if registry.get(job) is None:
+            raise forms.ValidationError(f"no job is registered as {job!r}")
+        return job
+
+    def clean_cron(self) -> str:
+        cron = " ".join(str(self.cleaned_data.get("cron") or "").split())
+        if cron and (why := cron_error(cron)):
+            raise forms.ValidationError(f"{cron!r} {why}")
+        return cron
+
+    def clean_timezone(self) -> str:
+        tz = str(self.cleaned_data["timezone"]).strip() or "UTC"
+        try:
+            zoneinfo.ZoneInfo(tz)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise forms.ValidationError(f"{tz!r} is not an IANA time zone") from None
+        return tz
+
+    def clean_interval(self) -> float | None:
+        interval = self.cleaned_data.get("interval")
+        if interval is not None and interval <= 0:
+            raise forms.ValidationError("seconds > 0")
+        return interval
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if bool(data.get("cron")) == (data.get("interval") is not None):
+            raise forms.ValidationError("Give exactly one of cron and interval.")
+        return data
+
+
+def _tabs(request: HttpRequest) -> dict[str, Any]:
+    from .console import Console
+
+    return {"tabs": Console.tabs(request, "schedules")}
+
+
+def upcoming(s: Schedule, now: datetime, count: int = 3) -> list[datetime]:
+    """The next fire times from now; an interval counts from its last fire."""
+    if s.interval:
+        last = s.last_fired_at or now
+        if last < now:
+            last += timedelta(
+                seconds=s.interval * int((now - last) / timedelta(seconds=s.interval))
+            )
+        return next_fires(cron="", interval=s.interval, tz=s.timezone, after=last, count=count)
+    if not s.cron:
+        return []
+    return next_fires(cron=s.cron, interval=None, tz=s.timezone, after=now, count=count)
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = ScheduleForm
+    list_display = ("name", "job", "queue", "rule", "timezone", "enabled", "source", "last_fired",
+                    "next_fire")  # fmt: skip
+    list_filter = ("enabled", "source")
+    search_fields = ("name", "job")
+    readonly_fields = ("source", "last_fired", "next_fire_times")
+    show_facets = admin.ShowFacets.NEVER
+
+    class Media:
+        css = {"all": ("django_blamequeue/admin.css",)}
+
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, Any] | None = None) -> HttpResponse:  # fmt: skip
+        return super().changelist_view(request, {**_tabs(request), **(extra_context or {})})
+
+    def changeform_view(self, request: HttpRequest, object_id: str | None = None,
+                        form_url: str = "", extra_context: dict[str, Any] | None = None,
+                        ) -> HttpResponse:  # fmt: skip
+        context = {**_tabs(request), **(extra_context or {})}
+        return super().changeform_view(request, object_id, form_url, context)
+
+    def get_fields(  # type: ignore[override]
+        self, request: HttpRequest, obj: Schedule | None = None
+    ) -> list[str]:
+        fields = list(ScheduleForm.Meta.fields)
+        return fields + (["source", "last_fired", "next_fire_times"] if obj else [])
+
+    def has_change_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
+        return (obj is None or obj.source != "settings") and super().has_change_permission(
+            request, obj
+        )
+
+    def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
+        return (obj is None or obj.source != "settings") and super().has_delete_permission(
+            request, obj
+        )
+
+    @admin.display(description="rule")
+    def rule(self, s: Schedule) -> str:
+        return f"every {s.interval:g} s" if s.interval else f"cron {s.cron}"
+
+    @admin.display(description="last fired")
+    def last_fired(self, s: Schedule) -> str:
+        return display.relative(s.last_fired_at)
+
+    @admin.display(description="next")
+    def next_fire(self, s: Schedule) -> str:
+        if not s.enabled:
+            return "disabled"
+        fires = upcoming(s, timezone.now(), 1)
+        return display.relative(fires[0]) if fires else "–"  # noqa: RUF001
+
+    @admin.display(description="next fire times")
+    def next_fire_times(self, s: Schedule) -> str:
+        now = timezone.now()
+        zone = zoneinfo.ZoneInfo(s.timezone or "UTC")
+        return format_html("<ul>{}</ul>", format_html_join("", "<li>{} ({}, {})</li>", (
+            (f.strftime("%Y-%m-%d %H:%M:%S UTC"), f.astimezone(zone).strftime(
+                f"%Y-%m-%d %H:%M %Z in {s.timezone}"), display.relative(f, now))
+            for f in upcoming(s, now, 5))))  # fmt: skip
+
+    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        if not change:
+            obj.source = "admin"
+        if not change or any(f in form.changed_data for f in RULE_FIELDS):
+            obj.last_fired_at = timezone.now()  # anchor: the first fire is the next one
+        with transaction.atomic(using=router.db_for_write(Schedule)):
+            super().save_model(request, obj, form, change)
+            self._audit(request, obj, "change" if change else "add",
+                        changed=sorted(form.changed_data))  # fmt: skip
+
+    def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
+        with transaction.atomic(using=router.db_for_write(Schedule)):
+            self._audit(request, obj, "delete")
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        with transaction.atomic(using=router.db_for_write(Schedule)):
+            for obj in queryset:
+                self._audit(request, obj, "delete")
+            super().delete_queryset(request, queryset)
+
+    @staticmethod
+    def _audit(request: HttpRequest, s: Schedule, verb: str, **data: Any) -> None:
+        audit.record([audit.Event(
+            action=ADMIN_SCHEDULE + verb, queue=s.queue or None, backend=s.backend or None,
+            user=request.user.get_username(),
+            data={"schedule": s.name, "job": s.job, "cron": s.cron, "interval": s.interval,
+                  "timezone": s.timezone, "enabled": s.enabled, **data},
+        )], using=router.db_for_write(Schedule))  # fmt: skip
