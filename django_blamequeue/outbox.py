@@ -98,64 +98,77 @@ class Relay:
         return total
 
     def _drain(self, db: str) -> RelayReport:
+        """Page through ``db``'s outbox; each page one transaction, its rows locked.
+
+        Relays run in every worker process and every sweeper: with the page's rows locked
+        (``SKIP LOCKED`` where the database has it) they share the outbox instead of each
+        delivering every row. A group that fails is retried row by row in savepoints, so one
+        bad row is logged, counted and left for the next pass, never blocking the rest.
+        """
+        from django.db import connections
+
         from .models import OutboxEntry
 
         report = RelayReport()
         cursor = 0
+        lock = connections[db].features.has_select_for_update_skip_locked
         while True:
-            rows = list(
-                OutboxEntry.objects.using(db).filter(sent_at__isnull=True, id__gt=cursor)
-                .order_by("id")[: self.batch]
-            )  # fmt: skip
-            if not rows:
-                return report
-            cursor = rows[-1].id
-            groups: dict[tuple[str, str], list[Any]] = {}
-            for row in rows:
-                groups.setdefault((row.kind, row.backend), []).append(row)
-            for (kind, alias), group in groups.items():
-                try:
-                    self._deliver(db, kind, alias, group)
-                    report.sent += len(group)
-                except Exception:  # isolate: one bad row must not block the rest
-                    for row in group:
-                        try:
-                            self._deliver(db, kind, alias, [row])
-                            report.sent += 1
-                        except Exception as exc:
-                            report.skipped += 1
-                            logger.warning("outbox row %s (%s → %s) skipped: %s", row.id, kind,
-                                           alias, exc)  # fmt: skip
-                            OutboxEntry.objects.using(db).filter(id=row.id).update(
-                                attempts=row.attempts + 1, last_error=str(exc)[:2000]
-                            )
+            with transaction.atomic(using=db):
+                page = OutboxEntry.objects.using(db).filter(sent_at__isnull=True, id__gt=cursor)
+                if lock:
+                    page = page.select_for_update(skip_locked=True)
+                rows = list(page.order_by("id")[: self.batch])
+                if not rows:
+                    return report
+                cursor = rows[-1].id
+                groups: dict[tuple[str, str], list[Any]] = {}
+                for row in rows:
+                    groups.setdefault((row.kind, row.backend), []).append(row)
+                for (kind, alias), group in groups.items():
+                    self._deliver_group(db, kind, alias, group, report)
             if len(rows) < self.batch:
                 return report
 
+    def _deliver_group(self, db: str, kind: str, alias: str, group: list[Any],
+                       report: RelayReport) -> None:  # fmt: skip
+        from .models import OutboxEntry
+
+        try:
+            self._deliver(db, kind, alias, group)
+            report.sent += len(group)
+            return
+        except Exception:  # isolate: one bad row must not block the rest
+            pass
+        for row in group:
+            try:
+                self._deliver(db, kind, alias, [row])
+                report.sent += 1
+            except Exception as exc:
+                report.skipped += 1
+                logger.warning("outbox row %s (%s → %s) skipped: %s", row.id, kind, alias, exc)
+                OutboxEntry.objects.using(db).filter(id=row.id).update(
+                    attempts=row.attempts + 1, last_error=str(exc)[:2000]
+                )
+
     def _deliver(self, db: str, kind: str, alias: str, rows: list[Any]) -> None:
+        """Deliver and delete in a savepoint of the page's transaction on ``db``.
+
+        On the same database the delivery commits with the delete: exactly once. Elsewhere
+        the target commits first: a crash before our commit delivers again, and the target
+        records it once (jobs by their id, reports by ``status = 'pending'``).
+        """
         from .backends import get_backend
         from .models import OutboxEntry
 
         target = get_backend(alias)
-        ids = [r.id for r in rows]
-        same_db = getattr(target, "db", None) == db
-        # On the same database the delivery and the delete commit together: exactly once.
-        with transaction.atomic(using=db) if same_db else _nothing():
+        with transaction.atomic(using=db):
             if kind == "report":
                 target.deliver_reports([report_from_body(r.body) for r in rows])  # type: ignore[attr-defined]
             elif kind == "enqueue":
                 target.enqueue_many([job_from_body(r.body) for r in rows])
             else:
                 raise ValueError(f"unknown outbox kind {kind!r}")
-            OutboxEntry.objects.using(db).filter(id__in=ids).delete()
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+            OutboxEntry.objects.using(db).filter(id__in=[r.id for r in rows]).delete()
 
 
 _nudge_lock = threading.Lock()
@@ -177,14 +190,19 @@ def _relay_loop() -> None:
     from django.db import connections
 
     relay = Relay()
-    while _nudge_event.wait(timeout=30):
+    while True:
+        # Under load nudges come faster than a second: the connection stays open between
+        # passes. Idle for a second, it is given back; idle for 30, the thread ends.
+        if not _nudge_event.wait(timeout=1.0):
+            connections.close_all()
+            if not _nudge_event.wait(timeout=29.0):
+                return
         _nudge_event.clear()
         try:
             relay.run_once()
         except Exception:
             logger.exception("outbox relay pass failed; the sweeper will retry")
-        finally:
-            connections.close_all()
+            connections.close_all()  # a broken connection: the next pass opens a new one
 
 
 def write(kind: str, backend: str, job_id: str, body: dict[str, Any], *, using: str) -> None:

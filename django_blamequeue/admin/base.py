@@ -13,6 +13,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest
 from django.utils.functional import cached_property
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from ..backends import all_backends, get_backend
 from ..backends.base import Backend
@@ -68,6 +69,17 @@ def selected_backend(request: HttpRequest) -> str:
     return default if default in aliases else (aliases[0] if aliases else default)
 
 
+def matching(queryset: Any, **lookup: Any) -> Any:
+    """``queryset.filter(**lookup)`` for a column without an index, in one scan.
+
+    The page and the capped count would each scan the table again; the matching ids, fetched
+    once, turn both into primary-key look-ups. Past ``COUNT_CAP`` matches the plain filter is
+    kept (a common value is found early in any scan, and the ids would be incomplete).
+    """
+    ids = list(queryset.filter(**lookup).order_by().values_list("pk", flat=True)[:COUNT_CAP])
+    return queryset.filter(pk__in=ids) if len(ids) < COUNT_CAP else queryset.filter(**lookup)
+
+
 class CappedPaginator(Paginator):  # type: ignore[type-arg]
     """Counts at most ``COUNT_CAP`` rows (``SELECT COUNT(*) FROM (… LIMIT cap)``).
 
@@ -102,7 +114,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     paginator = CappedPaginator
     list_per_page = 100
 
-    def action_checkbox(self, obj: Any) -> str:
+    def action_checkbox(self, obj: Any) -> SafeString:
         """The row's selection box, without a template render per row (Django's renders one)."""
         return format_html(
             '<input type="checkbox" name="{}" value="{}" class="action-select" '

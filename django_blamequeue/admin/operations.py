@@ -39,7 +39,9 @@ def known_actions() -> list[str]:
     """Every audit action name the package writes (for the audit log's filter)."""
     names = {v for k, v in vars(audit).items() if k.isupper() and isinstance(v, str)}
     names = {n for n in names if n.startswith("system.") and n != audit.ADMIN_PREFIX}
-    return sorted(names | set(ADMIN_ACTIONS))
+    from ..sweeper.scheduler import FIRE
+
+    return sorted(names | set(ADMIN_ACTIONS) | {FIRE})
 
 
 @contextlib.contextmanager

@@ -79,7 +79,14 @@ class Resilience:
     def call(self, fn: Callable[[], T], *, idempotent: bool = False) -> T:
         attempts = 1 + (self.retries if idempotent else 0)
         for attempt in range(1, attempts + 1):
-            self.breaker.before()
+            try:
+                self.breaker.before()
+            except QueueError:
+                # The engine was failing: this thread's connection is likely dead too. Drop it
+                # now, so that its trial call once the circuit half-opens starts on a fresh one
+                # instead of failing on the stale one and opening the circuit again.
+                self.backend.on_unavailable()
+                raise
             try:
                 value = fn()
             except self.backend.unavailable_errors as exc:

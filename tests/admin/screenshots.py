@@ -51,7 +51,29 @@ def demo_data() -> dict[str, object]:
     hooks = data["hooks"]
     assert isinstance(hooks, list)
     operations.retry(request, get_backend(), [(hooks[0], "webhooks")])
+    data["schedule"] = schedules()
     return data
+
+
+def schedules() -> int:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_blamequeue.models import Schedule
+
+    now = timezone.now()
+    nightly = Schedule.objects.create(
+        name="nightly-report", job="demo.jobs.render_report", payload={"step": "nightly"},
+        cron="30 2 * * *", timezone="Europe/Paris", last_fired_at=now - timedelta(hours=20),
+    )  # fmt: skip
+    Schedule.objects.create(name="digest-email", job="demo.jobs.send_email", interval=900,
+                            payload={"to": "ops@example.com"},
+                            last_fired_at=now - timedelta(minutes=4))  # fmt: skip
+    Schedule.objects.create(name="weekly-cleanup", job="demo.jobs.render_report", enabled=False,
+                            cron="0 4 * * mon", timezone="America/New_York", source="settings",
+                            payload={"step": "cleanup"})  # fmt: skip
+    return nightly.pk
 
 
 def serve() -> tuple[object, str]:
@@ -85,6 +107,8 @@ def shoot(base: str, out: Path, data: dict[str, object]) -> list[Path]:
         ("purge", f"{job}purge/?backend=default&queue=emails", False),
         ("flow-dag", f"{job}flow/{dag['flow_id']}/", True),
         ("flow-10000", f"{job}flow/{fan['flow_id']}/?group=0&page=19#members", True),
+        ("schedules", "/admin/django_blamequeue/schedule/", False),
+        ("schedule-edit", f"/admin/django_blamequeue/schedule/{data['schedule']}/change/", True),
         ("audit-log", "/admin/django_blamequeue/auditevent/", False),
     ]
     written = []

@@ -15,15 +15,15 @@ from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.registry import JobDefinition
 
-
 _names = itertools.count()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Transactional, flushing only the job tables (``available_apps``: no post_migrate).
 
-    A test parametrized by ``backend`` may touch only that backend's database, so a backend
-    that strays into another database fails loudly; the rest may touch every database.
+    A test parametrized by ``backend`` may touch only that backend's database (and "default",
+    which Django's test setup needs), so a PostgreSQL backend that strays into another
+    database fails loudly; the rest may touch every database.
     """
     for item in items:
         if "conformance" not in str(item.fspath):
@@ -33,9 +33,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("all_databases") is not None or alias is None:
             databases: Any = "__all__"
         else:
-            databases = [_database_of(alias)]
-        item.add_marker(pytest.mark.django_db(transaction=True, databases=databases,
-                                              available_apps=["django_blamequeue"]))  # fmt: skip
+            # "default" too: Django sets up the other test databases after it
+            databases = sorted({_database_of(alias), "default"})
+        item.add_marker(
+            pytest.mark.django_db(
+                transaction=True, databases=databases, available_apps=["django_blamequeue"]
+            )
+        )
 
 
 def _database_of(alias: str) -> str:

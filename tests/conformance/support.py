@@ -16,15 +16,22 @@ def later(engine: Backend, seconds: float, start: datetime | None = None) -> dat
     return (start or engine.now()) + timedelta(seconds=seconds)
 
 
-def claim_one(engine: Backend, queue: str, *, lease: float = 30.0,
-              now: datetime | None = None) -> Claimed:  # fmt: skip
+def claim_one(
+    engine: Backend, queue: str, *, lease: float = 30.0, now: datetime | None = None
+) -> Claimed:
     claimed = engine.claim([queue], 1, lease, now=now)
     assert len(claimed) == 1, f"expected one claimable job on {queue!r}, got {claimed}"
     return claimed[0]
 
 
-def ack(engine: Backend, c: Claimed, transition: Transition, *, token: str | None = None,
-        now: datetime | None = None) -> AckResult:  # fmt: skip
+def ack(
+    engine: Backend,
+    c: Claimed,
+    transition: Transition,
+    *,
+    token: str | None = None,
+    now: datetime | None = None,
+) -> AckResult:
     (result,) = engine.apply_many(
         [Ack(job_id=c.job_id, token=token or c.token, transition=transition)], now=now
     )
@@ -32,8 +39,9 @@ def ack(engine: Backend, c: Claimed, transition: Transition, *, token: str | Non
 
 
 def outcome(c: Claimed, what: lifecycle.Outcome) -> Transition:
-    return lifecycle.decide(what, attempt=c.attempt, max_attempts=c.max_attempts,
-                            policy=lifecycle.Policy())  # fmt: skip
+    return lifecycle.decide(
+        what, attempt=c.attempt, max_attempts=c.max_attempts, policy=lifecycle.Policy()
+    )
 
 
 def succeed(engine: Backend, c: Claimed, **kwargs: Any) -> AckResult:

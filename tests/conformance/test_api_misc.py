@@ -27,8 +27,9 @@ def one_of_each_state(engine: Backend, backend: str) -> dict[str, str]:
     queue.cancel(ids["cancelled"], backend=backend)
     ids["pending"] = queue.enqueue("ops", "pending", backend=backend).job_id
     ids["delayed"] = queue.enqueue("ops", "delayed", delay=3600, backend=backend).job_id
-    flow = queue.enqueue_flow("ops", [{"name": "a", "delay": 3600},
-                                      {"name": "b", "depends_on": ["a"]}], backend=backend)  # fmt: skip
+    flow = queue.enqueue_flow(
+        "ops", [{"name": "a", "delay": 3600}, {"name": "b", "depends_on": ["a"]}], backend=backend
+    )
     ids["flow-pending"], ids["blocked"] = (j["job_id"] for j in flow["jobs"])
     return ids
 
@@ -90,15 +91,18 @@ def test_get_job_finds_a_job_on_a_non_default_backend_without_naming_it(
 @pytest.mark.parametrize(
     ("protocol", "named"), [("amqp", "AMQP 0-9-1 (RabbitMQ etc.)"), ("nats", "NATS JetStream")]
 )
-def test_amqp_and_nats_are_known_but_refused_by_name(settings: Any, protocol: str,
-                                                     named: str) -> None:  # fmt: skip
+def test_amqp_and_nats_are_known_but_refused_by_name(
+    settings: Any, protocol: str, named: str
+) -> None:
     settings.BLAMEQUEUE = {
         **settings.BLAMEQUEUE,
         "BACKENDS": {**settings.BLAMEQUEUE["BACKENDS"], "broker": {"PROTOCOL": protocol}},
     }
-    for call in (lambda: queue.enqueue("ops", {}, backend="broker"),
-                 lambda: queue.consume("ops", lambda job, ctx: None, backend="broker"),
-                 lambda: queue.size("ops", backend="broker")):  # fmt: skip
+    for call in (
+        lambda: queue.enqueue("ops", {}, backend="broker"),
+        lambda: queue.consume("ops", lambda job, ctx: None, backend="broker"),
+        lambda: queue.size("ops", backend="broker"),
+    ):
         with pytest.raises(QueueError) as caught:
             call()
         assert caught.value.code == ErrorCode.PROTOCOL_UNAVAILABLE
@@ -107,9 +111,11 @@ def test_amqp_and_nats_are_known_but_refused_by_name(settings: Any, protocol: st
 
 
 def test_an_unknown_backend_alias_is_unknown_backend() -> None:
-    for call in (lambda: queue.size("ops", backend="nope"),
-                 lambda: queue.get_job("01ZZZZZZZZZZZZZZZZZZZZZZZZ", backend="nope"),
-                 lambda: queue.consume("ops", lambda job, ctx: None, backend="nope")):  # fmt: skip
+    for call in (
+        lambda: queue.size("ops", backend="nope"),
+        lambda: queue.get_job("01ZZZZZZZZZZZZZZZZZZZZZZZZ", backend="nope"),
+        lambda: queue.consume("ops", lambda job, ctx: None, backend="nope"),
+    ):
         with pytest.raises(QueueError) as caught:
             call()
         assert caught.value.code == ErrorCode.UNKNOWN_BACKEND

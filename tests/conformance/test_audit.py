@@ -41,28 +41,55 @@ def sad_path(engine: Backend, backend: str) -> str:
 
 def test_the_action_names_are_the_designs() -> None:
     prefix = "system.queue."
-    assert {audit.ENQUEUE, audit.CONSUME_START, audit.CONSUME_SUCCESS, audit.CONSUME_FAILURE,
-            audit.DLQ_WRITE, audit.DLQ_RETRY, audit.LEASE_EXTENDED, audit.PROGRESS,
-            audit.PURGE, audit.FLOW_ENQUEUE} == {
-        prefix + name for name in ("enqueue", "consume.start", "consume.success",
-                                   "consume.failure", "dlq.write", "dlq.retry", "lease.extended",
-                                   "progress", "purge", "flow.enqueue")
-    }  # fmt: skip
+    assert {
+        audit.ENQUEUE,
+        audit.CONSUME_START,
+        audit.CONSUME_SUCCESS,
+        audit.CONSUME_FAILURE,
+        audit.DLQ_WRITE,
+        audit.DLQ_RETRY,
+        audit.LEASE_EXTENDED,
+        audit.PROGRESS,
+        audit.PURGE,
+        audit.FLOW_ENQUEUE,
+    } == {
+        prefix + name
+        for name in (
+            "enqueue",
+            "consume.start",
+            "consume.success",
+            "consume.failure",
+            "dlq.write",
+            "dlq.retry",
+            "lease.extended",
+            "progress",
+            "purge",
+            "flow.enqueue",
+        )
+    }
 
 
-def test_audit_all_records_every_event_as_a_row(backend: str, engine: Backend,
-                                                configure: Callable[..., None]) -> None:  # fmt: skip
+def test_audit_all_records_every_event_as_a_row(
+    backend: str, engine: Backend, configure: Callable[..., None]
+) -> None:
     configure(AUDIT="all")
     happy_path(engine, backend)
     sad_path(engine, backend)
     assert rows(engine) == [
-        audit.ENQUEUE, audit.CONSUME_START, audit.CONSUME_SUCCESS,
-        audit.ENQUEUE, audit.CONSUME_START, audit.CONSUME_FAILURE, audit.DLQ_WRITE, audit.PURGE,
-    ]  # fmt: skip
+        audit.ENQUEUE,
+        audit.CONSUME_START,
+        audit.CONSUME_SUCCESS,
+        audit.ENQUEUE,
+        audit.CONSUME_START,
+        audit.CONSUME_FAILURE,
+        audit.DLQ_WRITE,
+        audit.PURGE,
+    ]
 
 
-def test_audit_operations_skips_the_happy_path_rows(backend: str, engine: Backend,
-                                                    configure: Callable[..., None]) -> None:  # fmt: skip
+def test_audit_operations_skips_the_happy_path_rows(
+    backend: str, engine: Backend, configure: Callable[..., None]
+) -> None:
     configure(AUDIT="operations")
     happy_path(engine, backend)
     assert rows(engine) == []
@@ -76,8 +103,9 @@ def test_the_default_audit_level_is_operations() -> None:
     assert Settings(backends={}).audit == "operations"
 
 
-def test_audit_off_writes_no_rows(backend: str, engine: Backend,
-                                  configure: Callable[..., None]) -> None:  # fmt: skip
+def test_audit_off_writes_no_rows(
+    backend: str, engine: Backend, configure: Callable[..., None]
+) -> None:
     configure(AUDIT="off")
     happy_path(engine, backend)
     sad_path(engine, backend)
@@ -93,8 +121,12 @@ def test_the_signal_is_sent_for_every_event_whatever_the_level(
         job_id = happy_path(engine, backend)
     assert events.actions(job_id) == [audit.ENQUEUE, audit.CONSUME_START, audit.CONSUME_SUCCESS]
     start = events.of(audit.CONSUME_START)[0]
-    assert (start.job_id, start.queue, start.backend, start.attempt) == (job_id, "audit",
-                                                                         backend, 1)  # fmt: skip
+    assert (start.job_id, start.queue, start.backend, start.attempt) == (
+        job_id,
+        "audit",
+        backend,
+        1,
+    )
 
 
 def test_the_signal_carries_the_event_and_its_fields(backend: str) -> None:
@@ -111,8 +143,11 @@ def test_the_signal_carries_the_event_and_its_fields(backend: str) -> None:
     assert len(received) == 1
     got = received[0]
     assert (got["action"], got["job_id"], got["queue"], got["backend"]) == (
-        audit.ENQUEUE, job_id, "audit", backend,
-    )  # fmt: skip
+        audit.ENQUEUE,
+        job_id,
+        "audit",
+        backend,
+    )
     assert isinstance(got["event"], audit.Event)
 
 
@@ -148,8 +183,9 @@ def test_audit_rows_are_written_in_the_transaction_of_the_state_change(
     assert queue.get_job(job_id, backend=backend).state == "failed"  # type: ignore[union-attr]
 
 
-def test_an_enqueue_rolled_back_leaves_no_audit_row(backend: str, engine: Backend,
-                                                    configure: Callable[..., None]) -> None:  # fmt: skip
+def test_an_enqueue_rolled_back_leaves_no_audit_row(
+    backend: str, engine: Backend, configure: Callable[..., None]
+) -> None:
     configure(AUDIT="all")
     with pytest.raises(Rollback), transaction.atomic(using=engine.db):
         queue.enqueue("audit", {}, backend=backend)

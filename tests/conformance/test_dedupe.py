@@ -14,8 +14,9 @@ from django_blamequeue.models import Job
 from .support import claim_one, fail, jobs_in, succeed
 
 
-def test_a_second_enqueue_with_the_key_answers_the_existing_job(backend: str,
-                                                                engine: Backend) -> None:  # fmt: skip
+def test_a_second_enqueue_with_the_key_answers_the_existing_job(
+    backend: str, engine: Backend
+) -> None:
     first = queue.enqueue("d", {"n": 1}, dedupe_key="user-7", backend=backend)
     second = queue.enqueue("d", {"n": 2}, dedupe_key="user-7", backend=backend)
     assert (first.deduplicated, second.deduplicated) == (False, True)
@@ -62,8 +63,9 @@ def test_dedupe_inside_one_batch(backend: str, engine: Backend) -> None:
     assert jobs_in(engine, "d") == 2
 
 
-def test_fifty_threads_enqueueing_one_key_make_exactly_one_row(backend: str,
-                                                               engine: Backend) -> None:  # fmt: skip
+def test_fifty_threads_enqueueing_one_key_make_exactly_one_row(
+    backend: str, engine: Backend
+) -> None:
     n = 50
     barrier = threading.Barrier(n)
     answers: list[EnqueuedJob] = []
@@ -89,8 +91,10 @@ def test_fifty_threads_enqueueing_one_key_make_exactly_one_row(backend: str,
         t.join(60)
     rows = Job.objects.using(engine.db).filter(queue="d", dedupe_key="the-one").count()  # type: ignore[attr-defined]
     created = sum(not a.deduplicated for a in answers)
-    print(f"\n[{backend}] {n} threads, one dedupe key: {rows} row(s), {created} created, "
-          f"{len(answers) - created} deduplicated, {len(errors)} errors")  # fmt: skip
+    print(
+        f"\n[{backend}] {n} threads, one dedupe key: {rows} row(s), {created} created, "
+        f"{len(answers) - created} deduplicated, {len(errors)} errors"
+    )
     assert errors == []
     assert rows == 1
     assert created == 1 and len(answers) == n

@@ -14,8 +14,9 @@ from django_blamequeue.testing import capture_events, wait_until
 from .support import claim_one, fail, row, succeed, to_dlq
 
 
-def test_dlq_list_and_size_show_only_failed_jobs_of_the_queue(backend: str,
-                                                              engine: Backend) -> None:  # fmt: skip
+def test_dlq_list_and_size_show_only_failed_jobs_of_the_queue(
+    backend: str, engine: Backend
+) -> None:
     failed = [to_dlq(engine, "dlq", {"n": i}) for i in range(3)]
     to_dlq(engine, "other")
     queue.enqueue("dlq", {"pending": True}, backend=backend)
@@ -31,8 +32,12 @@ def test_dlq_list_and_size_show_only_failed_jobs_of_the_queue(backend: str,
 def test_dlq_list_pages_with_limit_and_offset(backend: str, engine: Backend) -> None:
     failed = [to_dlq(engine, "dlq") for _ in range(5)]
     assert [j.job_id for j in queue.dlq_list("dlq", limit=2, backend=backend)] == failed[:2]
-    assert [j.job_id for j in queue.dlq_list("dlq", limit=2, offset=2, backend=backend)] == failed[2:4]
-    assert [j.job_id for j in queue.dlq_list("dlq", limit=10, offset=4, backend=backend)] == failed[4:]
+    assert [j.job_id for j in queue.dlq_list("dlq", limit=2, offset=2, backend=backend)] == failed[
+        2:4
+    ]
+    assert [j.job_id for j in queue.dlq_list("dlq", limit=10, offset=4, backend=backend)] == failed[
+        4:
+    ]
 
 
 def test_dlq_retry_puts_the_job_back_with_a_fresh_budget(backend: str, engine: Backend) -> None:

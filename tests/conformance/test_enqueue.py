@@ -41,17 +41,27 @@ def test_enqueue_answers_an_enqueued_job(backend: str) -> None:
 def test_job_info_holds_every_field_the_spec_lists(backend: str, engine: Backend) -> None:
     before = engine.now()
     enq = queue.enqueue(
-        "mail", {"to": "a@example.com"}, priority=5, max_attempts=7, classification="billing",
-        trace_id="trace-1", dedupe_key="k1", backend=backend,
-    )  # fmt: skip
+        "mail",
+        {"to": "a@example.com"},
+        priority=5,
+        max_attempts=7,
+        classification="billing",
+        trace_id="trace-1",
+        dedupe_key="k1",
+        backend=backend,
+    )
     info = queue.get_job(enq.job_id, backend=backend)
     assert isinstance(info, JobInfo)
     assert dataclasses.is_dataclass(info)
     with pytest.raises(dataclasses.FrozenInstanceError):
         info.state = "done"  # type: ignore[misc]
     assert (info.job_id, info.backend, info.queue, info.name, info.state) == (
-        enq.job_id, backend, "mail", "mail", "pending",
-    )  # fmt: skip
+        enq.job_id,
+        backend,
+        "mail",
+        "mail",
+        "pending",
+    )
     assert info.payload == {"to": "a@example.com"}
     assert (info.priority, info.attempts, info.max_attempts, info.progress) == (5, 0, 7, 0)
     assert (info.result, info.error, info.traceback) == (None, None, None)
@@ -62,11 +72,29 @@ def test_job_info_holds_every_field_the_spec_lists(backend: str, engine: Backend
     assert info.available_at == info.created_at
     assert (info.started_at, info.finished_at) == (None, None)
     spec_fields = {
-        "job_id", "backend", "queue", "name", "state", "payload", "priority", "attempts",
-        "max_attempts", "progress", "result", "error", "traceback", "classification",
-        "trace_id", "dedupe_key", "flow_id", "parent_id", "available_at", "created_at",
-        "started_at", "finished_at",
-    }  # fmt: skip
+        "job_id",
+        "backend",
+        "queue",
+        "name",
+        "state",
+        "payload",
+        "priority",
+        "attempts",
+        "max_attempts",
+        "progress",
+        "result",
+        "error",
+        "traceback",
+        "classification",
+        "trace_id",
+        "dedupe_key",
+        "flow_id",
+        "parent_id",
+        "available_at",
+        "created_at",
+        "started_at",
+        "finished_at",
+    }
     assert spec_fields <= {f.name for f in dataclasses.fields(JobInfo)}
 
 
@@ -92,38 +120,48 @@ def test_higher_priority_is_claimed_first_then_earlier_available_at_then_fifo(
     backend: str, engine: Backend
 ) -> None:
     now = engine.now()
-    first_in, second_in = (e.job_id for e in queue.enqueue_many("order", ["fifo-1", "fifo-2"],
-                                                                 backend=backend))  # fmt: skip
+    first_in, second_in = (
+        e.job_id for e in queue.enqueue_many("order", ["fifo-1", "fifo-2"], backend=backend)
+    )
     urgent = queue.enqueue("order", "urgent", priority=5, backend=backend).job_id
-    older = queue.enqueue("order", "older", run_at=now - timedelta(seconds=60),
-                          backend=backend).job_id  # fmt: skip
-    low = queue.enqueue("order", "low", priority=-1, run_at=now - timedelta(seconds=120),
-                        backend=backend).job_id  # fmt: skip
+    older = queue.enqueue(
+        "order", "older", run_at=now - timedelta(seconds=60), backend=backend
+    ).job_id
+    low = queue.enqueue(
+        "order", "low", priority=-1, run_at=now - timedelta(seconds=120), backend=backend
+    ).job_id
     claimed = [claim_one(engine, "order").job_id for _ in range(5)]
     assert claimed == [urgent, older, first_in, second_in, low]
 
 
 def test_fifo_holds_across_a_large_batch(backend: str, engine: Backend) -> None:
     ids = [e.job_id for e in queue.enqueue_many("fifo", range(50), backend=backend)]
-    claimed = [c.job_id for _ in range(5) for c in
-               sorted(engine.claim(["fifo"], 10, 30), key=lambda c: c.job_id)]  # fmt: skip
+    claimed = [
+        c.job_id
+        for _ in range(5)
+        for c in sorted(engine.claim(["fifo"], 10, 30), key=lambda c: c.job_id)
+    ]
     assert claimed == ids
 
 
 @pytest.mark.parametrize("how", ["delay", "run_at"])
-def test_a_delayed_job_is_not_claimable_before_it_is_due(backend: str, engine: Backend,
-                                                          how: str) -> None:  # fmt: skip
+def test_a_delayed_job_is_not_claimable_before_it_is_due(
+    backend: str, engine: Backend, how: str
+) -> None:
     now = engine.now()
     option = {"delay": 60} if how == "delay" else {"run_at": later(engine, 60, now)}
     job_id = queue.enqueue("later", {}, backend=backend, **option).job_id
     assert engine.claim(["later"], 10, 30, now=later(engine, 58, now)) == []
     assert queue.get_job(job_id, backend=backend).state == "pending"  # type: ignore[union-attr]
-    assert [c.job_id for c in engine.claim(["later"], 10, 30, now=later(engine, 61, now))] == [job_id]
+    assert [c.job_id for c in engine.claim(["later"], 10, 30, now=later(engine, 61, now))] == [
+        job_id
+    ]
 
 
 def test_a_delay_counts_from_the_engines_clock(backend: str, engine: Backend) -> None:
-    info = queue.get_job(queue.enqueue("later", {}, delay=90, backend=backend).job_id,
-                         backend=backend)  # fmt: skip
+    info = queue.get_job(
+        queue.enqueue("later", {}, delay=90, backend=backend).job_id, backend=backend
+    )
     assert info is not None and info.available_at is not None and info.created_at is not None
     assert info.available_at - info.created_at == timedelta(seconds=90)
 
@@ -139,11 +177,16 @@ def test_enqueue_many_answers_one_job_per_payload_in_order(backend: str, engine:
 def test_enqueue_many_is_one_insert_statement_per_batch(backend: str, engine: Backend) -> None:
     with CaptureQueriesContext(connections[engine.db]) as queries:
         queue.enqueue_many("batch", [{"i": i} for i in range(20)], backend=backend)
-    inserts = [q["sql"] for q in queries.captured_queries
-               if q["sql"].lstrip().upper().startswith("INSERT")
-               and 'INTO "BLAMEQUEUE_JOB"' in q["sql"].upper()]  # fmt: skip
-    print(f"\n[{backend}] enqueue_many of 20: {len(queries.captured_queries)} statements, "
-          f"{len(inserts)} insert into blamequeue_job")  # fmt: skip
+    inserts = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].lstrip().upper().startswith("INSERT")
+        and 'INTO "BLAMEQUEUE_JOB"' in q["sql"].upper()
+    ]
+    print(
+        f"\n[{backend}] enqueue_many of 20: {len(queries.captured_queries)} statements, "
+        f"{len(inserts)} insert into blamequeue_job"
+    )
     assert len(inserts) == 1
 
 
@@ -152,8 +195,9 @@ def test_enqueue_many_is_one_insert_statement_per_batch(backend: str, engine: Ba
     [(object(), ErrorCode.BAD_PAYLOAD), ("x" * 1_100_000, ErrorCode.PAYLOAD_TOO_LARGE)],
     ids=["unencodable", "too-large"],
 )
-def test_enqueue_many_is_all_or_none(backend: str, engine: Backend, bad: Any,
-                                     code: ErrorCode) -> None:  # fmt: skip
+def test_enqueue_many_is_all_or_none(
+    backend: str, engine: Backend, bad: Any, code: ErrorCode
+) -> None:
     payloads = [{"i": 0}, {"i": 1}, bad, {"i": 3}]
     assert refused(queue.enqueue_many, "batch", payloads, backend=backend).code == code
     assert nothing_written(engine)
@@ -171,14 +215,27 @@ def test_enqueue_many_is_all_or_none(backend: str, engine: Backend, bad: Any,
         ({"priority": "high"}, ErrorCode.BAD_ARGUMENT),
         ({"delay": -5}, ErrorCode.BAD_ARGUMENT),
     ],
-    ids=["object", "set", "over-1-MiB", "unknown-job", "empty-queue", "no-queue",
-         "bad-priority", "negative-delay"],
-)  # fmt: skip
-def test_bad_input_is_refused_and_writes_nothing(backend: str, engine: Backend,
-                                                 kwargs: dict[str, Any], code: ErrorCode) -> None:  # fmt: skip
+    ids=[
+        "object",
+        "set",
+        "over-1-MiB",
+        "unknown-job",
+        "empty-queue",
+        "no-queue",
+        "bad-priority",
+        "negative-delay",
+    ],
+)
+def test_bad_input_is_refused_and_writes_nothing(
+    backend: str, engine: Backend, kwargs: dict[str, Any], code: ErrorCode
+) -> None:
     args = {"queue_name": "mail", "payload": {"ok": True}, **kwargs}
-    assert refused(queue.enqueue, args.pop("queue_name"), args.pop("payload"), backend=backend,
-                   **args).code == code  # fmt: skip
+    assert (
+        refused(
+            queue.enqueue, args.pop("queue_name"), args.pop("payload"), backend=backend, **args
+        ).code
+        == code
+    )
     assert nothing_written(engine)
 
 

@@ -25,8 +25,10 @@ def flow(backend: str, *children: dict[str, Any], queue_name: str = "dag") -> di
 
 
 def states(backend: str, ids: dict[str, str]) -> dict[str, str]:
-    return {name: queue.get_job(job_id, backend=backend).state  # type: ignore[union-attr]
-            for name, job_id in ids.items()}  # fmt: skip
+    return {
+        name: queue.get_job(job_id, backend=backend).state  # type: ignore[union-attr]
+        for name, job_id in ids.items()
+    }
 
 
 def claim_named(engine: Backend, ids: dict[str, str], name: str) -> Any:
@@ -36,9 +38,11 @@ def claim_named(engine: Backend, ids: dict[str, str], name: str) -> Any:
 
 
 def test_enqueue_flow_answers_the_flow_id_and_a_job_per_child(backend: str) -> None:
-    made = queue.enqueue_flow("dag", [{"name": "a", "payload": {"x": 1}},
-                                      {"name": "b", "depends_on": ["a"], "priority": 3}],
-                              backend=backend)  # fmt: skip
+    made = queue.enqueue_flow(
+        "dag",
+        [{"name": "a", "payload": {"x": 1}}, {"name": "b", "depends_on": ["a"], "priority": 3}],
+        backend=backend,
+    )
     assert [j["name"] for j in made["jobs"]] == ["a", "b"]
     a, b = (queue.get_job(j["job_id"], backend=backend) for j in made["jobs"])
     assert a is not None and b is not None
@@ -58,8 +62,9 @@ def test_enqueue_flow_answers_the_flow_id_and_a_job_per_child(backend: str) -> N
     ],
     ids=["bad-payload", "unknown-job", "unknown-dep", "duplicate-name", "bad-priority"],
 )
-def test_a_bad_child_writes_nothing(backend: str, engine: Backend, bad_child: dict[str, Any],
-                                    code: ErrorCode) -> None:  # fmt: skip
+def test_a_bad_child_writes_nothing(
+    backend: str, engine: Backend, bad_child: dict[str, Any], code: ErrorCode
+) -> None:
     children = [{"name": "a"}, {"name": "b", "depends_on": ["a"]}, bad_child]
     with pytest.raises(QueueError) as caught:
         queue.enqueue_flow("dag", children, backend=backend)
@@ -71,8 +76,11 @@ def test_a_bad_child_writes_nothing(backend: str, engine: Backend, bad_child: di
 
 def test_a_cycle_writes_nothing_and_shows_its_path(backend: str, engine: Backend) -> None:
     with pytest.raises(QueueError) as caught:
-        queue.enqueue_flow("dag", [{"name": "a", "depends_on": ["b"]},
-                                   {"name": "b", "depends_on": ["a"]}], backend=backend)  # fmt: skip
+        queue.enqueue_flow(
+            "dag",
+            [{"name": "a", "depends_on": ["b"]}, {"name": "b", "depends_on": ["a"]}],
+            backend=backend,
+        )
     assert caught.value.code == ErrorCode.FLOW_CYCLE and "a → b → a" in caught.value.message
     assert not Job.objects.using(engine.db).exists()
 
@@ -84,8 +92,9 @@ def test_the_flow_is_registered_with_one_audit_event(backend: str) -> None:
     assert [(e.data["flow_id"], e.data["jobs"]) for e in flow_events] == [(made["flow_id"], 2)]
 
 
-def test_a_dependant_stays_blocked_until_every_dependency_is_done(backend: str,
-                                                                  engine: Backend) -> None:  # fmt: skip
+def test_a_dependant_stays_blocked_until_every_dependency_is_done(
+    backend: str, engine: Backend
+) -> None:
     ids = flow(backend, {"name": "a"}, {"name": "b"}, {"name": "c", "depends_on": ["a", "b"]})
     assert states(backend, ids) == {"a": "pending", "b": "pending", "c": "blocked"}
     ca, cb = sorted(engine.claim(["dag"], 10, 30), key=lambda c: c.job_id)
@@ -107,8 +116,12 @@ def test_a_retrying_dependency_keeps_its_dependants_blocked(backend: str, engine
 def test_a_dependency_in_the_dlq_keeps_dependants_blocked_until_retried_and_done(
     backend: str, engine: Backend
 ) -> None:
-    ids = flow(backend, {"name": "a", "max_attempts": 1}, {"name": "b", "depends_on": ["a"]},
-               {"name": "c", "depends_on": ["b"]})  # fmt: skip
+    ids = flow(
+        backend,
+        {"name": "a", "max_attempts": 1},
+        {"name": "b", "depends_on": ["a"]},
+        {"name": "c", "depends_on": ["b"]},
+    )
     assert fail(engine, claim_named(engine, ids, "a")).state == "failed"
     assert states(backend, ids) == {"a": "failed", "b": "blocked", "c": "blocked"}
     assert queue.dlq_retry(ids["a"], backend=backend)
@@ -119,18 +132,33 @@ def test_a_dependency_in_the_dlq_keeps_dependants_blocked_until_retried_and_done
     assert states(backend, ids)["c"] == "pending"
 
 
-def test_cancelling_a_dependency_cancels_its_blocked_dependants(backend: str,
-                                                                engine: Backend) -> None:  # fmt: skip
-    ids = flow(backend, {"name": "a"}, {"name": "b", "depends_on": ["a"]},
-               {"name": "c", "depends_on": ["b"]}, {"name": "other"})  # fmt: skip
+def test_cancelling_a_dependency_cancels_its_blocked_dependants(
+    backend: str, engine: Backend
+) -> None:
+    ids = flow(
+        backend,
+        {"name": "a"},
+        {"name": "b", "depends_on": ["a"]},
+        {"name": "c", "depends_on": ["b"]},
+        {"name": "other"},
+    )
     assert queue.cancel(ids["a"], backend=backend)
-    assert states(backend, ids) == {"a": "cancelled", "b": "cancelled", "c": "cancelled",
-                                    "other": "pending"}  # fmt: skip
+    assert states(backend, ids) == {
+        "a": "cancelled",
+        "b": "cancelled",
+        "c": "cancelled",
+        "other": "pending",
+    }
 
 
 def test_cancel_flow_counts_the_jobs_it_cancelled(backend: str, engine: Backend) -> None:
-    ids = flow(backend, {"name": "a"}, {"name": "b", "depends_on": ["a"]},
-               {"name": "c", "depends_on": ["a"]}, {"name": "d", "depends_on": ["b"]})  # fmt: skip
+    ids = flow(
+        backend,
+        {"name": "a"},
+        {"name": "b", "depends_on": ["a"]},
+        {"name": "c", "depends_on": ["a"]},
+        {"name": "d", "depends_on": ["b"]},
+    )
     succeed(engine, claim_named(engine, ids, "a"))
     running = claim_one(engine, "dag")  # b or c
     flow_id = queue.get_job(ids["a"], backend=backend).flow_id  # type: ignore[union-attr]
@@ -159,10 +187,13 @@ def test_a_diamond_runs_each_node_once_and_in_dependency_order(backend: str) -> 
             assert job.payload not in spans, f"{job.payload} ran twice"
             spans[job.payload] = (start, time.monotonic())
 
-    ids = flow(backend, {"name": "a", "payload": "a"},
-               {"name": "b", "payload": "b", "depends_on": ["a"]},
-               {"name": "c", "payload": "c", "depends_on": ["a"]},
-               {"name": "d", "payload": "d", "depends_on": ["b", "c"]})  # fmt: skip
+    ids = flow(
+        backend,
+        {"name": "a", "payload": "a"},
+        {"name": "b", "payload": "b", "depends_on": ["a"]},
+        {"name": "c", "payload": "c", "depends_on": ["a"]},
+        {"name": "d", "payload": "d", "depends_on": ["b", "c"]},
+    )
     queue.consume("dag", handler, backend=backend, concurrency=3, poll_interval=0.05)
     assert wait_until(lambda: states(backend, ids)["d"] == "done", 15)
     assert set(spans) == {"a", "b", "c", "d"}
@@ -173,6 +204,7 @@ def test_a_diamond_runs_each_node_once_and_in_dependency_order(backend: str) -> 
 
 @pytest.mark.all_databases
 def test_cancel_flow_without_a_backend_finds_the_flow(backend: str) -> None:
-    made = queue.enqueue_flow("dag", [{"name": "a"}, {"name": "b", "depends_on": ["a"]}],
-                              backend=backend)  # fmt: skip
+    made = queue.enqueue_flow(
+        "dag", [{"name": "a"}, {"name": "b", "depends_on": ["a"]}], backend=backend
+    )
     assert queue.cancel_flow(made["flow_id"]) == 2

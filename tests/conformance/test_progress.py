@@ -53,7 +53,9 @@ def run(backend: str, steps: Callable[[Any], None]) -> str:
 
     job_id = queue.enqueue("progress", {}, backend=backend).job_id
     queue.consume("progress", handler, backend=backend, poll_interval=0.05)
-    assert wait_until(lambda: queue.get_job(job_id, backend=backend).state in ("done", "failed"), 10)  # type: ignore[union-attr]
+    assert wait_until(
+        lambda: queue.get_job(job_id, backend=backend).state in ("done", "failed"), 10
+    )  # type: ignore[union-attr]
     assert failures == []
     return job_id
 
@@ -62,9 +64,9 @@ def test_the_throttle_is_250_ms_by_default() -> None:
     assert get_settings().progress_throttle == 0.25
 
 
-def test_progress_is_throttled_to_one_write_per_250_ms(backend: str, engine: Backend,
-                                                       configure: Callable[..., None],
-                                                       clock: Clock) -> None:  # fmt: skip
+def test_progress_is_throttled_to_one_write_per_250_ms(
+    backend: str, engine: Backend, configure: Callable[..., None], clock: Clock
+) -> None:
     configure(AUDIT="all")
 
     def steps(ctx: Any) -> None:
@@ -84,9 +86,9 @@ def test_progress_is_throttled_to_one_write_per_250_ms(backend: str, engine: Bac
     assert recorded(engine, job_id) == [10, 40, 60]
 
 
-def test_zero_and_one_hundred_are_always_recorded(backend: str, engine: Backend,
-                                                  configure: Callable[..., None],
-                                                  clock: Clock) -> None:  # fmt: skip
+def test_zero_and_one_hundred_are_always_recorded(
+    backend: str, engine: Backend, configure: Callable[..., None], clock: Clock
+) -> None:
     configure(AUDIT="all")
 
     def steps(ctx: Any) -> None:
@@ -100,8 +102,9 @@ def test_zero_and_one_hundred_are_always_recorded(backend: str, engine: Backend,
     assert recorded(engine, job_id) == [0, 100, 0]
 
 
-def test_progress_is_stored_on_the_job_while_it_runs(backend: str, engine: Backend,
-                                                     clock: Clock) -> None:  # fmt: skip
+def test_progress_is_stored_on_the_job_while_it_runs(
+    backend: str, engine: Backend, clock: Clock
+) -> None:
     seen: list[int] = []
 
     def steps(ctx: Any) -> None:

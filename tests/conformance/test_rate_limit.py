@@ -24,8 +24,9 @@ def test_at_most_max_handlers_start_in_any_window(backend: str) -> None:
             starts.append(time.monotonic())
 
     queue.enqueue_many("limited", range(5), backend=backend)
-    queue.consume("limited", handler, backend=backend, concurrency=4, rate_limit=(2, 1.0),
-                  poll_interval=0.05)  # fmt: skip
+    queue.consume(
+        "limited", handler, backend=backend, concurrency=4, rate_limit=(2, 1.0), poll_interval=0.05
+    )
     assert wait_until(lambda: len(starts) == 5, 10)
     starts.sort()
     offsets = [round(s - starts[0], 3) for s in starts]

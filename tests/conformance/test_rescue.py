@@ -30,7 +30,12 @@ def test_an_expired_lease_is_re_pended_with_stall_plus_one(backend: str, engine:
         report = rescuer(engine).run_once(later(engine, 31, t))
     assert report == RescueReport(repended=1)
     r = row(engine, job_id)
-    assert (r["state"], r["stalls"], r["lease_token"], r["reason"]) == ("pending", 1, None, "stalled")
+    assert (r["state"], r["stalls"], r["lease_token"], r["reason"]) == (
+        "pending",
+        1,
+        None,
+        "stalled",
+    )
     assert [(e.action, e.job_id, e.data["to"]) for e in events.of(STALLED)] == [
         (STALLED, job_id, "pending")
     ]
@@ -55,8 +60,9 @@ def test_a_crash_on_the_last_attempt_fails_the_job(backend: str, engine: Backend
     assert info is not None and (info.state, info.reason, info.attempts) == ("failed", "stalled", 1)
 
 
-def test_past_max_stalled_count_the_job_fails_with_reason_stalled(backend: str,
-                                                                  engine: Backend) -> None:  # fmt: skip
+def test_past_max_stalled_count_the_job_fails_with_reason_stalled(
+    backend: str, engine: Backend
+) -> None:
     job_id = queue.enqueue("crash", {}, max_attempts=5, backend=backend).job_id
     t = later(engine, 0)
     claim_one(engine, "crash", lease=30, now=t)
@@ -73,8 +79,7 @@ def test_past_max_stalled_count_the_job_fails_with_reason_stalled(backend: str,
     assert queue.dlq_size("crash", backend=backend) == 1
 
 
-def test_a_higher_max_stalled_count_tolerates_more_stalls(backend: str,
-                                                          engine: Backend) -> None:  # fmt: skip
+def test_a_higher_max_stalled_count_tolerates_more_stalls(backend: str, engine: Backend) -> None:
     job_id = queue.enqueue("crash", {}, max_attempts=5, backend=backend).job_id
     t = later(engine, 0)
     for n in range(3):
@@ -105,8 +110,9 @@ def test_rescue_ignores_jobs_that_are_not_inflight(backend: str, engine: Backend
     assert [row(engine, done_id), row(engine, pending_id)] == before
 
 
-def test_the_stale_workers_ack_after_a_rescue_and_reclaim_is_lock_lost(backend: str,
-                                                                       engine: Backend) -> None:  # fmt: skip
+def test_the_stale_workers_ack_after_a_rescue_and_reclaim_is_lock_lost(
+    backend: str, engine: Backend
+) -> None:
     job_id = queue.enqueue("crash", {}, max_attempts=3, backend=backend).job_id
     t = later(engine, 0)
     stale = claim_one(engine, "crash", lease=30, now=t)
@@ -122,8 +128,9 @@ def test_the_stale_workers_ack_after_a_rescue_and_reclaim_is_lock_lost(backend: 
     assert succeed(engine, fresh, now=later(engine, 34, t)).state == "done"
 
 
-def test_a_cancel_requested_job_whose_worker_crashed_is_cancelled(backend: str,
-                                                                  engine: Backend) -> None:  # fmt: skip
+def test_a_cancel_requested_job_whose_worker_crashed_is_cancelled(
+    backend: str, engine: Backend
+) -> None:
     job_id = queue.enqueue("crash", {}, backend=backend).job_id
     t = later(engine, 0)
     claim_one(engine, "crash", lease=30, now=t)

@@ -37,18 +37,24 @@ def terminal_jobs(engine: Backend, backend: str) -> dict[str, str]:
 def test_the_default_ages_are_a_week_for_jobs_a_month_for_audit_and_failed_kept() -> None:
     s = get_settings()
     assert (s.retention_done, s.retention_cancelled, s.retention_failed, s.retention_audit) == (
-        7 * DAY, 7 * DAY, None, 30 * DAY,
-    )  # fmt: skip
+        7 * DAY,
+        7 * DAY,
+        None,
+        30 * DAY,
+    )
 
 
-def test_old_done_and_cancelled_jobs_are_pruned_and_failed_ones_kept(backend: str,
-                                                                     engine: Backend) -> None:  # fmt: skip
+def test_old_done_and_cancelled_jobs_are_pruned_and_failed_ones_kept(
+    backend: str, engine: Backend
+) -> None:
     ids = terminal_jobs(engine, backend)
     report = pruner(engine).run_once(later(engine, 7 * DAY + 60))
     assert report.jobs == 2
     assert {k: exists(backend, v) for k, v in ids.items()} == {
-        "done": False, "cancelled": False, "failed": True,
-    }  # fmt: skip
+        "done": False,
+        "cancelled": False,
+        "failed": True,
+    }
 
 
 def test_jobs_younger_than_their_retention_are_kept(backend: str, engine: Backend) -> None:
@@ -57,8 +63,9 @@ def test_jobs_younger_than_their_retention_are_kept(backend: str, engine: Backen
     assert all(exists(backend, v) for v in ids.values())
 
 
-def test_waiting_and_running_jobs_are_never_pruned(backend: str, engine: Backend,
-                                                   configure: Callable[..., None]) -> None:  # fmt: skip
+def test_waiting_and_running_jobs_are_never_pruned(
+    backend: str, engine: Backend, configure: Callable[..., None]
+) -> None:
     configure(RETENTION={"DONE": 1, "CANCELLED": 1, "FAILED": 1, "AUDIT": 1})
     pending = queue.enqueue("old", {}, backend=backend).job_id
     running = queue.enqueue("old", {}, backend=backend).job_id
@@ -78,8 +85,9 @@ def test_failed_jobs_are_pruned_once_a_failed_retention_is_configured(
 
 
 def test_a_pruned_flow_job_takes_its_dependency_rows(backend: str, engine: Backend) -> None:
-    made = queue.enqueue_flow("old", [{"name": "a"}, {"name": "b", "depends_on": ["a"]}],
-                              backend=backend)  # fmt: skip
+    made = queue.enqueue_flow(
+        "old", [{"name": "a"}, {"name": "b", "depends_on": ["a"]}], backend=backend
+    )
     succeed(engine, claim_one(engine, "old"))
     succeed(engine, claim_one(engine, "old"))
     deps = FlowDependency.objects.using(engine.db).filter(flow_id=made["flow_id"])

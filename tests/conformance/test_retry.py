@@ -1,4 +1,4 @@
-"""SPEC §2 retry: backoff ``min(base · 2^(n−1), max)``; exhausted → DLQ with error and traceback;
+"""SPEC §2 retry: backoff ``min(base · 2^(n-1), max)``; exhausted → DLQ with error and traceback;
 ``Unrecoverable`` or a ``retryable`` predicate answering False skip the budget; a predicate
 that raises counts as retryable."""
 
@@ -37,7 +37,11 @@ def test_a_failed_attempt_with_attempts_left_waits_the_backoff(
     assert (r["state"], r["attempts"], r["reason"]) == ("pending", 1, "error")
     assert r["error"] == "ValueError: try again"
     assert r["available_at"] - r["updated_at"] == timedelta(seconds=30)
-    assert engine.now() + timedelta(seconds=28) < r["available_at"] <= engine.now() + timedelta(seconds=30)
+    assert (
+        engine.now() + timedelta(seconds=28)
+        < r["available_at"]
+        <= engine.now() + timedelta(seconds=30)
+    )
     assert events.of(CONSUME_FAILURE)[0].data["retry_in"] == 30.0
 
 

@@ -11,7 +11,7 @@ from django_blamequeue import queue
 from django_blamequeue.audit import RELEASE
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.exceptions import WorkerShutdown
-from django_blamequeue.testing import capture_events
+from django_blamequeue.testing import capture_events, wait_until
 
 from .support import claim_one, row
 
@@ -40,6 +40,7 @@ def test_a_graceful_release_gives_the_attempt_back(backend: str, engine: Backend
     r = row(engine, job_id)
     assert (r["state"], r["attempts"], r["lease_token"]) == ("pending", 0, None)
     assert [(e.action, e.job_id) for e in events.events] == [(RELEASE, job_id)]
+    assert wait_until(lambda: bool(saw), 5)  # the interrupt lands after the release is acked
     assert saw == [WorkerShutdown]
     again = claim_one(engine, "stop")
     assert (again.job_id, again.attempt) == (job_id, 1)  # its only attempt is still there
@@ -84,8 +85,10 @@ def test_a_stopping_consumer_leases_nothing_more(backend: str, engine: Backend) 
 
 
 def test_queue_shutdown_stops_every_consumer(backend: str) -> None:
-    consumers = [queue.consume(f"stop-{i}", lambda job, ctx: None, backend=backend,
-                               poll_interval=0.05) for i in range(3)]  # fmt: skip
+    consumers = [
+        queue.consume(f"stop-{i}", lambda job, ctx: None, backend=backend, poll_interval=0.05)
+        for i in range(3)
+    ]
     assert all(c.alive for c in consumers)
     queue.shutdown(timeout=10)
     assert not any(c.alive for c in consumers)

@@ -43,9 +43,11 @@ def test_a_handler_past_its_timeout_fails_the_attempt_with_reason_timeout(
 
 
 def test_a_timed_out_attempt_with_attempts_left_is_retried(
-    backend: str, register: Callable[..., Any], release: threading.Event,
+    backend: str,
+    register: Callable[..., Any],
+    release: threading.Event,
     configure: Callable[..., None],
-) -> None:  # fmt: skip
+) -> None:
     configure(BACKOFF_BASE=0.01, BACKOFF_MAX=0.01)
     attempts: list[int] = []
 

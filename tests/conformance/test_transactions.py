@@ -44,8 +44,9 @@ def test_an_enqueue_rolls_back_with_its_transaction(backend: str, engine: Backen
     assert jobs_in(engine, "tx") == 0
 
 
-def test_an_enqueue_commits_with_its_transaction_and_not_before(backend: str,
-                                                                engine: Backend) -> None:  # fmt: skip
+def test_an_enqueue_commits_with_its_transaction_and_not_before(
+    backend: str, engine: Backend
+) -> None:
     with transaction.atomic(using=engine.db):
         job_id = queue.enqueue("tx", {"n": 1}, backend=backend).job_id
         assert not seen_from_another_connection(engine, job_id)

@@ -3,12 +3,15 @@ mid-job. Workers recover on their own (no restart), LISTEN comes back, nothing i
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connections
 
 from django_blamequeue import queue
@@ -60,14 +63,21 @@ class Remote:
 
 
 @pytest.fixture
-def own_postgres(tmp_path: Path) -> Iterator[PostgresServer]:
-    """A PostgreSQL of this test's own, so restarting it leaves the shared one alone."""
-    server = PostgresServer(tmp_path / "pg")
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL of this test's own, so restarting it leaves the shared one alone.
+
+    Its data lives under the repository's .tmp/, not pytest's tmp_path: as root the server
+    runs as another user, and a pytest session starting meanwhile makes its temporary root
+    private again (0700), which would lock the server out of its own files.
+    """
+    base = Path(tempfile.mkdtemp(prefix="pg-restart-", dir=django_settings.TMP))
+    server = PostgresServer(base)
     server.start()
     try:
         yield server
     finally:
         server.stop(mode="immediate")
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @postgres_only

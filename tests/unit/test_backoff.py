@@ -1,4 +1,4 @@
-"""Retry delay (SPEC §2): ``min(base · 2^(attempt−1), max)``, defaults 1 s and 300 s, no jitter."""
+"""Retry delay (SPEC §2): ``min(base · 2^(attempt-1), max)``, defaults 1 s and 300 s, no jitter."""
 
 from __future__ import annotations
 
@@ -9,10 +9,22 @@ from django_blamequeue.core.backoff import backoff_seconds
 
 @pytest.mark.parametrize(
     ("attempt", "expected"),
-    [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 16.0), (8, 128.0), (9, 256.0), (10, 300.0),
-     (11, 300.0), (50, 300.0)],
-)  # fmt: skip
-def test_default_delay_doubles_from_one_second_and_caps_at_300(attempt: int, expected: float) -> None:
+    [
+        (1, 1.0),
+        (2, 2.0),
+        (3, 4.0),
+        (4, 8.0),
+        (5, 16.0),
+        (8, 128.0),
+        (9, 256.0),
+        (10, 300.0),
+        (11, 300.0),
+        (50, 300.0),
+    ],
+)
+def test_default_delay_doubles_from_one_second_and_caps_at_300(
+    attempt: int, expected: float
+) -> None:
     assert backoff_seconds(attempt) == expected
 
 

@@ -38,12 +38,25 @@ def refused(children: Any) -> QueueError:
         [{"name": "a", "colour": "red"}],
     ],
     ids=[
-        "empty-list", "empty-tuple", "none", "string", "one-dict", "child-not-a-dict",
-        "child-none", "no-name", "empty-name", "blank-name", "name-not-a-string",
-        "duplicate-name", "depends-on-a-string", "depends-on-non-strings", "depends-on-a-dict",
-        "dependency-listed-twice", "unknown-key",
+        "empty-list",
+        "empty-tuple",
+        "none",
+        "string",
+        "one-dict",
+        "child-not-a-dict",
+        "child-none",
+        "no-name",
+        "empty-name",
+        "blank-name",
+        "name-not-a-string",
+        "duplicate-name",
+        "depends-on-a-string",
+        "depends-on-non-strings",
+        "depends-on-a-dict",
+        "dependency-listed-twice",
+        "unknown-key",
     ],
-)  # fmt: skip
+)
 def test_bad_shapes_are_refused_as_bad_flow(children: Any) -> None:
     assert refused(children).code == ErrorCode.BAD_FLOW
 
@@ -71,32 +84,45 @@ def test_a_self_dependency_is_a_cycle() -> None:
 
 
 def test_a_longer_cycle_shows_only_the_cycle_not_the_path_into_it() -> None:
-    err = refused([
-        {"name": "start", "depends_on": ["x"]},
-        {"name": "x", "depends_on": ["y"]},
-        {"name": "y", "depends_on": ["z"]},
-        {"name": "z", "depends_on": ["x"]},
-    ])  # fmt: skip
+    err = refused(
+        [
+            {"name": "start", "depends_on": ["x"]},
+            {"name": "x", "depends_on": ["y"]},
+            {"name": "y", "depends_on": ["z"]},
+            {"name": "z", "depends_on": ["x"]},
+        ]
+    )
     assert err.code == ErrorCode.FLOW_CYCLE
     assert err.message.endswith("x → y → z → x")
     assert "start" not in err.message
 
 
 def test_a_valid_dag_answers_a_topological_order() -> None:
-    order = validate_dag([
-        {"name": "d", "depends_on": ["b", "c"]},
-        {"name": "b", "depends_on": ["a"]},
-        {"name": "c", "depends_on": ["a"]},
-        {"name": "a"},
-    ])  # fmt: skip
+    order = validate_dag(
+        [
+            {"name": "d", "depends_on": ["b", "c"]},
+            {"name": "b", "depends_on": ["a"]},
+            {"name": "c", "depends_on": ["a"]},
+            {"name": "a"},
+        ]
+    )
     assert sorted(order) == ["a", "b", "c", "d"]
     assert order.index("a") < order.index("b") < order.index("d")
     assert order.index("a") < order.index("c") < order.index("d")
 
 
 def test_every_documented_child_key_is_accepted() -> None:
-    validate_dag([
-        {"name": "a", "job": "x.y", "payload": {}, "priority": 1, "classification": "c",
-         "trace_id": "t", "max_attempts": 2},
-        {"name": "b", "depends_on": ["a"]},
-    ])  # fmt: skip
+    validate_dag(
+        [
+            {
+                "name": "a",
+                "job": "x.y",
+                "payload": {},
+                "priority": 1,
+                "classification": "c",
+                "trace_id": "t",
+                "max_attempts": 2,
+            },
+            {"name": "b", "depends_on": ["a"]},
+        ]
+    )

@@ -25,7 +25,9 @@ def test_success_is_done_with_the_result_and_does_not_yield_to_a_cancel() -> Non
 
 
 @pytest.mark.parametrize(("attempt", "delay"), [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0)])
-def test_an_error_with_attempts_left_is_retried_after_the_backoff(attempt: int, delay: float) -> None:
+def test_an_error_with_attempts_left_is_retried_after_the_backoff(
+    attempt: int, delay: float
+) -> None:
     t = decide(raised(ValueError("boom")), attempt=attempt, max_attempts=5, policy=POLICY)
     assert (t.state, t.delay, t.reason) == (State.PENDING, delay, Reason.ERROR)
     assert t.error == "ValueError: boom"
@@ -35,15 +37,19 @@ def test_an_error_with_attempts_left_is_retried_after_the_backoff(attempt: int, 
 
 def test_the_retry_delay_follows_the_policy() -> None:
     policy = Policy(backoff_base=10.0, backoff_max=25.0)
-    delays = [decide(raised(ValueError()), attempt=n, max_attempts=9, policy=policy).delay
-              for n in (1, 2, 3)]  # fmt: skip
+    delays = [
+        decide(raised(ValueError()), attempt=n, max_attempts=9, policy=policy).delay
+        for n in (1, 2, 3)
+    ]
     assert delays == [10.0, 20.0, 25.0]
 
 
 def test_jittered_retry_delay_is_within_the_unjittered_one() -> None:
     policy = Policy(backoff_base=8.0, backoff_jitter=True)
-    delays = {decide(raised(ValueError()), attempt=2, max_attempts=3, policy=policy).delay
-              for _ in range(200)}  # fmt: skip
+    delays = {
+        decide(raised(ValueError()), attempt=2, max_attempts=3, policy=policy).delay
+        for _ in range(200)
+    }
     assert all(0.0 <= d <= 16.0 for d in delays) and len(delays) > 1
 
 
@@ -57,8 +63,11 @@ def test_an_error_on_the_last_attempt_fails_the_job(attempt: int, max_attempts: 
 
 def test_unrecoverable_skips_the_remaining_budget() -> None:
     t = decide(raised(Unrecoverable("bad address")), attempt=1, max_attempts=10, policy=POLICY)
-    assert (t.state, t.reason, t.error) == (State.FAILED, Reason.UNRECOVERABLE,
-                                            "Unrecoverable: bad address")  # fmt: skip
+    assert (t.state, t.reason, t.error) == (
+        State.FAILED,
+        Reason.UNRECOVERABLE,
+        "Unrecoverable: bad address",
+    )
 
 
 def test_unrecoverable_wins_even_over_a_predicate_that_says_retry() -> None:
@@ -81,8 +90,9 @@ def test_a_retryable_predicate_answering_false_skips_the_budget() -> None:
 
 
 def test_a_retryable_predicate_answering_true_keeps_the_budget() -> None:
-    t = decide(raised(ValueError()), attempt=1, max_attempts=2,
-               policy=Policy(retryable=lambda e: True))  # fmt: skip
+    t = decide(
+        raised(ValueError()), attempt=1, max_attempts=2, policy=Policy(retryable=lambda e: True)
+    )
     assert (t.state, t.reason) == (State.PENDING, Reason.ERROR)
 
 
@@ -134,18 +144,26 @@ def test_a_fan_out_parks_the_parent_with_its_manifest() -> None:
         (1, 1, 1, 5, State.FAILED),
     ],
 )
-def test_rescue_table(attempts: int, max_attempts: int, stalls: int, max_stalled: int,
-                      expected: State) -> None:  # fmt: skip
-    assert rescue(attempts=attempts, max_attempts=max_attempts, stalls=stalls,
-                  max_stalled=max_stalled) == expected  # fmt: skip
+def test_rescue_table(
+    attempts: int, max_attempts: int, stalls: int, max_stalled: int, expected: State
+) -> None:
+    assert (
+        rescue(attempts=attempts, max_attempts=max_attempts, stalls=stalls, max_stalled=max_stalled)
+        == expected
+    )
 
 
 def test_every_transition_decide_answers_is_allowed_from_inflight() -> None:
     outcomes: list[lifecycle.Outcome] = [
-        lifecycle.Succeeded(None), raised(ValueError()), raised(Unrecoverable()),
-        lifecycle.TimedOut(1), lifecycle.Cancelled(), lifecycle.Released(),
-        lifecycle.BadJob("x"), lifecycle.FannedOut(()),
-    ]  # fmt: skip
+        lifecycle.Succeeded(None),
+        raised(ValueError()),
+        raised(Unrecoverable()),
+        lifecycle.TimedOut(1),
+        lifecycle.Cancelled(),
+        lifecycle.Released(),
+        lifecycle.BadJob("x"),
+        lifecycle.FannedOut(()),
+    ]
     for outcome in outcomes:
         for attempt in (1, 3):
             t = decide(outcome, attempt=attempt, max_attempts=3, policy=POLICY)
@@ -154,6 +172,7 @@ def test_every_transition_decide_answers_is_allowed_from_inflight() -> None:
 
 def test_terminal_states_are_final_except_the_dlq_retry() -> None:
     assert {s: ALLOWED[s] for s in TERMINAL} == {
-        State.DONE: frozenset(), State.CANCELLED: frozenset(),
+        State.DONE: frozenset(),
+        State.CANCELLED: frozenset(),
         State.FAILED: frozenset({State.PENDING}),
-    }  # fmt: skip
+    }

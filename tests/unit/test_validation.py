@@ -22,11 +22,29 @@ def code_of(call: Any, *args: Any, **kwargs: Any) -> ErrorCode:
 
 
 BAD_RATE_LIMITS = [
-    (0, 1.0), (-1, 1.0), (1.5, 1.0), (True, 1.0), ("2", 1.0), (None, 1.0),
-    (2, math.inf), (2, -math.inf), (2, math.nan), (2, 0), (2, 0.0), (2, -1.0), (2, "1"),
-    (2, None), (2, False),
-    2, "2/1", (2,), (2, 1.0, 3), [], {}, object(),
-]  # fmt: skip
+    (0, 1.0),
+    (-1, 1.0),
+    (1.5, 1.0),
+    (True, 1.0),
+    ("2", 1.0),
+    (None, 1.0),
+    (2, math.inf),
+    (2, -math.inf),
+    (2, math.nan),
+    (2, 0),
+    (2, 0.0),
+    (2, -1.0),
+    (2, "1"),
+    (2, None),
+    (2, False),
+    2,
+    "2/1",
+    (2,),
+    (2, 1.0, 3),
+    [],
+    {},
+    object(),
+]
 
 
 @pytest.mark.parametrize("value", BAD_RATE_LIMITS, ids=repr)
@@ -43,10 +61,12 @@ def test_the_rate_limit_validator_refuses_the_same_values(value: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"), [((1, 1), (1, 1.0)), ((10, 0.5), (10, 0.5)), ([3, 2.0], (3, 2.0)),
-                            (None, None)]
-)  # fmt: skip
-def test_a_positive_int_and_a_positive_finite_number_are_a_rate_limit(value: Any, expected: Any) -> None:
+    ("value", "expected"),
+    [((1, 1), (1, 1.0)), ((10, 0.5), (10, 0.5)), ([3, 2.0], (3, 2.0)), (None, None)],
+)
+def test_a_positive_int_and_a_positive_finite_number_are_a_rate_limit(
+    value: Any, expected: Any
+) -> None:
     assert rate_limit(value) == expected
 
 
@@ -81,7 +101,7 @@ def test_a_bad_delay_is_refused(delay: Any) -> None:
     assert code_of(queue.enqueue, "q", {}, delay=delay) == ErrorCode.BAD_ARGUMENT
 
 
-@pytest.mark.parametrize("run_at", [datetime(2030, 1, 1), "2030-01-01T00:00:00Z", 1893456000])  # noqa: DTZ001
+@pytest.mark.parametrize("run_at", [datetime(2030, 1, 1), "2030-01-01T00:00:00Z", 1893456000])
 def test_a_naive_or_non_datetime_run_at_is_refused(run_at: Any) -> None:
     assert code_of(queue.enqueue, "q", {}, run_at=run_at) == ErrorCode.BAD_ARGUMENT
 
@@ -98,9 +118,15 @@ def test_a_bad_max_attempts_is_refused(max_attempts: Any) -> None:
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("concurrency", 0), ("concurrency", 1.5), ("lease", -1), ("lease", math.inf),
-     ("poll_interval", 0), ("fast_poll", math.nan)],
-)  # fmt: skip
+    [
+        ("concurrency", 0),
+        ("concurrency", 1.5),
+        ("lease", -1),
+        ("lease", math.inf),
+        ("poll_interval", 0),
+        ("fast_poll", math.nan),
+    ],
+)
 def test_bad_consumer_options_are_refused(option: str, value: Any) -> None:
     kwargs = {option: value}
     assert code_of(queue.consume, "q", lambda job, ctx: None, **kwargs) == ErrorCode.BAD_ARGUMENT

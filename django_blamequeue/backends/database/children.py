@@ -12,12 +12,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef
 
 from ... import audit, outbox
 from ...core.states import TERMINAL, State
 from ...models import FlowDependency, OutboxEntry
 from ...records import Ack, ChildSpec, Report
+from . import sql
 from .base import LocalBase
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ _TERMINAL = [s.value for s in TERMINAL]
 FAN_OUT = "system.queue.flow.fan_out"
 REPORT = "system.queue.flow.report"
 CASCADE = "system.queue.flow.cascade"
+REPORT_CHUNK = 500
 
 
 class ChildOps(LocalBase):
@@ -106,19 +108,23 @@ class ChildOps(LocalBase):
             if self.is_postgres:  # serialise settles of one parent across relays
                 list(self.jobs().filter(id__in=parents).select_for_update().order_by("id")
                      .values_list("id", flat=True))  # fmt: skip
-            deps = FlowDependency.objects.using(self.db)
+            unique = {(r.parent_id, r.child_id): r for r in reversed(reports)}  # first one wins
             changed: set[str] = set()
             events: list[audit.Event] = []
-            for r in reports:
-                n = deps.filter(job_id=r.parent_id, depends_on_id=r.child_id, kind="child",
-                                status="pending").update(
-                    status=r.state, result=r.result, result_type=r.result_type, error=r.error,
-                    reported_at=t)  # fmt: skip
-                if n:  # a duplicate (even one in this same batch) changes nothing
-                    recorded += n
-                    changed.add(r.parent_id)
-                    events.append(audit.Event(action=REPORT, job_id=r.child_id, backend=self.alias,
-                                              data={"parent_id": r.parent_id, "state": r.state}))  # fmt: skip
+            batch = list(unique.values())
+            for start in range(0, len(batch), REPORT_CHUNK):
+                chunk = batch[start : start + REPORT_CHUNK]
+                params: list[Any] = [self._adapt(t)]
+                for r in chunk:
+                    params += [r.parent_id, r.child_id, r.state, r.result, r.result_type, r.error]
+                with self.connection.cursor() as cur:
+                    cur.execute(sql.record_reports(self.connection.vendor, len(chunk)), params)
+                    rows = cur.fetchall()
+                recorded += len(rows)
+                for parent_id, child_id, state in rows:  # a duplicate changed nothing: no event
+                    changed.add(parent_id)
+                    events.append(audit.Event(action=REPORT, job_id=child_id, backend=self.alias,
+                                              data={"parent_id": parent_id, "state": state}))  # fmt: skip
             audit.record(events, using=self.db)
             if changed:
                 self.settle(sorted(changed), t)
@@ -126,24 +132,26 @@ class ChildOps(LocalBase):
 
     def settle(self, parent_ids: Sequence[str], now: datetime) -> list[str]:
         """Re-pend parents with no pending child, or with a failure under ``"fail"``."""
-        parents = dict(
+        deps = FlowDependency.objects.using(self.db).filter(job_id=OuterRef("id"), kind="child")
+        # EXISTS stops at the first row: a wide flow is not counted on every report batch.
+        due = [
+            p for p, mode, pending, failed in
             self.jobs().filter(id__in=list(parent_ids), state=State.WAITING_CHILDREN)
-            .values_list("id", "flow_mode")
-        )  # fmt: skip
-        if not parents:
-            return []
-        tally: dict[str, dict[str, int]] = {p: {} for p in parents}
-        for job_id, status, n in (
-            FlowDependency.objects.using(self.db).filter(job_id__in=list(parents), kind="child")
-            .values_list("job_id", "status").annotate(n=Count("id")).order_by()
-        ):  # fmt: skip
-            tally[job_id][status] = n
-        due = [p for p, mode in parents.items()
-               if not tally[p].get("pending") or (mode != "continue" and tally[p].get("failed"))]  # fmt: skip
+            .annotate(pending=Exists(deps.filter(status="pending")),
+                      failed=Exists(deps.filter(status="failed")))
+            .values_list("id", "flow_mode", "pending", "failed")
+            if not pending or (mode != "continue" and failed)
+        ]  # fmt: skip
         if not due:
             return []
         self.jobs().filter(id__in=due, state=State.WAITING_CHILDREN).update(
             state=State.PENDING, available_at=now, updated_at=now)  # fmt: skip
+        tally: dict[str, dict[str, int]] = {p: {} for p in due}  # for the settle's audit event
+        for job_id, status, n in (
+            FlowDependency.objects.using(self.db).filter(job_id__in=due, kind="child")
+            .values_list("job_id", "status").annotate(n=Count("id")).order_by()
+        ):  # fmt: skip
+            tally[job_id][status] = n
         fail_fast = [p for p in due if tally[p].get("pending")]
         rows = dict(self.jobs().filter(id__in=due).values_list("id", "queue"))
         self._notify(list(rows.values()))

@@ -8,6 +8,7 @@ PostgreSQL claims with a CTE so ``FOR UPDATE SKIP LOCKED`` locks exactly ``LIMIT
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 JOB = "blamequeue_job"
 DEP = "blamequeue_flow_dependency"
@@ -40,6 +41,54 @@ SET state = 'inflight',
 FROM picked WHERE j.id = picked.id
 RETURNING {", ".join("j." + c.strip() for c in CLAIM_COLUMNS.split(","))}
 """
+
+
+def unnest_rows(names: Sequence[str], db_types: Sequence[str], varying: Sequence[bool]) -> str:
+    """A batch of rows as one row source of constant size (PostgreSQL): one array parameter
+    per column whose value varies across the batch, unnested, and one scalar parameter per
+    column that is the same in every row. Params: the scalars, then the arrays, each in
+    column order. The statement text depends on the column types only, not on the batch
+    size, and the driver converts a handful of parameters instead of rows × columns."""
+    select, arrays, aliases = [], [], []
+    for i, (name, db_type, varies) in enumerate(zip(names, db_types, varying, strict=True)):
+        if varies:
+            arrays.append(f"%s::{db_type}[]")
+            aliases.append(f"c{i}")
+            select.append(f"u.c{i} AS {name}")
+        else:
+            select.append(f"%s::{db_type} AS {name}")
+    return (
+        f"(SELECT {', '.join(select)} FROM unnest({', '.join(arrays)}) AS u({', '.join(aliases)}))"
+    )
+
+
+def unnest_params(columns: Sequence[Sequence[Any]]) -> tuple[list[bool], list[Any]]:
+    """``varying`` and the params of :func:`unnest_rows` for column-wise values."""
+    varying = [any(v != col[0] for v in col) for col in columns]
+    varying[0] = True  # at least one array: it sets the number of rows
+    scalars = [col[0] for col, varies in zip(columns, varying) if not varies]
+    arrays = [list(col) for col, varies in zip(columns, varying) if varies]
+    return varying, scalars + arrays
+
+
+def insert_jobs_postgresql(columns: Sequence[tuple[str, str]], varying: Sequence[bool]) -> str:
+    """One INSERT per batch of any size (see :func:`unnest_rows`). Conflicts (id, dedupe key)
+    insert nothing; RETURNING answers the ids that were inserted."""
+    names = [c for c, _ in columns]
+    rows = unnest_rows(names, [t for _, t in columns], varying)
+    return (
+        f"INSERT INTO {JOB} ({', '.join(names)}) SELECT * FROM {rows} AS v "
+        "ON CONFLICT DO NOTHING RETURNING id"
+    )
+
+
+def insert_jobs_sqlite(columns: Sequence[str], n: int) -> str:
+    """Multi-row INSERT of ``n`` rows; conflicts insert nothing, RETURNING answers the rest."""
+    row = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    return (
+        f"INSERT INTO {JOB} ({', '.join(columns)}) VALUES {', '.join([row] * n)} "
+        "ON CONFLICT DO NOTHING RETURNING id"
+    )
 
 
 def claim_sqlite(n_queues: int) -> str:
@@ -150,3 +199,25 @@ def lock_dependants(n: int) -> str:
 
 def placeholders(items: Sequence[object]) -> str:
     return ", ".join(["%s"] * len(items))
+
+
+# Child reports onto their parents' manifest rows: one UPDATE … FROM (VALUES …) per batch,
+# only rows still 'pending' change (a report is recorded once). Per row: parent id, child id,
+# state, result, result type, error; then reported_at.
+_REPORT_CASTS = ("varchar", "varchar", "varchar", "bytea", "varchar", "text")
+
+
+def record_reports(vendor: str, n: int) -> str:
+    if vendor == "postgresql":
+        row = "(" + ", ".join(f"%s::{c}" for c in _REPORT_CASTS) + ")"
+        alias = "v(column1, column2, column3, column4, column5, column6)"
+    else:
+        row, alias = "(%s, %s, %s, %s, %s, %s)", "v"
+    values = ", ".join([row] * n)
+    return (
+        f"UPDATE {DEP} SET status = v.column3, result = v.column4, result_type = v.column5, "
+        f"error = v.column6, reported_at = %s FROM (VALUES {values}) AS {alias} "
+        f"WHERE {DEP}.job_id = v.column1 AND {DEP}.depends_on_id = v.column2 "
+        f"AND {DEP}.kind = 'child' AND {DEP}.status = 'pending' "
+        f"RETURNING {DEP}.job_id, {DEP}.depends_on_id, {DEP}.status"
+    )
