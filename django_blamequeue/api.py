@@ -58,6 +58,28 @@ class Queue:
         dedupe_key: Any,
         job_id: str | None = None,
     ) -> NewJob:
+        return self._new_jobs(
+            queue_name, [payload], name=name, delay=delay, run_at=run_at, priority=priority,
+            max_attempts=max_attempts, classification=classification, trace_id=trace_id,
+            dedupe_keys=[dedupe_key], job_ids=[job_id],
+        )[0]  # fmt: skip
+
+    def _new_jobs(
+        self,
+        queue_name: str,
+        payloads: Sequence[Any],
+        *,
+        name: str | None,
+        delay: Any,
+        run_at: Any,
+        priority: Any,
+        max_attempts: Any,
+        classification: Any,
+        trace_id: Any,
+        dedupe_keys: Sequence[Any],
+        job_ids: Sequence[str | None] | None = None,
+    ) -> list[NewJob]:
+        """Validated jobs of one queue; what they share is checked once, not per payload."""
         settings = get_settings()
         definition = None
         if name is not None:
@@ -75,26 +97,36 @@ class Queue:
                 settings.default_max_attempts
             )
         ctx = current_job_or_none()
-        new = NewJob(
-            job_id=job_id or ids.new_id(),
-            queue=validation.queue_name(queue_name),
-            name=name or queue_name,
-            payload=encode(payload),
-            priority=validation.priority(priority),
-            delay=validation.delay(delay),
-            run_at=validation.run_at(run_at),
-            max_attempts=validation.positive_int(max_attempts, "max_attempts"),
-            timeout=definition.timeout if definition else None,
-            classification=validation.optional_text(classification, "classification", 100),
-            trace_id=validation.optional_text(trace_id, "trace_id", 64)
+        common: dict[str, Any] = {
+            "queue": validation.queue_name(queue_name),
+            "name": name or queue_name,
+            "priority": validation.priority(priority),
+            "delay": validation.delay(delay),
+            "run_at": validation.run_at(run_at),
+            "max_attempts": validation.positive_int(max_attempts, "max_attempts"),
+            "timeout": definition.timeout if definition else None,
+            "classification": validation.optional_text(classification, "classification", 100),
+        }
+        shared_trace = (
+            validation.optional_text(trace_id, "trace_id", 64)
             or tracing.current_trace_id()
-            or (ctx.trace_id if ctx and ctx.trace_id else uuid.uuid4().hex),
-            dedupe_key=validation.optional_text(dedupe_key, "dedupe_key", 255),
+            or (ctx.trace_id if ctx and ctx.trace_id else None)
         )
-        if definition is not None and definition.flow is not None:
-            new = replace(new, flow_phase="fan_out", flow_mode=definition.flow.on_child_failure,
-                          flow_id=new.job_id)  # fmt: skip
-        return new
+        flow = definition.flow if definition is not None else None
+        jobs = []
+        for i, payload in enumerate(payloads):
+            new = NewJob(
+                job_id=(job_ids[i] if job_ids is not None else None) or ids.new_id(),
+                payload=encode(payload),
+                trace_id=shared_trace or uuid.uuid4().hex,
+                dedupe_key=validation.optional_text(dedupe_keys[i], "dedupe_key", 255),
+                **common,
+            )
+            if flow is not None:
+                new = replace(new, flow_phase="fan_out", flow_mode=flow.on_child_failure,
+                              flow_id=new.job_id)  # fmt: skip
+            jobs.append(new)
+        return jobs
 
     def enqueue(
         self,
@@ -145,14 +177,11 @@ class Queue:
             return []
         # The span is current while the jobs are built: they carry its trace context.
         with tracing.enqueue_span(queue_name, target.alias) as span:
-            jobs = [
-                self._new_job(
-                    queue_name, p, name=name, delay=delay, run_at=run_at, priority=priority,
-                    max_attempts=max_attempts, classification=classification, trace_id=trace_id,
-                    dedupe_key=dedupe_keys[i] if dedupe_keys is not None else dedupe_key,
-                )
-                for i, p in enumerate(items)
-            ]  # fmt: skip
+            jobs = self._new_jobs(
+                queue_name, items, name=name, delay=delay, run_at=run_at, priority=priority,
+                max_attempts=max_attempts, classification=classification, trace_id=trace_id,
+                dedupe_keys=dedupe_keys if dedupe_keys is not None else [dedupe_key] * len(items),
+            )  # fmt: skip
             self._require_transactional(target)
             flows = [  # a @flow's root: audited as a flow enqueue, with the insert
                 audit.Event(action=audit.FLOW_ENQUEUE, job_id=j.job_id, queue=j.queue,

@@ -36,10 +36,22 @@ class Encoded:
     body: bytes
 
 
+_accepted: tuple[object, int, frozenset[str]] | None = None
+
+
 def accepted_content_types() -> frozenset[str]:
-    """The content types ``ACCEPT_CONTENT`` allows (names mapped through kombu's registry)."""
-    found = (content_type_of(item) for item in get_settings().accept_content)
-    return frozenset(t for t in found if t is not None)
+    """The content types ``ACCEPT_CONTENT`` allows (names mapped through kombu's registry).
+
+    Cached per settings object and size of kombu's registry: every encode and decode asks."""
+    global _accepted
+    current = get_settings()
+    cached = _accepted
+    if cached is not None and cached[0] is current and cached[1] == len(registry.name_to_type):
+        return cached[2]
+    found = (content_type_of(item) for item in current.accept_content)
+    types = frozenset(t for t in found if t is not None)
+    _accepted = (current, len(registry.name_to_type), types)
+    return types
 
 
 def encode(obj: Any, *, serializer: str | None = None, max_bytes: int | None = None) -> Encoded:

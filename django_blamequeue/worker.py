@@ -20,7 +20,7 @@ from .context import JobContext
 from .core import lifecycle
 from .core.states import State
 from .exceptions import ErrorCode, JobCancelled, JobTimeout, LeaseLost, QueueError, WorkerShutdown
-from .records import Ack, Claimed, Transition
+from .records import Ack, AckResult, Claimed, Transition
 from .runner import Handler, Run, SlotPool
 
 logger = logging.getLogger("django_blamequeue.worker")
@@ -129,16 +129,20 @@ class Consumer:
             if self._stopping and self._shutdown_step():
                 return
             self._heartbeat()
-            self._flush()
             claimed_full = False
-            if not self._stopping:
-                free = self._free_slots()
-                if free > 0:
+            free = 0 if self._stopping else self._free_slots()
+            if free > 0:
+                if self.backend.supports_apply_and_claim:
+                    got = self._flush_and_claim(free)
+                else:
+                    self._flush()
                     got = self._claim(free)
-                    claimed_full = got == free and got > 0
-                    if self.options.burst and got == 0 and self._drained():
-                        self._flush()
-                        return
+                claimed_full = got == free and got > 0
+                if self.options.burst and got == 0 and self._drained():
+                    self._flush()
+                    return
+            else:
+                self._flush()
             if claimed_full or self._finished:
                 continue
             self._wake.wait(self._wait_time())
@@ -190,6 +194,32 @@ class Consumer:
             self._backoff(exc)
             return 0
         self._error_delay = 0.0
+        return self._dispatch_all(claimed)
+
+    def _flush_and_claim(self, limit: int) -> int:
+        """Ack what finished and lease up to ``limit`` more, in one transaction."""
+        assert self.backend.resilience is not None
+        acks = self._acks
+        try:
+            results, claimed = self.backend.resilience.call(
+                lambda: self.backend.apply_and_claim(
+                    acks, self.options.queues, limit, self.options.lease
+                )
+            )
+        except QueueError as exc:
+            self._backoff(exc)  # keep the acks; a re-sent ack is fenced, so retrying is safe
+            return 0
+        except Exception as exc:  # never let one bad round kill the worker
+            logger.exception("ack and claim failed")
+            self._flush()  # the acks alone, so a failing claim cannot hold them back
+            self._backoff(exc)
+            return 0
+        self._acks = []
+        self._error_delay = 0.0
+        self._settle(results)
+        return self._dispatch_all(claimed)
+
+    def _dispatch_all(self, claimed: list[Claimed]) -> int:
         now = time.monotonic()
         for c in claimed:
             self._dispatch(c, now)
@@ -339,6 +369,9 @@ class Consumer:
             return
         self._acks = []
         self._error_delay = 0.0
+        self._settle(results)
+
+    def _settle(self, results: list[AckResult]) -> None:
         for res in results:
             run, transition = self._ack_runs.pop(res.job_id)
             self._count(res.ok, res.state, run, transition)

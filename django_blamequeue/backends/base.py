@@ -49,6 +49,8 @@ class Backend(metaclass=ABCMeta):
     transactional_enqueue = False
     #: Polling is nearly free (an embedded database): idle workers poll at ``fast_poll``.
     cheap_polling = False
+    #: ``apply_and_claim`` acks and leases in one transaction: one commit per worker round.
+    supports_apply_and_claim = False
     #: Engine errors that mean "unavailable" (mapped to ``BACKEND_UNAVAILABLE``).
     unavailable_errors: tuple[type[BaseException], ...] = ()
     #: The Django database alias that holds this backend's jobs and audit rows (the local
@@ -83,6 +85,18 @@ class Backend(metaclass=ABCMeta):
     @abstractmethod
     def apply_many(self, acks: Sequence[Ack], now: datetime | None = None) -> list[AckResult]:
         """Apply finished attempts' transitions in one transaction, each fenced by its token."""
+
+    def apply_and_claim(
+        self,
+        acks: Sequence[Ack],
+        queues: Sequence[str],
+        limit: int,
+        lease_s: float,
+        now: datetime | None = None,
+    ) -> tuple[list[AckResult], list[Claimed]]:
+        """With ``supports_apply_and_claim``: ``apply_many(acks)`` and ``claim(queues, limit)``
+        atomically (both or neither), so an error leaves the acks to be re-sent."""
+        raise NotImplementedError
 
     @abstractmethod
     def extend_lease(

@@ -106,6 +106,8 @@ def test_log_in_and_read_the_overview(page: Page) -> None:
     assert page.locator('tr[data-queue="hooks"] td[data-state="failed"]').inner_text() == "2"
     assert page.locator("[data-breaker]").first.inner_text() == "closed"
     row.locator('td[data-state="pending"] a').click()
+    page.wait_for_url(re.compile(r"queue=emails.*state__exact=pending"))
+    page.locator("#result_list").wait_for()
     assert page.locator("#result_list tbody tr").count() == 3
 
 

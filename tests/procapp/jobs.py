@@ -26,9 +26,7 @@ class LeaseGone(Exception):
 
 
 # Raw SQL: two statements a run, so that the handler costs little next to the queue itself.
-FENCE = (
-    "SELECT id FROM blamequeue_job WHERE id = %s AND lease_token = %s AND state = 'inflight'"
-)
+FENCE = "SELECT id FROM blamequeue_job WHERE id = %s AND lease_token = %s AND state = 'inflight'"
 STORE = (
     "INSERT INTO procapp_sideeffect (job_id, pid, token, attempt, host_clock) "
     "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (job_id) DO NOTHING RETURNING id"

@@ -8,6 +8,7 @@ process a test starts is killed by pid when the test ends, whatever happened.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -202,10 +203,8 @@ class Processes:
 
     def kill_all(self) -> None:
         for proc in self.started:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGCONT)  # a stopped process cannot die until resumed
-            except ProcessLookupError:
-                pass
             proc.kill()
 
     def stderr_count(self, text: str) -> int:
@@ -256,7 +255,7 @@ def redeliveries(db: str) -> list[Redelivery]:
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
              interval: float = 0.05) -> float:  # fmt: skip
-    """Poll until ``predicate()``; answer the seconds it took, fail with ``what`` at the deadline."""
+    """Poll until ``predicate()``; answer the seconds it took; fail with ``what`` if late."""
     start = time.monotonic()
     while not predicate():
         assert time.monotonic() - start < timeout, f"timed out after {timeout:g} s: {what}"

@@ -76,9 +76,7 @@ def test_concurrent_claimers_get_at_most_their_batch_and_never_the_same_job(
     assert rows.filter(state="inflight", attempts=1).count() == n_jobs
 
 
-def test_fifty_threads_enqueueing_one_dedupe_key_make_one_row(
-    backend: str, report: Report
-) -> None:
+def test_fifty_threads_enqueueing_one_dedupe_key_make_one_row(backend: str, report: Report) -> None:
     answers: list[Any] = []
     lock = threading.Lock()
 

@@ -59,9 +59,11 @@ def refusals(backend: str) -> list[QueueError]:
         ({"payload": {}, "name": "procapp.effect"}, {"SERIALIZER": "pickle"}),
     ]
     for kwargs, overrides in attempts:
-        with override_settings(BLAMEQUEUE={**settings.BLAMEQUEUE, **overrides}):
-            with pytest.raises(QueueError) as caught:
-                queue.enqueue(QUEUE, backend=backend, **kwargs)
+        with (
+            override_settings(BLAMEQUEUE={**settings.BLAMEQUEUE, **overrides}),
+            pytest.raises(QueueError) as caught,
+        ):
+            queue.enqueue(QUEUE, backend=backend, **kwargs)
         refused.append(caught.value)
     return refused
 

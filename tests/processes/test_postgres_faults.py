@@ -94,11 +94,9 @@ def test_workers_recover_from_a_postgres_restart_at_40_percent(
     processes.run("procapp", "enqueue", "--backend", "postgres", "--count", str(n_jobs),
                   "--max-attempts", "100", extra_env=env)  # fmt: skip
     # --poll 10: waiting a poll interval would show; a re-established LISTEN wakes at once.
-    workers = [
-        processes.worker("postgres", "--concurrency", "4", "--poll", "10", extra_env=env,
-                         overrides={"SWEEP_INTERVAL": 1})  # fmt: skip
-        for _ in range(2)
-    ]
+    args = ("--concurrency", "4", "--poll", "10")
+    workers = [processes.worker("postgres", *args, extra_env=env, overrides={"SWEEP_INTERVAL": 1})
+               for _ in range(2)]  # fmt: skip
     try:
         wait_for(lambda: db.done() >= n_jobs * 0.4, 60, "40 % done", interval=0.02)
         at = db.done()
@@ -164,8 +162,11 @@ def test_a_worker_survives_pg_terminate_backend_mid_job(
     worker = processes.worker(backend, "--concurrency", "4", "--poll", "5")
     terminated: list[int] = []
     for share in (0.2, 0.5, 0.8):
-        wait_for(lambda s=share: count(backend, "done") >= n_jobs * s  # type: ignore[misc]
-                 and count(backend, "inflight") > 0, 60, f"{share:.0%} done, jobs in flight")  # fmt: skip
+
+        def mid_job(share: float = share) -> bool:
+            return count(backend, "done") >= n_jobs * share and count(backend, "inflight") > 0
+
+        wait_for(mid_job, 60, f"{share:.0%} done, jobs in flight")
         terminated.append(terminate_worker_connections())
     wait_for(lambda: count(backend, "done") == n_jobs, 60, "all jobs done")
     relisten = wait_for(lambda: listening() == 1, 30, "the worker to LISTEN again")

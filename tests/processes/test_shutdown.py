@@ -44,7 +44,7 @@ def test_sigterm_releases_what_outlives_the_grace_and_each_job_runs_once_elsewhe
     wait_for(lambda: count(backend, "done") == IN_FLIGHT, 60, "the released jobs to run")
     runs = set(SideEffect.objects.using(backend).values_list("pid", flat=True))
     attempts = set(jobs.values_list("attempts", flat=True))
-    report(f"sigterm[{engine(backend)}]", in_flight=f"{IN_FLIGHT} × {JOB_SECONDS} s jobs",
+    report(f"sigterm[{engine(backend)}]", in_flight=f"{IN_FLIGHT} jobs of {JOB_SECONDS} s",
            grace="2 s", exited_in=f"{exited_in:.1f} s", released_with_attempts_unchanged=released,
            run_once_elsewhere=effects(backend))  # fmt: skip
     assert exited_in <= 3.0
@@ -53,9 +53,7 @@ def test_sigterm_releases_what_outlives_the_grace_and_each_job_runs_once_elsewhe
     assert second.stop() == 0
 
 
-def test_a_second_signal_stops_at_once(
-    backend: str, processes: Processes, report: Report
-) -> None:
+def test_a_second_signal_stops_at_once(backend: str, processes: Processes, report: Report) -> None:
     worker = processes.worker(backend, "--concurrency", "4", "--grace", "30", "--no-sweep")
     worker.wait_started()
     queue.enqueue_many(QUEUE, [{"sleep": JOB_SECONDS}] * 4, name="procapp.effect",

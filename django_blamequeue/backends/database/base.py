@@ -35,6 +35,7 @@ class LocalBase(Backend):
         self.is_postgres = "postgresql" in engine
         self.supports_listen = self.is_postgres and bool(config.options.get("LISTEN", True))
         self.cheap_polling = not self.is_postgres
+        self.supports_apply_and_claim = True
 
     # -- helpers ---------------------------------------------------------------------------
     @property

@@ -141,6 +141,18 @@ SET state = CASE WHEN v.column11 = 1 AND {job}.cancel_requested THEN 'cancelled'
 """.format(job=JOB)
 
 
+def ack_many_postgresql(varying: Sequence[bool]) -> str:
+    """``ack_many`` for PostgreSQL with the rows as one ``unnest`` source (:func:`unnest_rows`):
+    the same statement text for any batch size. Params: from :func:`unnest_params`."""
+    rows = unnest_rows([f"column{i}" for i in range(1, ACK_COLUMNS + 1)], _PG_CASTS, varying)
+    return (
+        f"UPDATE {JOB} {_ACK_SET} FROM {rows} AS v "
+        f"WHERE {JOB}.id = v.column1 AND {JOB}.lease_token = v.column2 "
+        f"AND {JOB}.state = 'inflight' "
+        "RETURNING id, state, queue, flow_id, parent_id, attempts, name"
+    )
+
+
 def ack_many(vendor: str, n: int) -> str:
     if vendor == "postgresql":
         row = "(" + ", ".join(f"%s::{c}" for c in _PG_CASTS) + ")"

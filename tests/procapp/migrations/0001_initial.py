@@ -4,33 +4,41 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Redelivery',
+            name="Redelivery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('job_id', models.CharField(max_length=26)),
-                ('pid', models.IntegerField()),
-                ('token', models.CharField(max_length=32)),
-                ('first_pid', models.IntegerField()),
-                ('first_token', models.CharField(max_length=32)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("job_id", models.CharField(max_length=26)),
+                ("pid", models.IntegerField()),
+                ("token", models.CharField(max_length=32)),
+                ("first_pid", models.IntegerField()),
+                ("first_token", models.CharField(max_length=32)),
             ],
         ),
         migrations.CreateModel(
-            name='SideEffect',
+            name="SideEffect",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('job_id', models.CharField(max_length=26, unique=True)),
-                ('pid', models.IntegerField()),
-                ('token', models.CharField(max_length=32)),
-                ('attempt', models.PositiveIntegerField()),
-                ('host_clock', models.FloatField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("job_id", models.CharField(max_length=26, unique=True)),
+                ("pid", models.IntegerField()),
+                ("token", models.CharField(max_length=32)),
+                ("attempt", models.PositiveIntegerField()),
+                ("host_clock", models.FloatField()),
             ],
         ),
     ]
