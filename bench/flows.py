@@ -9,8 +9,8 @@ and runs two scenarios with ``--workers`` (2) ``manage.py runworker --no-sweep``
 no sweeper, so every report travels the push path: the child's ack writes it to the outbox,
 the commit nudges the worker's relay thread, the relay records it and settles the parent:
 
-1. one parent × 10,000 children;
-2. 1,000 parents × 10 children (all enqueued in one ``enqueue_many``).
+1. one parent x 10,000 children;
+2. 1,000 parents x 10 children (all enqueued in one ``enqueue_many``).
 
 Per scenario, from the database's own timestamps: *fan-out → collect* (the fan-out ack, i.e.
 the first manifest row, to the claim that runs ``collect``; for many parents the median and the
@@ -101,24 +101,40 @@ class Bench:
             return cur.fetchall() if cur.description else []
 
     def reset(self) -> None:
-        self.sql("TRUNCATE blamequeue_job, blamequeue_flow_dependency, blamequeue_outbox, "
-                 "blamequeue_audit")  # fmt: skip
+        self.sql(
+            "TRUNCATE blamequeue_job, blamequeue_flow_dependency, blamequeue_outbox, "
+            "blamequeue_audit"
+        )
 
     @contextmanager
     def workers(self) -> Iterator[None]:
         from bench.flowapp.jobs import CHILDREN, PARENTS
 
-        command = [sys.executable, str(MANAGE), "runworker", PARENTS, CHILDREN, "--no-sweep",
-                   "--concurrency", str(self.args.concurrency), "--progress-interval", "3600"]  # fmt: skip
+        command = [
+            sys.executable,
+            str(MANAGE),
+            "runworker",
+            PARENTS,
+            CHILDREN,
+            "--no-sweep",
+            "--concurrency",
+            str(self.args.concurrency),
+            "--progress-interval",
+            "3600",
+        ]
         self.worker_command = shlex.join(["manage.py", *command[2:]])
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.procs = []
         for i in range(self.args.workers):
             out = (self.logdir / f"worker-{i}.log").open("wb")
-            self.procs.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT))
+            self.procs.append(
+                subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+            )
         deadline = time.monotonic() + 60
-        while not all("runworker" in (self.logdir / f"worker-{i}.log").read_text(errors="replace")
-                      for i in range(self.args.workers)):  # fmt: skip
+        while not all(
+            "runworker" in (self.logdir / f"worker-{i}.log").read_text(errors="replace")
+            for i in range(self.args.workers)
+        ):
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
                 raise RuntimeError(f"workers did not start; see {self.logdir}")
             time.sleep(0.1)
@@ -142,8 +158,9 @@ class Bench:
         t0 = time.perf_counter()
         Fan.definition.enqueue_many([{"n": per_parent}] * parents)  # type: ignore[attr-defined]
         deadline = time.monotonic() + self.args.timeout
-        while self.sql("SELECT count(*) FROM blamequeue_job WHERE flow_phase IS NOT NULL "
-                       "AND state <> 'done'")[0][0]:  # fmt: skip
+        while self.sql(
+            "SELECT count(*) FROM blamequeue_job WHERE flow_phase IS NOT NULL AND state <> 'done'"
+        )[0][0]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{name}: flows not done after {self.args.timeout} s")
             time.sleep(0.05)
@@ -154,25 +171,35 @@ class Bench:
             SELECT extract(epoch FROM p.started_at - min(d.created_at)),
                    extract(epoch FROM p.finished_at - p.created_at)
             FROM blamequeue_job p JOIN blamequeue_flow_dependency d ON d.job_id = p.id
-            GROUP BY p.id, p.started_at, p.finished_at, p.created_at""")  # fmt: skip
+            GROUP BY p.id, p.started_at, p.finished_at, p.created_at""")
         to_collect = sorted(float(a) for a, _ in per_flow)
-        (first_fan, last_report, settled), = self.sql(
+        ((first_fan, last_report, settled),) = self.sql(
             "SELECT min(created_at), max(reported_at), count(*) FILTER (WHERE status = 'done') "
-            "FROM blamequeue_flow_dependency")  # fmt: skip
-        (first_claim, last_ack), = self.sql(
-            "SELECT min(started_at), max(finished_at) FROM blamequeue_job WHERE parent_id IS NOT NULL")
+            "FROM blamequeue_flow_dependency"
+        )
+        ((first_claim, last_ack),) = self.sql(
+            "SELECT min(started_at), max(finished_at) FROM blamequeue_job "
+            "WHERE parent_id IS NOT NULL"
+        )
         result = {
-            "parents": parents, "children": n, "settled": settled, "wall_s": wall,
-            "fan_out_to_collect_s": statistics.median(to_collect), "fan_out_to_collect_max_s": to_collect[-1],
+            "parents": parents,
+            "children": n,
+            "settled": settled,
+            "wall_s": wall,
+            "fan_out_to_collect_s": statistics.median(to_collect),
+            "fan_out_to_collect_max_s": to_collect[-1],
             "settled_per_s": n / (last_report - first_fan).total_seconds(),
             "run_per_s": n / (last_ack - first_claim).total_seconds(),
-            "worker_cpu_us": 1e6 * (cpu1[0] - cpu0[0]) / n, "pg_cpu_us": 1e6 * (cpu1[1] - cpu0[1]) / n,
-        }  # fmt: skip
+            "worker_cpu_us": 1e6 * (cpu1[0] - cpu0[0]) / n,
+            "pg_cpu_us": 1e6 * (cpu1[1] - cpu0[1]) / n,
+        }
         if settled != n:
             raise RuntimeError(f"{name}: {settled} of {n} children reported")
-        log(f"{name}: fan-out→collect {result['fan_out_to_collect_s']:.2f} s (max "
+        log(
+            f"{name}: fan-out→collect {result['fan_out_to_collect_s']:.2f} s (max "
             f"{result['fan_out_to_collect_max_s']:.2f}), {result['settled_per_s']:,.0f} children "
-            f"settled/s, {result['run_per_s']:,.0f} run/s, wall {wall:.1f} s")  # fmt: skip
+            f"settled/s, {result['run_per_s']:,.0f} run/s, wall {wall:.1f} s"
+        )
         return result
 
     def plain(self, n: int) -> dict[str, Any]:
@@ -190,12 +217,19 @@ class Bench:
                 raise RuntimeError(f"plain jobs not done after {self.args.timeout} s")
             time.sleep(0.05)
         cpu1 = self.cpu()
-        (first_claim, last_ack), = self.sql("SELECT min(started_at), max(finished_at) FROM blamequeue_job")
-        result = {"jobs": n, "run_per_s": n / (last_ack - first_claim).total_seconds(),
-                  "worker_cpu_us": 1e6 * (cpu1[0] - cpu0[0]) / n,
-                  "pg_cpu_us": 1e6 * (cpu1[1] - cpu0[1]) / n}  # fmt: skip
-        log(f"plain: {n} no-op jobs, {result['run_per_s']:,.0f} run/s, worker CPU "
-            f"{result['worker_cpu_us']:,.0f} µs/job, PostgreSQL {result['pg_cpu_us']:,.0f} µs/job")
+        ((first_claim, last_ack),) = self.sql(
+            "SELECT min(started_at), max(finished_at) FROM blamequeue_job"
+        )
+        result = {
+            "jobs": n,
+            "run_per_s": n / (last_ack - first_claim).total_seconds(),
+            "worker_cpu_us": 1e6 * (cpu1[0] - cpu0[0]) / n,
+            "pg_cpu_us": 1e6 * (cpu1[1] - cpu0[1]) / n,
+        }
+        log(
+            f"plain: {n} no-op jobs, {result['run_per_s']:,.0f} run/s, worker CPU "
+            f"{result['worker_cpu_us']:,.0f} µs/job, PostgreSQL {result['pg_cpu_us']:,.0f} µs/job"
+        )
         return result
 
     def relay_alone(self, n: int) -> dict[str, Any]:
@@ -204,8 +238,8 @@ class Bench:
         from django_blamequeue import outbox
         from django_blamequeue.backends import get_backend
         from django_blamequeue.core import lifecycle
-        from django_blamequeue.fanout import build_children
         from django_blamequeue.core.states import State
+        from django_blamequeue.fanout import build_children
         from django_blamequeue.records import Ack, Transition
 
         self.reset()
@@ -214,9 +248,20 @@ class Bench:
         Fan.definition.enqueue({"n": n})  # type: ignore[attr-defined]
         [parent] = b.claim([PARENTS], 1, 300)
         kids = build_children(Fan.definition.flow, parent, {"n": n}, b.alias, 5)  # type: ignore[attr-defined]
-        b.apply_many([Ack(job_id=parent.job_id, token=parent.token,
-                          transition=lifecycle.decide(lifecycle.FannedOut(kids), attempt=1,
-                                                      max_attempts=3, policy=lifecycle.Policy()))])  # fmt: skip
+        b.apply_many(
+            [
+                Ack(
+                    job_id=parent.job_id,
+                    token=parent.token,
+                    transition=lifecycle.decide(
+                        lifecycle.FannedOut(kids),
+                        attempt=1,
+                        max_attempts=3,
+                        policy=lifecycle.Policy(),
+                    ),
+                )
+            ]
+        )
         done = Transition(state=State.DONE, yields_to_cancel=False)
         while claimed := b.claim([CHILDREN], 1000, 300):
             b.apply_many([Ack(job_id=c.job_id, token=c.token, transition=done) for c in claimed])
@@ -239,20 +284,35 @@ def machine() -> dict[str, Any]:
     import django
     import psycopg
 
-    return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": round(mem_kb / 1024 / 1024, 1),
-            "python": platform.python_version(), "django": django.get_version(),
-            "psycopg": psycopg.__version__, "kernel": platform.release(),
-            "loadavg_start": os.getloadavg()}  # fmt: skip
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "psycopg": psycopg.__version__,
+        "kernel": platform.release(),
+        "loadavg_start": os.getloadavg(),
+    }
 
 
 def table(report: dict[str, Any]) -> str:
     wide, many, plain = report["wide"], report["many"], report["plain"]
-    rows = [("measurement", f"1 × {wide['children']:,}",
-             f"{many['parents']:,} × {many['children'] // many['parents']}",
-             f"{plain['jobs']:,} plain jobs")]  # fmt: skip
+    rows = [
+        (
+            "measurement",
+            f"1 x {wide['children']:,}",
+            f"{many['parents']:,} x {many['children'] // many['parents']}",
+            f"{plain['jobs']:,} plain jobs",
+        )
+    ]
 
     def both(key: str, fmt: str) -> tuple[str, str, str]:
-        return fmt.format(wide[key]), fmt.format(many[key]), fmt.format(plain[key]) if key in plain else "–"
+        return (
+            fmt.format(wide[key]),
+            fmt.format(many[key]),
+            fmt.format(plain[key]) if key in plain else "-",
+        )
 
     rows += [
         ("fan-out → collect, median (s)", *both("fan_out_to_collect_s", "{:.2f}")),
@@ -264,34 +324,39 @@ def table(report: dict[str, Any]) -> str:
         ("PostgreSQL CPU per child (µs)", *both("pg_cpu_us", "{:,.0f}")),
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows
+    ]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
 
 
 def write_doc(report: dict[str, Any]) -> None:
-    m = report["machine"]
+    m, relay = report["machine"], report["relay"]
     best = min(report["wide"]["settled_per_s"], report["many"]["settled_per_s"])
     verdict = "met" if best >= TARGET else "**missed**"
-    generated = "\n".join([
-        BEGIN,
-        f"Run {report['finished']}, `{report['command']}` ({report['elapsed_s']:.0f} s).",
-        "",
-        f"Machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB, Linux {m['kernel']}; "
-        f"Python {m['python']}, Django {m['django']}, psycopg {m['psycopg']}, PostgreSQL "
-        f"{report['pg_version']} (fsync on). Load average {m['loadavg_start'][0]:.1f} at the start, "
-        f"{m['loadavg_end'][0]:.1f} at the end (other processes share this machine).",
-        "",
-        f"Workers: {report['workers']} × `{report['worker_command']}`.",
-        "",
-        table(report),
-        "",
-        f"Outbox relay alone (this process, workers stopped): {report['relay']['rows']:,} report "
-        f"rows in {report['relay']['seconds']:.2f} s = **{report['relay']['rows_per_s']:,.0f} rows/s**.",
-        "",
-        f"Target ≥ {TARGET:,} children settled/s: {verdict} (slowest scenario {best:,.0f}/s).",
-        END,
-    ])  # fmt: skip
+    generated = "\n".join(
+        [
+            BEGIN,
+            f"Run {report['finished']}, `{report['command']}` ({report['elapsed_s']:.0f} s).",
+            "",
+            f"Machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB, Linux {m['kernel']}; "
+            f"Python {m['python']}, Django {m['django']}, psycopg {m['psycopg']}, PostgreSQL "
+            f"{report['pg_version']} (fsync on). Load average {m['loadavg_start'][0]:.1f} at the "
+            "start, "
+            f"{m['loadavg_end'][0]:.1f} at the end (other processes share this machine).",
+            "",
+            f"Workers: {report['workers']} x `{report['worker_command']}`.",
+            "",
+            table(report),
+            "",
+            f"Outbox relay alone (this process, workers stopped): {relay['rows']:,} report rows "
+            f"in {relay['seconds']:.2f} s = **{relay['rows_per_s']:,.0f} rows/s**.",
+            "",
+            f"Target ≥ {TARGET:,} children settled/s: {verdict} (slowest scenario {best:,.0f}/s).",
+            END,
+        ]
+    )
     text = DOC.read_text() if DOC.exists() else f"# Flow benchmark\n\n{BEGIN}\n{END}\n"
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
@@ -309,7 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only; leave the doc alone")
     args = parser.parse_args(argv)
     command = "bench/flows.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    report: dict[str, Any] = {"command": command.strip(), "machine": machine(), "workers": args.workers}
+    report: dict[str, Any] = {
+        "command": command.strip(),
+        "machine": machine(),
+        "workers": args.workers,
+    }
     started = time.perf_counter()
     from tests.servers import PostgresServer
 
@@ -326,10 +395,14 @@ def main(argv: list[str] | None = None) -> int:
             with psycopg.connect(server.url, autocommit=True) as conn:
                 conn.execute("CREATE DATABASE bench_flows")
                 report["pg_version"] = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-            bench = Bench(args, server.url.rsplit("/", 1)[0] + "/bench_flows", server.pid, base / "logs")
+            bench = Bench(
+                args, server.url.rsplit("/", 1)[0] + "/bench_flows", server.pid, base / "logs"
+            )
             with bench.workers():
-                report["wide"] = bench.run(f"1 × {args.wide:,}", 1, args.wide)
-                report["many"] = bench.run(f"{args.parents:,} × {args.per_parent}", args.parents, args.per_parent)
+                report["wide"] = bench.run(f"1 x {args.wide:,}", 1, args.wide)
+                report["many"] = bench.run(
+                    f"{args.parents:,} x {args.per_parent}", args.parents, args.per_parent
+                )
                 report["plain"] = bench.plain(args.wide)
             report["worker_command"] = bench.worker_command
             report["relay"] = bench.relay_alone(args.wide)

@@ -338,6 +338,8 @@ class Queue:
         b = get_backend(backend)
         self._require_dlq(b)
         q = validation.queue_name(queue_name)
+        limit = validation.positive_int(limit, "limit")
+        offset = validation.non_negative_int(offset, "offset")
         return _call(b, lambda: b.dlq_list(q, limit, offset), idempotent=True)
 
     def dlq_size(self, queue_name: str, backend: str | None = None) -> int:

@@ -182,7 +182,9 @@ def nudge() -> None:
     _nudge_event.set()
     with _nudge_lock:
         if _nudge_thread is None or not _nudge_thread.is_alive():
-            _nudge_thread = threading.Thread(target=_relay_loop, name="blamequeue-relay", daemon=True)
+            _nudge_thread = threading.Thread(
+                target=_relay_loop, name="blamequeue-relay", daemon=True
+            )
             _nudge_thread.start()
 
 

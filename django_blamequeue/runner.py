@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -210,8 +209,9 @@ class SlotPool:
                 if self._stopped and not self._work:
                     return
                 run = self._work.pop(0)
-            run_in_slot(run, self.handler, self.report)
+            try:
+                run_in_slot(run, self.handler, self.report)
+            except Exception:  # a slot thread must never die: the worker would lose the slot
+                logger.exception("slot thread error after job %s", run.claimed.job_id)
             if run.abandoned:
                 return  # replace_one() started our successor
-            del run
-            time.sleep(0)

@@ -43,7 +43,9 @@ def latest_due(
     return due if due > last else None
 
 
-def next_fires(*, cron: str, interval: float | None, tz: str, after: datetime, count: int = 3) -> list[datetime]:
+def next_fires(
+    *, cron: str, interval: float | None, tz: str, after: datetime, count: int = 3
+) -> list[datetime]:
     """The next ``count`` fire times after ``after`` (for the admin's preview), in UTC."""
     if interval:
         return [after + timedelta(seconds=interval * (i + 1)) for i in range(count)]

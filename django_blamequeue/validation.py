@@ -26,6 +26,12 @@ def positive_int(value: object, what: str) -> int:
     return value
 
 
+def non_negative_int(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise QueueError(ErrorCode.BAD_ARGUMENT, f"{what} must be an int ≥ 0, not {value!r}")
+    return value
+
+
 def positive_number(value: object, what: str) -> float:
     if (
         not isinstance(value, int | float)

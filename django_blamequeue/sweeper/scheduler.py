@@ -86,7 +86,8 @@ class Scheduler:
                 dedupe_key=f"schedule:{s.name}:{due.isoformat()}",
                 backend=s.backend or definition.backend,
             )  # fmt: skip
-            audit.record([audit.Event(action=FIRE, job_id=job.job_id, queue=job.queue_name,
-                                      backend=job.backend, data={"schedule": s.name,
-                                      "fire_time": due.isoformat()})], using=self.database)  # fmt: skip
+            fire = audit.Event(action=FIRE, job_id=job.job_id, queue=job.queue_name,
+                               backend=job.backend,
+                               data={"schedule": s.name, "fire_time": due.isoformat()})
+            audit.record([fire], using=self.database)
         return 1

@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django_blamequeue import JobInfo, queue
+import pytest
+
+from django_blamequeue import ErrorCode, JobInfo, QueueError, queue
 from django_blamequeue.audit import DLQ_RETRY
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.testing import capture_events, wait_until
@@ -104,3 +106,15 @@ def test_a_retried_job_that_fails_again_is_back_in_the_dlq(backend: str, engine:
     assert (c.job_id, c.attempt) == (job_id, 1)
     assert fail(engine, c).state == "failed"
     assert queue.dlq_size("dlq", backend=backend) == 1
+
+
+@pytest.mark.parametrize(
+    ("limit", "offset"), [(0, 0), (-1, 0), (10, -1), (1.5, 0), ("10", 0), (10, None)]
+)
+def test_dlq_list_refuses_a_bad_page(
+    backend: str, engine: Backend, limit: Any, offset: Any
+) -> None:
+    to_dlq(engine, "dlq")
+    with pytest.raises(QueueError) as caught:
+        queue.dlq_list("dlq", limit=limit, offset=offset, backend=backend)
+    assert caught.value.code == ErrorCode.BAD_ARGUMENT

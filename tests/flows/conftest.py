@@ -27,14 +27,25 @@ def quiet_relay(monkeypatch: pytest.MonkeyPatch) -> None:
 def _children(payload: dict[str, Any]) -> list[Child]:
     """``pages`` pages (``broken`` ones fail), or an explicit ``children`` list."""
     if "children" in payload:
-        return [Child(c["job"], c.get("payload"), key=c["key"], priority=c.get("priority", 0),
-                      backend=c.get("backend"))
-                for c in payload["children"]]  # fmt: skip
+        return [
+            Child(
+                c["job"],
+                c.get("payload"),
+                key=c["key"],
+                priority=c.get("priority", 0),
+                backend=c.get("backend"),
+            )
+            for c in payload["children"]
+        ]
     return [
-        Child("tests.flows.page", {"page": i, "fail": i in payload.get("broken", [])}, key=f"p{i}",
-              backend=payload.get("child_backend"))
+        Child(
+            "tests.flows.page",
+            {"page": i, "fail": i in payload.get("broken", [])},
+            key=f"p{i}",
+            backend=payload.get("child_backend"),
+        )
         for i in range(payload["pages"])
-    ]  # fmt: skip
+    ]
 
 
 def _register() -> SimpleNamespace:
@@ -80,14 +91,18 @@ def _register() -> SimpleNamespace:
 
         def fan_out(self, payload: dict[str, Any]) -> list[Child]:
             CALLS["fan_out"].append(current_job().job_id)
-            return [Child(Report, {"pages": n}, key=f"c{i}") for i, n in enumerate(payload["chapters"])]
+            return [
+                Child(Report, {"pages": n}, key=f"c{i}") for i, n in enumerate(payload["chapters"])
+            ]
 
         def collect(self, payload: dict[str, Any], state: Any) -> dict[str, Any]:
             CALLS["collect"].append((current_job().job_id, state))
             return {"chapters": dict(state.results), "errors": dict(state.errors)}
 
     Report = report("fail")
-    return SimpleNamespace(page=page, spin=spin, Report=Report, Continue=report("continue"), Book=Book)
+    return SimpleNamespace(
+        page=page, spin=spin, Report=Report, Continue=report("continue"), Book=Book
+    )
 
 
 @pytest.fixture

@@ -26,25 +26,44 @@ def outcome_of(alias: str, claimed: Claimed, handler: Handler | None = None) -> 
     b = get_backend(alias)
     definition = registry.get(claimed.name)
     ctx = JobContext(
-        job_id=claimed.job_id, queue=claimed.queue, name=claimed.name, attempt=claimed.attempt,
-        max_attempts=claimed.max_attempts, trace_id=claimed.trace_id, backend=b,
+        job_id=claimed.job_id,
+        queue=claimed.queue,
+        name=claimed.name,
+        attempt=claimed.attempt,
+        max_attempts=claimed.max_attempts,
+        trace_id=claimed.trace_id,
+        backend=b,
         token=claimed.token,
-    )  # fmt: skip
-    run = runner.Run(claimed=claimed, ctx=ctx, started=0.0, deadline=None, renew_at=0.0,
-                     lease_until=0.0, definition=definition)  # fmt: skip
+    )
+    run = runner.Run(
+        claimed=claimed,
+        ctx=ctx,
+        started=0.0,
+        deadline=None,
+        renew_at=0.0,
+        lease_until=0.0,
+        definition=definition,
+    )
     token = _current.set(ctx)
     try:
         outcome = runner.invoke(run, handler)
     finally:
         _current.reset(token)
     policy = lifecycle.Policy(retryable=definition.retryable if definition else None)
-    transition = lifecycle.decide(outcome, attempt=claimed.attempt,
-                                  max_attempts=claimed.max_attempts, policy=policy)  # fmt: skip
+    transition = lifecycle.decide(
+        outcome, attempt=claimed.attempt, max_attempts=claimed.max_attempts, policy=policy
+    )
     return Ack(job_id=claimed.job_id, token=claimed.token, transition=transition)
 
 
-def work(alias: str, queues: Sequence[str], *, limit: int = 1000, handler: Handler | None = None,
-         now: datetime | None = None) -> list[AckResult]:  # fmt: skip
+def work(
+    alias: str,
+    queues: Sequence[str],
+    *,
+    limit: int = 1000,
+    handler: Handler | None = None,
+    now: datetime | None = None,
+) -> list[AckResult]:
     """Claim what is due on ``queues`` (at ``now``), run it, apply the acks in one batch."""
     b = get_backend(alias)
     claimed = b.claim(list(queues), limit, 60, now)

@@ -1,4 +1,4 @@
-"""Settle and cascade (SPEC §4, issue 4 items 3–4): "fail" settles at the first failure and
+"""Settle and cascade (SPEC §4, issue 4 items 3-4): "fail" settles at the first failure and
 cancels the unfinished children — pending, blocked and in flight — "continue" waits for every
 child, and cancelling the parent cascades the same way."""
 
@@ -27,24 +27,30 @@ def db(alias: str) -> str:
 
 
 def states(alias: str, parent_id: str) -> dict[str, str]:
-    return dict(Job.objects.using(db(alias)).filter(parent_id=parent_id).values_list("flow_key", "state"))
+    return dict(
+        Job.objects.using(db(alias)).filter(parent_id=parent_id).values_list("flow_key", "state")
+    )
 
 
 def four_children() -> dict[str, Any]:
     """running (claimed first), failing (claimed second), waiting, blocked."""
     page = "tests.flows.page"
-    return {"children": [
-        {"key": "running", "job": page, "payload": {"page": 1}, "priority": 9},
-        {"key": "failing", "job": page, "payload": {"page": 2, "fail": True}, "priority": 8},
-        {"key": "waiting", "job": page, "payload": {"page": 3}},
-        {"key": "blocked", "job": page, "payload": {"page": 4}},
-    ]}  # fmt: skip
+    return {
+        "children": [
+            {"key": "running", "job": page, "payload": {"page": 1}, "priority": 9},
+            {"key": "failing", "job": page, "payload": {"page": 2, "fail": True}, "priority": 8},
+            {"key": "waiting", "job": page, "payload": {"page": 3}},
+            {"key": "blocked", "job": page, "payload": {"page": 4}},
+        ]
+    }
 
 
 def fan_out_four(alias: str, flow: Any) -> tuple[str, Any]:
     parent = flow.enqueue(four_children(), backend=alias)
     work(alias, ["reports"])
-    Job.objects.using(db(alias)).filter(id=ids.child_id(parent.job_id, "blocked")).update(state="blocked")
+    Job.objects.using(db(alias)).filter(id=ids.child_id(parent.job_id, "blocked")).update(
+        state="blocked"
+    )
     b = get_backend(alias)
     [running] = b.claim(["pages"], 1, 30)
     assert running.job_id == ids.child_id(parent.job_id, "running")
@@ -62,14 +68,24 @@ def test_fail_settles_at_the_first_failure_and_cancels_pending_blocked_and_in_fl
 
     relay()
     assert queue.get_job(parent_id, backend=backend).state == "pending"  # type: ignore[union-attr]
-    assert states(backend, parent_id) == {"running": "inflight", "failing": "failed",
-                                          "waiting": "cancelled", "blocked": "cancelled"}  # fmt: skip
+    assert states(backend, parent_id) == {
+        "running": "inflight",
+        "failing": "failed",
+        "waiting": "cancelled",
+        "blocked": "cancelled",
+    }
     signals = b.lease_signals([(running.job_id, running.token)])
-    assert signals.cancel_requested == {running.job_id}  # the worker interrupts it on its next heartbeat
+    assert signals.cancel_requested == {
+        running.job_id
+    }  # the worker interrupts it on its next heartbeat
     assert b.claim(["pages"], 10, 30) == []  # nothing of this flow runs any more
 
-    cancelled = lifecycle.decide(lifecycle.Cancelled(), attempt=1, max_attempts=1, policy=lifecycle.Policy())
-    assert b.apply_many([Ack(job_id=running.job_id, token=running.token, transition=cancelled)])[0].ok
+    cancelled = lifecycle.decide(
+        lifecycle.Cancelled(), attempt=1, max_attempts=1, policy=lifecycle.Policy()
+    )
+    assert b.apply_many([Ack(job_id=running.job_id, token=running.token, transition=cancelled)])[
+        0
+    ].ok
     relay()
     run_to_end(backend, ["reports", "pages"])
     [state] = collects()  # collect ran once, after the first failure
@@ -90,10 +106,16 @@ def test_continue_waits_for_every_child_after_a_failure(
     assert states(backend, parent_id)["waiting"] == "pending"
     b = get_backend(backend)
     b.apply_many([outcome_of(backend, running)])
-    Job.objects.using(db(backend)).filter(id=ids.child_id(parent_id, "blocked")).update(state="pending")
+    Job.objects.using(db(backend)).filter(id=ids.child_id(parent_id, "blocked")).update(
+        state="pending"
+    )
     work(backend, ["pages"], limit=1)
     relay()
-    assert queue.get_job(parent_id, backend=backend).children == {"done": 2, "failed": 1, "pending": 1}  # type: ignore[union-attr]
+    assert queue.get_job(parent_id, backend=backend).children == {
+        "done": 2,
+        "failed": 1,
+        "pending": 1,
+    }  # type: ignore[union-attr]
     assert collects() == []
     run_to_end(backend, ["reports", "pages"])
     [state] = collects()
@@ -106,17 +128,26 @@ def test_cancelling_the_parent_cascades_to_its_unfinished_children(
     b = get_backend(backend)
     parent = jobs.Continue.enqueue(four_children(), backend=backend)
     work(backend, ["reports"])
-    Job.objects.using(db(backend)).filter(id=ids.child_id(parent.job_id, "blocked")).update(state="blocked")
+    Job.objects.using(db(backend)).filter(id=ids.child_id(parent.job_id, "blocked")).update(
+        state="blocked"
+    )
     [running] = b.claim(["pages"], 1, 30)
     work(backend, ["pages"], limit=1)  # "failing" fails; under "continue" the parent waits on
 
     assert queue.cancel(parent.job_id, backend=backend)
     assert queue.get_job(parent.job_id, backend=backend).state == "cancelled"  # type: ignore[union-attr]
-    assert states(backend, parent.job_id) == {"running": "inflight", "failing": "failed",
-                                              "waiting": "cancelled", "blocked": "cancelled"}  # fmt: skip
+    assert states(backend, parent.job_id) == {
+        "running": "inflight",
+        "failing": "failed",
+        "waiting": "cancelled",
+        "blocked": "cancelled",
+    }
     assert b.lease_signals([(running.job_id, running.token)]).cancel_requested == {running.job_id}
-    assert AuditEvent.objects.using(db(backend)).filter(action="system.queue.flow.cascade",
-                                                        job_id=parent.job_id).exists()  # fmt: skip
+    assert (
+        AuditEvent.objects.using(db(backend))
+        .filter(action="system.queue.flow.cascade", job_id=parent.job_id)
+        .exists()
+    )
     b.apply_many([outcome_of(backend, running)])  # it finished before it saw the request
     run_to_end(backend, ["reports", "pages"])
     assert collects() == []  # a cancelled flow never collects
@@ -126,13 +157,20 @@ def test_cancelling_the_parent_cascades_to_its_unfinished_children(
 def test_an_in_flight_child_sees_ctx_cancelled_and_is_interrupted(
     backend: str, jobs: SimpleNamespace
 ) -> None:
-    parent = jobs.Report.enqueue({"children": [
-        {"key": "spin", "job": "tests.flows.spin"},
-        {"key": "bad", "job": "tests.flows.page", "payload": {"page": 1, "fail": True}},
-    ]}, backend=backend)  # fmt: skip
+    parent = jobs.Report.enqueue(
+        {
+            "children": [
+                {"key": "spin", "job": "tests.flows.spin"},
+                {"key": "bad", "job": "tests.flows.page", "payload": {"page": 1, "fail": True}},
+            ]
+        },
+        backend=backend,
+    )
     work(backend, ["reports"])
     consumer = queue.consume(["slow"], None, backend=backend, poll_interval=0.05)
-    assert wait_until(lambda: CALLS["spin"][:1] == [("started", ids.child_id(parent.job_id, "spin"))], 10)
+    assert wait_until(
+        lambda: CALLS["spin"][:1] == [("started", ids.child_id(parent.job_id, "spin"))], 10
+    )
     work(backend, ["pages"])  # the failure is relayed by the nudge; the cascade requests the cancel
     spin_id = ids.child_id(parent.job_id, "spin")
     assert wait_until(lambda: queue.get_job(spin_id, backend=backend).state == "cancelled", 15)  # type: ignore[union-attr]

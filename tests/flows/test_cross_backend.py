@@ -34,13 +34,16 @@ def outbox(db: str, kind: str) -> list[OutboxEntry]:
     return list(OutboxEntry.objects.using(db).filter(kind=kind).order_by("id"))
 
 
-def test_children_on_another_backend_report_back_through_their_own_outbox(jobs: SimpleNamespace) -> None:
+def test_children_on_another_backend_report_back_through_their_own_outbox(
+    jobs: SimpleNamespace,
+) -> None:
     parent = jobs.Continue.enqueue({"pages": 3, "broken": [2], "child_backend": "postgres"})
     work("default", ["reports"])
     assert Job.objects.using("default").filter(parent_id=parent.job_id).count() == 0
     sends = outbox("default", "enqueue")  # written with the fan-out ack, in SQLite
     assert [(e.backend, e.job_id) for e in sends] == [
-        ("postgres", ids.child_id(parent.job_id, f"p{i}")) for i in range(3)]  # fmt: skip
+        ("postgres", ids.child_id(parent.job_id, f"p{i}")) for i in range(3)
+    ]
 
     assert relay("default").sent == 3
     kids = Job.objects.using("postgres").filter(parent_id=parent.job_id)
@@ -64,7 +67,9 @@ def test_children_on_another_backend_report_back_through_their_own_outbox(jobs: 
     assert not OutboxEntry.objects.using("postgres").exists()
 
 
-def test_cancelling_the_parent_cascades_to_children_on_another_backend(jobs: SimpleNamespace) -> None:
+def test_cancelling_the_parent_cascades_to_children_on_another_backend(
+    jobs: SimpleNamespace,
+) -> None:
     parent = jobs.Report.enqueue({"pages": 3, "child_backend": "postgres"})
     work("default", ["reports"])
     relay("default")
@@ -83,12 +88,18 @@ def test_a_fail_fast_settle_cascades_to_children_on_another_backend(jobs: Simple
 
     pg = get_backend("postgres")
     first = ids.child_id(parent.job_id, "p0")
-    Job.objects.using("postgres").filter(parent_id=parent.job_id).exclude(id=first).update(priority=-1)
+    Job.objects.using("postgres").filter(parent_id=parent.job_id).exclude(id=first).update(
+        priority=-1
+    )
     work("postgres", ["pages"], limit=1)  # p0 fails
     relay("postgres")
     assert queue.get_job(parent.job_id).state == "pending"  # type: ignore[union-attr]
-    assert set(Job.objects.using("postgres").exclude(id=first).filter(parent_id=parent.job_id)
-               .values_list("state", flat=True)) == {"cancelled"}  # fmt: skip
+    assert set(
+        Job.objects.using("postgres")
+        .exclude(id=first)
+        .filter(parent_id=parent.job_id)
+        .values_list("state", flat=True)
+    ) == {"cancelled"}
     assert pg.claim(["pages"], 10, 30) == []
 
 

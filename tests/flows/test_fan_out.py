@@ -1,4 +1,4 @@
-"""Fan-out and collect (SPEC §4, issue 4 items 1–2): the state collect sees, what get_job shows,
+"""Fan-out and collect (SPEC §4, issue 4 items 1-2): the state collect sees, what get_job shows,
 the manifest stored atomically with the parking of the parent, deterministic child ids, and a
 parent that never fans out twice."""
 
@@ -42,8 +42,11 @@ def test_collect_sees_the_tally_the_results_and_the_errors_by_key(
     [state] = collects()
     assert (state.completed, state.failed, state.cancelled, state.pending) == (3, 2, 1, 0)
     assert state.total == 6
-    assert state.results == {"p0": {"page": 0, "words": 0}, "p2": {"page": 2, "words": 20},
-                             "p4": {"page": 4, "words": 40}}  # fmt: skip
+    assert state.results == {
+        "p0": {"page": 0, "words": 0},
+        "p2": {"page": 2, "words": 20},
+        "p4": {"page": 4, "words": 40},
+    }
     assert sorted(state.errors) == ["p1", "p3"]
     assert state.errors["p3"] == "ValueError: page 3 is broken"
     assert state.states["p5"] == "cancelled"
@@ -76,7 +79,12 @@ def test_get_job_shows_the_phase_and_the_childrens_tally(
     kid = queue.get_job(child(parent.job_id, "p1"), backend=backend)
     assert kid is not None
     assert (kid.parent_id, kid.flow_id, kid.flow_key, kid.flow_phase, kid.children) == (
-        parent.job_id, parent.job_id, "p1", None, None)  # fmt: skip
+        parent.job_id,
+        parent.job_id,
+        "p1",
+        None,
+        None,
+    )
 
 
 def test_the_fan_out_ack_stores_the_full_manifest_and_parks_the_parent(
@@ -84,19 +92,33 @@ def test_the_fan_out_ack_stores_the_full_manifest_and_parks_the_parent(
 ) -> None:
     parent = jobs.Report.enqueue({"pages": 3}, backend=backend)
     work(backend, ["reports"])
-    rows = {d.key: d for d in FlowDependency.objects.using(db(backend)).filter(job_id=parent.job_id)}
+    rows = {
+        d.key: d for d in FlowDependency.objects.using(db(backend)).filter(job_id=parent.job_id)
+    }
     assert sorted(rows) == ["p0", "p1", "p2"]
     for key, dep in rows.items():
-        assert (dep.kind, dep.status, dep.depends_on_id) == ("child", "pending", child(parent.job_id, key))
+        assert (dep.kind, dep.status, dep.depends_on_id) == (
+            "child",
+            "pending",
+            child(parent.job_id, key),
+        )
         spec = job_from_body(dep.spec["job"])  # the child's full spec: enough to re-enqueue it
         assert dep.spec["backend"] == backend
         assert (spec.name, spec.queue, spec.parent_id, spec.flow_key, spec.flow_depth) == (
-            "tests.flows.page", "pages", parent.job_id, key, 1)  # fmt: skip
-        assert decode(spec.payload.content_type, spec.payload.content_encoding,
-                      spec.payload.body) == {"page": int(key[1:]), "fail": False}  # fmt: skip
+            "tests.flows.page",
+            "pages",
+            parent.job_id,
+            key,
+            1,
+        )
+        assert decode(
+            spec.payload.content_type, spec.payload.content_encoding, spec.payload.body
+        ) == {"page": int(key[1:]), "fail": False}
     kids = Job.objects.using(db(backend)).filter(parent_id=parent.job_id)
-    assert sorted(kids.values_list("state", "parent_backend", "flow_depth")) == [
-        ("pending", backend, 1)] * 3  # fmt: skip
+    assert (
+        sorted(kids.values_list("state", "parent_backend", "flow_depth"))
+        == [("pending", backend, 1)] * 3
+    )
     p = Job.objects.using(db(backend)).get(id=parent.job_id)
     assert (p.state, p.flow_phase, p.lease_token) == ("waiting_children", "collect", None)
 
@@ -133,12 +155,16 @@ def test_child_ids_are_derived_so_a_repeated_enqueue_creates_nothing(
     parent = jobs.Report.enqueue({"pages": 3}, backend=backend)
     work(backend, ["reports"])
     kids = Job.objects.using(db(backend)).filter(parent_id=parent.job_id)
-    assert set(kids.values_list("id", flat=True)) == {child(parent.job_id, f"p{i}") for i in range(3)}
+    assert set(kids.values_list("id", flat=True)) == {
+        child(parent.job_id, f"p{i}") for i in range(3)
+    }
     work(backend, ["pages"], limit=1)  # one child is done now
     before = sorted(kids.values_list("id", "state", "attempts"))
 
-    specs = [job_from_body(d.spec["job"]) for d in
-             FlowDependency.objects.using(db(backend)).filter(job_id=parent.job_id)]  # fmt: skip
+    specs = [
+        job_from_body(d.spec["job"])
+        for d in FlowDependency.objects.using(db(backend)).filter(job_id=parent.job_id)
+    ]
     answers = b.enqueue_many(specs)  # what a repair or a repeated fan-out would send
     assert sorted(a.job_id for a in answers) == sorted(j for j, _, _ in before)
     assert sorted(kids.values_list("id", "state", "attempts")) == before
@@ -202,18 +228,23 @@ def test_a_flow_with_no_children_collects_at_once(
     [state] = collects()
     assert state.total == 0
     assert queue.get_job(parent.job_id, backend=backend).result == {  # type: ignore[union-attr]
-        "pages": 0, "words": 0, "failed": []}  # fmt: skip
+        "pages": 0,
+        "words": 0,
+        "failed": [],
+    }
 
 
 @pytest.mark.parametrize(
     ("children", "message"),
     [
-        ([{"key": "a", "job": "tests.flows.page"}, {"key": "a", "job": "tests.flows.page"}],
-         "child keys must be unique"),
+        (
+            [{"key": "a", "job": "tests.flows.page"}, {"key": "a", "job": "tests.flows.page"}],
+            "child keys must be unique",
+        ),
         ([{"key": "", "job": "tests.flows.page"}], "child keys must be unique non-empty"),
         ([{"key": "a", "job": "tests.flows.nope"}], "'tests.flows.nope' is not registered"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_fan_out_fails_the_parent_with_the_reason(
     backend: str, jobs: SimpleNamespace, quiet_relay: None, children: Any, message: str
 ) -> None:

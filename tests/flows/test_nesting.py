@@ -32,10 +32,13 @@ def test_a_child_that_is_a_flow_fans_out_and_collects_into_its_parent(
     run_to_end(backend, ["reports", "pages"])
     info = queue.get_job(book.job_id, backend=backend)
     assert info is not None and info.state == "done"
-    assert info.result == {"chapters": {
-        "c0": {"pages": 2, "words": 10, "failed": []},
-        "c1": {"pages": 3, "words": 30, "failed": []},
-    }, "errors": {}}  # fmt: skip
+    assert info.result == {
+        "chapters": {
+            "c0": {"pages": 2, "words": 10, "failed": []},
+            "c1": {"pages": 3, "words": 30, "failed": []},
+        },
+        "errors": {},
+    }
     rows = Job.objects.using(db(backend)).filter(flow_id=book.job_id)
     depth = {j.id: j.flow_depth for j in rows}
     c0 = ids.child_id(book.job_id, "c0")
@@ -44,7 +47,11 @@ def test_a_child_that_is_a_flow_fans_out_and_collects_into_its_parent(
     assert rows.count() == 1 + 2 + 5  # one flow: the root, its chapters and their pages
     chapter = queue.get_job(c0, backend=backend)
     assert chapter is not None
-    assert (chapter.parent_id, chapter.flow_phase, chapter.children) == (book.job_id, "collect", {"done": 2})
+    assert (chapter.parent_id, chapter.flow_phase, chapter.children) == (
+        book.job_id,
+        "collect",
+        {"done": 2},
+    )
     assert len(CALLS["collect"]) == 3
 
 
@@ -56,8 +63,9 @@ def test_past_max_flow_depth_the_fan_out_fails_with_a_clear_error(
     run_to_end(backend, ["reports", "pages"])
     chapter = queue.get_job(ids.child_id(book.job_id, "c0"), backend=backend)
     assert chapter is not None and (chapter.state, chapter.reason) == ("failed", "bad_job")
-    assert chapter.error == ("fan-out refused: [BAD_FLOW] flow depth 2 is past MAX_FLOW_DEPTH=1 "
-                             "(nested flows too deep)")  # fmt: skip
+    assert chapter.error == (
+        "fan-out refused: [BAD_FLOW] flow depth 2 is past MAX_FLOW_DEPTH=1 (nested flows too deep)"
+    )
     assert Job.objects.using(db(backend)).filter(parent_id=chapter.job_id).count() == 0
     info = queue.get_job(book.job_id, backend=backend)
     assert info is not None and info.state == "done"
@@ -83,8 +91,9 @@ def test_a_flow_job_claimed_by_a_plain_handler_fails_saying_so(
 ) -> None:
     seen: list[Any] = []
     parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
-    consumer = queue.consume(["reports"], lambda job, ctx: seen.append(job), backend=backend,
-                             poll_interval=0.05)  # fmt: skip
+    consumer = queue.consume(
+        ["reports"], lambda job, ctx: seen.append(job), backend=backend, poll_interval=0.05
+    )
     assert wait_until(lambda: queue.get_job(parent.job_id, backend=backend).state == "failed", 10)  # type: ignore[union-attr]
     consumer.cancel(0)
     info = queue.get_job(parent.job_id, backend=backend)

@@ -38,7 +38,9 @@ def test_the_flow_sweeper_runs_in_every_sweeper_every_30_seconds(backend: str) -
     assert "relay" in services and "scheduler" in services
 
 
-def test_a_healthy_flow_needs_no_repair(backend: str, jobs: SimpleNamespace, quiet_relay: None) -> None:
+def test_a_healthy_flow_needs_no_repair(
+    backend: str, jobs: SimpleNamespace, quiet_relay: None
+) -> None:
     jobs.Report.enqueue({"pages": 3}, backend=backend)
     work(backend, ["reports"])
     work(backend, ["pages"], limit=1)  # its report is still in the outbox: in transit, not lost
@@ -77,7 +79,12 @@ def test_a_child_row_dropped_before_it_landed_is_enqueued_again(
 
     assert repair(backend) == {"relanded": 1}
     kid = Job.objects.using(db(backend)).get(id=gone)
-    assert (kid.state, kid.parent_id, kid.flow_key, kid.flow_depth) == ("pending", parent.job_id, "p1", 1)
+    assert (kid.state, kid.parent_id, kid.flow_key, kid.flow_depth) == (
+        "pending",
+        parent.job_id,
+        "p1",
+        1,
+    )
     assert repair(backend) == {}
     run_to_end(backend, ["reports", "pages"])
     assert collects()[0].completed == 3
@@ -139,7 +146,8 @@ def test_a_cascade_missed_after_a_fail_fast_settle_is_done_by_the_sweeper(
         b.deliver_reports([_report(backend, fail_id)])  # type: ignore[attr-defined]
         # a crash right after the settle, before the cascade's effect (simulated: undone)
         Job.objects.using(db(backend)).filter(parent_id=parent.job_id, state="inflight").update(
-            cancel_requested=False)  # fmt: skip
+            cancel_requested=False
+        )
     assert queue.get_job(parent.job_id, backend=backend).state == "pending"  # type: ignore[union-attr]
 
     assert repair(backend) == {"cascaded": 2}
@@ -162,7 +170,9 @@ def test_one_broken_flow_is_logged_and_skipped_and_never_blocks_the_rest(
     healthy = jobs.Report.enqueue({"pages": 2}, backend=backend)
     work(backend, ["reports"])
     deps = FlowDependency.objects.using(db(backend))
-    deps.filter(job_id=broken.job_id, key="p0").update(spec={"backend": backend, "job": {"bogus": 1}})
+    deps.filter(job_id=broken.job_id, key="p0").update(
+        spec={"backend": backend, "job": {"bogus": 1}}
+    )
     Job.objects.using(db(backend)).filter(parent_id__in=[broken.job_id, healthy.job_id]).delete()
 
     assert repair(backend) == {"relanded": 2, "skipped": 1}
@@ -180,4 +190,9 @@ def test_the_sweeper_pages_through_every_waiting_parent(
     work(backend, ["reports"])
     Job.objects.using(db(backend)).filter(parent_id__isnull=False).delete()
     assert get_backend(backend).repair_flows(limit=2) == {  # type: ignore[attr-defined]
-        "relanded": 5, "synthesized": 0, "settled": 0, "cascaded": 0, "skipped": 0}  # fmt: skip
+        "relanded": 5,
+        "synthesized": 0,
+        "settled": 0,
+        "cascaded": 0,
+        "skipped": 0,
+    }

@@ -52,7 +52,11 @@ def test_a_childs_terminal_ack_writes_its_report_in_the_same_transaction(
     [row] = OutboxEntry.objects.using(db(backend)).filter(kind="report")
     assert (row.job_id, row.backend, row.sent_at) == (claimed.job_id, backend, None)
     report = report_from_body(row.body)
-    assert (report.parent_id, report.child_id, report.state) == (parent.job_id, claimed.job_id, "done")
+    assert (report.parent_id, report.child_id, report.state) == (
+        parent.job_id,
+        claimed.job_id,
+        "done",
+    )
     assert dep_of(backend, parent.job_id, "p0").status == "pending"  # until the relay delivers
 
 
@@ -70,7 +74,9 @@ def test_a_report_delivered_twice_is_recorded_once(
     assert b.deliver_reports([report]) == 0  # type: ignore[attr-defined]
     contrary = report_from_body({**row.body, "state": "failed", "error": "late and wrong"})
     assert b.deliver_reports([contrary]) == 0  # type: ignore[attr-defined]
-    dep = FlowDependency.objects.using(db(backend)).get(job_id=parent.job_id, depends_on_id=report.child_id)
+    dep = FlowDependency.objects.using(db(backend)).get(
+        job_id=parent.job_id, depends_on_id=report.child_id
+    )
     assert (dep.status, dep.error) == ("done", None)
     reports = AuditEvent.objects.using(db(backend)).filter(action="system.queue.flow.report")
     assert list(reports.values_list("job_id", flat=True)) == [report.child_id]
@@ -85,8 +91,9 @@ def test_the_relay_delivering_a_duplicated_row_records_and_settles_once(
     rows = list(OutboxEntry.objects.using(db(backend)).filter(kind="report"))
     assert len(rows) == 2
     for row in rows:  # a relay that delivered but died before deleting, as seen by the next one
-        OutboxEntry.objects.using(db(backend)).create(kind=row.kind, backend=row.backend,
-                                                      job_id=row.job_id, body=row.body)  # fmt: skip
+        OutboxEntry.objects.using(db(backend)).create(
+            kind=row.kind, backend=row.backend, job_id=row.job_id, body=row.body
+        )
     sent = relay()
     assert (sent.sent, sent.skipped) == (4, 0)
     assert relay().sent == 0
@@ -104,11 +111,19 @@ def test_each_terminal_ack_nudges_the_relay_at_once(backend: str, jobs: SimpleNa
     parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
     work(backend, ["reports"])
     work(backend, ["pages"], limit=1)
-    assert wait_until(lambda: FlowDependency.objects.using(db(backend)).filter(
-        job_id=parent.job_id, status="done").count() == 1, 10)  # fmt: skip
+    assert wait_until(
+        lambda: (
+            FlowDependency.objects.using(db(backend))
+            .filter(job_id=parent.job_id, status="done")
+            .count()
+            == 1
+        ),
+        10,
+    )
     work(backend, ["pages"])
     assert wait_until(
-        lambda: queue.get_job(parent.job_id, backend=backend).state == "pending", 10  # type: ignore[union-attr]
+        lambda: queue.get_job(parent.job_id, backend=backend).state == "pending",
+        10,  # type: ignore[union-attr]
     )
 
 
@@ -122,16 +137,31 @@ class CountingRelay(Relay):
         super()._deliver(db, kind, alias, rows)
 
 
-def test_the_relay_pages_through_the_outbox_in_batches_of_500(backend: str, quiet_relay: None) -> None:
+def test_the_relay_pages_through_the_outbox_in_batches_of_500(
+    backend: str, quiet_relay: None
+) -> None:
     from django_blamequeue.api import queue as q
 
     assert BATCH == 500
-    jobs = [q._new_job("paged", {"n": i}, name=None, delay=None, run_at=None, priority=0,
-                       max_attempts=None, classification=None, trace_id=None, dedupe_key=None)
-            for i in range(1_234)]  # fmt: skip
+    jobs = [
+        q._new_job(
+            "paged",
+            {"n": i},
+            name=None,
+            delay=None,
+            run_at=None,
+            priority=0,
+            max_attempts=None,
+            classification=None,
+            trace_id=None,
+            dedupe_key=None,
+        )
+        for i in range(1_234)
+    ]
     with transaction.atomic(using=db(backend)):
-        outbox.write_many([("enqueue", backend, j.job_id, outbox.job_to_body(j)) for j in jobs],
-                          using=db(backend))  # fmt: skip
+        outbox.write_many(
+            [("enqueue", backend, j.job_id, outbox.job_to_body(j)) for j in jobs], using=db(backend)
+        )
     r = CountingRelay([db(backend)])
     report = r.run_once()
     assert (report.sent, report.skipped) == (1_234, 0)
@@ -147,7 +177,9 @@ def test_a_broken_outbox_row_is_skipped_and_never_blocks_the_rest(
     work(backend, ["reports"])
     work(backend, ["pages"], limit=1)
     entries = OutboxEntry.objects.using(db(backend))
-    broken = entries.create(kind="report", backend=backend, job_id=ids.new_id(), body={"garbage": 1})
+    broken = entries.create(
+        kind="report", backend=backend, job_id=ids.new_id(), body={"garbage": 1}
+    )
     work(backend, ["pages"])  # the two other reports come after the broken row
     assert entries.count() == 4
 
@@ -184,6 +216,10 @@ def test_reports_record_the_error_of_failed_children_and_no_result(
     work(backend, ["pages"])
     relay()
     failed, done = dep_of(backend, parent.job_id, "p0"), dep_of(backend, parent.job_id, "p1")
-    assert (failed.status, failed.error, failed.result) == ("failed", "ValueError: page 0 is broken", None)
+    assert (failed.status, failed.error, failed.result) == (
+        "failed",
+        "ValueError: page 0 is broken",
+        None,
+    )
     assert (done.status, done.error, done.result_type) == ("done", None, "application/json")
     assert audit.FLOW_SETTLE == "system.queue.flow.settle"

@@ -33,24 +33,31 @@ def record_run() -> None:
     db: str = ctx.backend.db  # type: ignore[attr-defined]
     with transaction.atomic(using=db):
         held = list(
-            Job.objects.using(db).select_for_update()
+            Job.objects.using(db)
+            .select_for_update()
             .filter(id=ctx.job_id, lease_token=ctx.token, state="inflight", cancel_requested=False)
             .values_list("id", flat=True)
-        )  # fmt: skip
+        )
         if not held:
             raise Stopped(f"job {ctx.job_id}: lease lost or cancel requested")
         try:
             with transaction.atomic(using=db):
                 SideEffect.objects.using(db).create(
-                    job_id=ctx.job_id, pid=os.getpid(), token=ctx.token, attempt=ctx.attempt,
+                    job_id=ctx.job_id,
+                    pid=os.getpid(),
+                    token=ctx.token,
+                    attempt=ctx.attempt,
                     host_clock=time.time(),
-                )  # fmt: skip
+                )
         except IntegrityError:
             first = SideEffect.objects.using(db).get(job_id=ctx.job_id)
             Redelivery.objects.using(db).create(
-                job_id=ctx.job_id, pid=os.getpid(), token=ctx.token, first_pid=first.pid,
+                job_id=ctx.job_id,
+                pid=os.getpid(),
+                token=ctx.token,
+                first_pid=first.pid,
                 first_token=first.token,
-            )  # fmt: skip
+            )
 
 
 @job(queue=PAGES, name="procflow.page", max_attempts=100)
@@ -67,13 +74,20 @@ def page(payload: dict[str, Any]) -> dict[str, int]:
 
 def summary(state: Any) -> dict[str, Any]:
     record_run()
-    return {"completed": state.completed, "failed": state.failed, "cancelled": state.cancelled,
-            "pending": state.pending, "results": dict(state.results)}  # fmt: skip
+    return {
+        "completed": state.completed,
+        "failed": state.failed,
+        "cancelled": state.cancelled,
+        "pending": state.pending,
+        "results": dict(state.results),
+    }
 
 
 def pages(payload: dict[str, Any]) -> list[Child]:
-    return [Child(page, {"i": i, "ms": ms, "fail": i in payload["fail"]}, key=f"p{i}")
-            for i, ms in enumerate(payload["ms"])]  # fmt: skip
+    return [
+        Child(page, {"i": i, "ms": ms, "fail": i in payload["fail"]}, key=f"p{i}")
+        for i, ms in enumerate(payload["ms"])
+    ]
 
 
 @flow(queue=PARENTS, on_child_failure="fail", name="procflow.FailFast", max_attempts=100)

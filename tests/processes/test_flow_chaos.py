@@ -32,7 +32,9 @@ KILL_EVERY = 2.0  # seconds at least between kills; a victim is one of the proce
 KILL_AFTER = 20  # jobs finished at least between kills
 LEASE = "2"
 OVERRIDES = {"MAX_STALLED_COUNT": 10_000, "SWEEP_INTERVAL": 0.5, "FLOW_SWEEP_INTERVAL": 1.0}
-CASCADED = Q(action__in=["system.queue.cancel", "system.queue.cancel.requested"], data__cascade=True)
+CASCADED = Q(
+    action__in=["system.queue.cancel", "system.queue.cancel.requested"], data__cascade=True
+)
 
 
 @pytest.fixture
@@ -61,10 +63,13 @@ def waiting(parent_ids: list[str]) -> bool:
 
 
 def plan(rng: random.Random) -> dict[str, Any]:
-    """20 flows: 9 "fail" (6 with a failing child), 10 "continue" (0–5 failing), 1 nested."""
+    """20 flows: 9 "fail" (6 with a failing child), 10 "continue" (0-5 failing), 1 nested."""
 
     def pages(failing: int, n: int = CHILDREN) -> dict[str, Any]:
-        return {"ms": [rng.randint(30, 150) for _ in range(n)], "fail": rng.sample(range(n), failing)}
+        return {
+            "ms": [rng.randint(30, 150) for _ in range(n)],
+            "fail": rng.sample(range(n), failing),
+        }
 
     flows: dict[str, Any] = {}
     for i in range(9):
@@ -85,8 +90,18 @@ def test_flows_survive_workers_and_sweepers_killed_at_random(
     to_cancel = [ids["continue-8"], ids["continue-9"]]
 
     def worker() -> Proc:
-        return processes.spawn("runworker", PARENTS, PAGES, "--backend", DB, "--concurrency", "8",
-                               "--lease", LEASE, overrides=OVERRIDES)  # fmt: skip
+        return processes.spawn(
+            "runworker",
+            PARENTS,
+            PAGES,
+            "--backend",
+            DB,
+            "--concurrency",
+            "8",
+            "--lease",
+            LEASE,
+            overrides=OVERRIDES,
+        )
 
     def sweeper() -> Proc:
         return processes.spawn("runsweeper", overrides=OVERRIDES)
@@ -123,10 +138,16 @@ def test_flows_survive_workers_and_sweepers_killed_at_random(
     # No more kills: what is left (late reports, cascades in flight) must drain by itself.
     deps = FlowDependency.objects.using(DB).filter(kind="child")
     drained = wait_for(
-        lambda: not OutboxEntry.objects.using(DB).exists() and not deps.filter(status="pending").exists()
-        and not Job.objects.using(DB).exclude(state__in=["done", "failed", "cancelled"]).exists(),
-        60, f"outbox / reports / children not drained (seed {seed})",
-    )  # fmt: skip
+        lambda: (
+            not OutboxEntry.objects.using(DB).exists()
+            and not deps.filter(status="pending").exists()
+            and not Job.objects.using(DB)
+            .exclude(state__in=["done", "failed", "cancelled"])
+            .exists()
+        ),
+        60,
+        f"outbox / reports / children not drained (seed {seed})",
+    )
     for p in pool:
         p.stop()
 
@@ -139,7 +160,9 @@ def test_flows_survive_workers_and_sweepers_killed_at_random(
 
     # collect: one stored effect per collected flow, none for a cancelled one; a second run only
     # ever follows a kill of the worker whose run stored the effect.
-    collected = set(SideEffect.objects.using(DB).filter(job_id__in=done | gone).values_list("job_id", flat=True))
+    collected = set(
+        SideEffect.objects.using(DB).filter(job_id__in=done | gone).values_list("job_id", flat=True)
+    )
     assert collected == done
     recollects = list(Redelivery.objects.using(DB).filter(job_id__in=done))
     assert all(r.first_pid in killed for r in recollects), f"collect ran twice (seed {seed})"
@@ -153,7 +176,11 @@ def test_flows_survive_workers_and_sweepers_killed_at_random(
         r = info.result
         if name.startswith("continue"):
             assert (r["failed"], r["completed"], r["cancelled"], r["pending"]) == (
-                len(payload["fail"]), CHILDREN - len(payload["fail"]), 0, 0), (name, seed)
+                len(payload["fail"]),
+                CHILDREN - len(payload["fail"]),
+                0,
+                0,
+            ), (name, seed)
         elif name.startswith("fail"):
             assert r["failed"] == len(payload["fail"]), (name, seed)
             if not payload["fail"]:
@@ -162,23 +189,41 @@ def test_flows_survive_workers_and_sweepers_killed_at_random(
             assert r["completed"] == 5 and r["results"]["c0"]["failed"] == 1, seed
 
     # no child stored its effect after a cascade reached it
-    reached = {e.job_id: e.created_at.timestamp() for e in
-               AuditEvent.objects.using(DB).filter(CASCADED).order_by("-id")}  # fmt: skip
-    late = [e.job_id for e in SideEffect.objects.using(DB).filter(job_id__in=list(reached))
-            if e.host_clock >= reached[e.job_id]]  # fmt: skip
+    reached = {
+        e.job_id: e.created_at.timestamp()
+        for e in AuditEvent.objects.using(DB).filter(CASCADED).order_by("-id")
+    }
+    late = [
+        e.job_id
+        for e in SideEffect.objects.using(DB).filter(job_id__in=list(reached))
+        if e.host_clock >= reached[e.job_id]
+    ]
     assert late == [], f"children ran after their flow was cancelled (seed {seed})"
-    assert not Redelivery.objects.using(DB).filter(job_id__in=list(reached)).exclude(
-        first_pid__in=killed).exists()  # fmt: skip
+    assert (
+        not Redelivery.objects.using(DB)
+        .filter(job_id__in=list(reached))
+        .exclude(first_pid__in=killed)
+        .exists()
+    )
 
     children = Job.objects.using(DB).filter(parent_id__isnull=False, flow_phase__isnull=True)
     reruns = Redelivery.objects.using(DB).exclude(job_id__in=done)
     rerun, unkilled = reruns.count(), reruns.exclude(first_pid__in=killed).count()
     report(
-        "flow chaos[postgres]", flows=20, children=children.count(), kills=sum(kills.values()),
-        worker_kills=kills["runworker"], sweeper_kills=kills["runsweeper"],
-        cancelled_by_hand=len(cancelled), cascade_cancelled=len(reached),
-        child_reruns_after_kills=rerun - unkilled, child_reruns_without_a_kill=unkilled,
+        "flow chaos[postgres]",
+        flows=20,
+        children=children.count(),
+        kills=sum(kills.values()),
+        worker_kills=kills["runworker"],
+        sweeper_kills=kills["runsweeper"],
+        cancelled_by_hand=len(cancelled),
+        cascade_cancelled=len(reached),
+        child_reruns_after_kills=rerun - unkilled,
+        child_reruns_without_a_kill=unkilled,
         collect_reruns_after_kills=len(recollects),
-        late_children=len(late), outbox_left=OutboxEntry.objects.using(DB).count(),
-        settled_in=f"{settled:.1f} s", drained_after=f"{drained:.1f} s", seed=str(seed),
-    )  # fmt: skip
+        late_children=len(late),
+        outbox_left=OutboxEntry.objects.using(DB).count(),
+        settled_in=f"{settled:.1f} s",
+        drained_after=f"{drained:.1f} s",
+        seed=str(seed),
+    )

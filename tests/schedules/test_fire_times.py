@@ -38,14 +38,28 @@ def z(*parts: int) -> datetime:
         ("30 2 * * *", BERLIN, z(2024, 3, 30, 1, 30), z(2024, 3, 31, 0, 59), None),
         ("30 2 * * *", BERLIN, z(2024, 3, 30, 1, 30), z(2024, 3, 31, 1, 45), z(2024, 3, 31, 1)),
         # 02:30 happens twice on 2024-10-27 (00:30Z CEST, 01:30Z CET): a daily job fires once
-        ("30 2 * * *", BERLIN, z(2024, 10, 26, 0, 30), z(2024, 10, 27, 0, 45), z(2024, 10, 27, 0, 30)),
+        (
+            "30 2 * * *",
+            BERLIN,
+            z(2024, 10, 26, 0, 30),
+            z(2024, 10, 27, 0, 45),
+            z(2024, 10, 27, 0, 30),
+        ),
         ("30 2 * * *", BERLIN, z(2024, 10, 27, 0, 30), z(2024, 10, 27, 1, 45), None),
-        ("30 2 * * *", BERLIN, z(2024, 10, 26, 0, 30), z(2024, 10, 27, 1, 45), z(2024, 10, 27, 1, 30)),
+        (
+            "30 2 * * *",
+            BERLIN,
+            z(2024, 10, 26, 0, 30),
+            z(2024, 10, 27, 1, 45),
+            z(2024, 10, 27, 1, 30),
+        ),
         # ... while an hourly job fires on both passes: each is an hour of its own
         ("0 * * * *", BERLIN, z(2024, 10, 27, 0), z(2024, 10, 27, 1, 10), z(2024, 10, 27, 1)),
     ],
-)  # fmt: skip
-def test_latest_due_for_cron(cron: str, tz: str, last: datetime, now: datetime, due: datetime | None) -> None:
+)
+def test_latest_due_for_cron(
+    cron: str, tz: str, last: datetime, now: datetime, due: datetime | None
+) -> None:
     assert latest_due(cron=cron, interval=None, tz=tz, last=last, now=now) == due
 
 
@@ -54,27 +68,68 @@ def test_latest_due_for_cron(cron: str, tz: str, last: datetime, now: datetime, 
     [
         (60.0, z(2024, 1, 1, 9), z(2024, 1, 1, 9, 0, 59), None),
         (60.0, z(2024, 1, 1, 9), z(2024, 1, 1, 9, 1), z(2024, 1, 1, 9, 1)),
-        (60.0, z(2024, 1, 1, 9), z(2024, 1, 1, 9, 7, 30), z(2024, 1, 1, 9, 7)),  # coalesced, on the grid
+        (
+            60.0,
+            z(2024, 1, 1, 9),
+            z(2024, 1, 1, 9, 7, 30),
+            z(2024, 1, 1, 9, 7),
+        ),  # coalesced, on the grid
         (90.0, z(2024, 1, 1, 9), z(2024, 1, 1, 9, 4, 40), z(2024, 1, 1, 9, 4, 30)),
-        (3600.0, z(2024, 10, 27, 0), z(2024, 10, 27, 2), z(2024, 10, 27, 2)),  # the calendar is ignored
+        (
+            3600.0,
+            z(2024, 10, 27, 0),
+            z(2024, 10, 27, 2),
+            z(2024, 10, 27, 2),
+        ),  # the calendar is ignored
     ],
-)  # fmt: skip
-def test_latest_due_for_intervals(interval: float, last: datetime, now: datetime, due: datetime | None) -> None:
+)
+def test_latest_due_for_intervals(
+    interval: float, last: datetime, now: datetime, due: datetime | None
+) -> None:
     assert latest_due(cron="", interval=interval, tz=BERLIN, last=last, now=now) == due
 
 
 @pytest.mark.parametrize(
     ("cron", "tz", "after", "fires"),
     [
-        ("0 9 * * *", BERLIN, z(2024, 3, 29, 12), [z(2024, 3, 30, 8), z(2024, 3, 31, 7), z(2024, 4, 1, 7)]),
-        ("0 9 * * *", BERLIN, z(2024, 10, 26, 12), [z(2024, 10, 27, 8), z(2024, 10, 28, 8), z(2024, 10, 29, 8)]),
-        ("30 2 * * *", BERLIN, z(2024, 10, 26, 12), [z(2024, 10, 27, 0, 30), z(2024, 10, 28, 1, 30),
-                                                      z(2024, 10, 29, 1, 30)]),
-        ("0 * * * *", BERLIN, z(2024, 10, 26, 23, 30), [z(2024, 10, 27, 0), z(2024, 10, 27, 1), z(2024, 10, 27, 2)]),
-        ("0 * * * *", BERLIN, z(2024, 3, 31, 0, 30), [z(2024, 3, 31, 1), z(2024, 3, 31, 2), z(2024, 3, 31, 3)]),
-        ("0 0 1 * *", "America/New_York", z(2024, 1, 15), [z(2024, 2, 1, 5), z(2024, 3, 1, 5), z(2024, 4, 1, 4)]),
+        (
+            "0 9 * * *",
+            BERLIN,
+            z(2024, 3, 29, 12),
+            [z(2024, 3, 30, 8), z(2024, 3, 31, 7), z(2024, 4, 1, 7)],
+        ),
+        (
+            "0 9 * * *",
+            BERLIN,
+            z(2024, 10, 26, 12),
+            [z(2024, 10, 27, 8), z(2024, 10, 28, 8), z(2024, 10, 29, 8)],
+        ),
+        (
+            "30 2 * * *",
+            BERLIN,
+            z(2024, 10, 26, 12),
+            [z(2024, 10, 27, 0, 30), z(2024, 10, 28, 1, 30), z(2024, 10, 29, 1, 30)],
+        ),
+        (
+            "0 * * * *",
+            BERLIN,
+            z(2024, 10, 26, 23, 30),
+            [z(2024, 10, 27, 0), z(2024, 10, 27, 1), z(2024, 10, 27, 2)],
+        ),
+        (
+            "0 * * * *",
+            BERLIN,
+            z(2024, 3, 31, 0, 30),
+            [z(2024, 3, 31, 1), z(2024, 3, 31, 2), z(2024, 3, 31, 3)],
+        ),
+        (
+            "0 0 1 * *",
+            "America/New_York",
+            z(2024, 1, 15),
+            [z(2024, 2, 1, 5), z(2024, 3, 1, 5), z(2024, 4, 1, 4)],
+        ),
     ],
-)  # fmt: skip
+)
 def test_next_fires_for_cron(cron: str, tz: str, after: datetime, fires: list[datetime]) -> None:
     got = next_fires(cron=cron, interval=None, tz=tz, after=after)
     assert got == fires
@@ -83,7 +138,10 @@ def test_next_fires_for_cron(cron: str, tz: str, after: datetime, fires: list[da
 
 def test_next_fires_for_an_interval() -> None:
     assert next_fires(cron="", interval=600, tz="UTC", after=z(2024, 1, 1)) == [
-        z(2024, 1, 1, 0, 10), z(2024, 1, 1, 0, 20), z(2024, 1, 1, 0, 30)]  # fmt: skip
+        z(2024, 1, 1, 0, 10),
+        z(2024, 1, 1, 0, 20),
+        z(2024, 1, 1, 0, 30),
+    ]
 
 
 def test_fire_times_agree_with_each_other() -> None:

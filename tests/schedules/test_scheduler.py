@@ -61,17 +61,26 @@ def test_a_due_schedule_fires_once_with_a_dedupe_key_and_an_audit_event(backend:
     assert s.last_fired_at == T0 + timedelta(hours=1)
     [event] = AuditEvent.objects.using(db(backend)).filter(action=FIRE)
     assert FIRE == "system.queue.schedule.fire"
-    assert (event.job_id, event.data) == (info.job_id, {"schedule": "hourly",
-                                                        "fire_time": "2024-01-01T10:00:00+00:00"})  # fmt: skip
+    assert (event.job_id, event.data) == (
+        info.job_id,
+        {"schedule": "hourly", "fire_time": "2024-01-01T10:00:00+00:00"},
+    )
 
 
 def test_fires_missed_while_everything_was_down_coalesce_into_one(backend: str) -> None:
     schedule(backend, "quarterly", cron="*/15 * * * *")
     schedule(backend, "minutely", interval=60.0, queue="elsewhere")
     sched = Scheduler(database=db(backend))
-    assert sched.run_once(T0 + timedelta(hours=4, minutes=7, seconds=30)) == {"fired": 2, "skipped": 0}
-    assert fired(backend, "quarterly") == [("schedule:quarterly:2024-01-01T13:00:00+00:00", "ticks")]
-    assert fired(backend, "minutely") == [("schedule:minutely:2024-01-01T13:07:00+00:00", "elsewhere")]
+    assert sched.run_once(T0 + timedelta(hours=4, minutes=7, seconds=30)) == {
+        "fired": 2,
+        "skipped": 0,
+    }
+    assert fired(backend, "quarterly") == [
+        ("schedule:quarterly:2024-01-01T13:00:00+00:00", "ticks")
+    ]
+    assert fired(backend, "minutely") == [
+        ("schedule:minutely:2024-01-01T13:07:00+00:00", "elsewhere")
+    ]
     assert sched.run_once(T0 + timedelta(hours=4, minutes=7, seconds=59)) == {}
     assert sched.run_once(T0 + timedelta(hours=4, minutes=8)) == {"fired": 1, "skipped": 0}
 
@@ -106,16 +115,27 @@ def test_concurrent_schedulers_fire_each_occurrence_exactly_once(backend: str) -
     assert sum(counts) == len(names) * rounds
     for name in names:
         assert [k for k, _ in fired(backend, name)] == [
-            f"schedule:{name}:{now.isoformat()}" for now in occurrences]  # fmt: skip
+            f"schedule:{name}:{now.isoformat()}" for now in occurrences
+        ]
     assert AuditEvent.objects.using(db(backend)).filter(action=FIRE).count() == len(names) * rounds
 
 
-def test_schedules_from_settings_are_synced_and_anchored_at_now(backend: str, settings: Any) -> None:
-    settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, "SCHEDULES": {
-        "nightly": {"job": "tests.schedules.tick", "cron": "0 3 * * *", "timezone": "Europe/Berlin",
-                    "payload": {"kind": "nightly"}, "backend": backend},
-        "minutely": {"job": "tests.schedules.tick", "interval": 60, "backend": backend},
-    }}  # fmt: skip
+def test_schedules_from_settings_are_synced_and_anchored_at_now(
+    backend: str, settings: Any
+) -> None:
+    settings.BLAMEQUEUE = {
+        **settings.BLAMEQUEUE,
+        "SCHEDULES": {
+            "nightly": {
+                "job": "tests.schedules.tick",
+                "cron": "0 3 * * *",
+                "timezone": "Europe/Berlin",
+                "payload": {"kind": "nightly"},
+                "backend": backend,
+            },
+            "minutely": {"job": "tests.schedules.tick", "interval": 60, "backend": backend},
+        },
+    }
     schedule(backend, "from-admin", interval=3600.0)
     sched = Scheduler(database=db(backend))
     assert sched.run_once(T0) == {}  # anchored at now: the first fire is the next one
@@ -123,7 +143,12 @@ def test_schedules_from_settings_are_synced_and_anchored_at_now(backend: str, se
     assert sorted(rows) == ["from-admin", "minutely", "nightly"]
     n = rows["nightly"]
     assert (n.source, n.cron, n.timezone, n.payload, n.last_fired_at) == (
-        "settings", "0 3 * * *", "Europe/Berlin", {"kind": "nightly"}, T0)  # fmt: skip
+        "settings",
+        "0 3 * * *",
+        "Europe/Berlin",
+        {"kind": "nightly"},
+        T0,
+    )
     assert rows["from-admin"].source == "admin"
 
     assert sched.run_once(T0 + timedelta(seconds=61)) == {"fired": 1, "skipped": 0}
@@ -131,8 +156,12 @@ def test_schedules_from_settings_are_synced_and_anchored_at_now(backend: str, se
     assert sched.run_once(datetime(2024, 1, 2, 2, 0, 30, tzinfo=UTC)) == {"fired": 3, "skipped": 0}
     assert fired(backend, "nightly") == [("schedule:nightly:2024-01-02T02:00:00+00:00", "ticks")]
 
-    settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, "SCHEDULES": {
-        "minutely": {"job": "tests.schedules.tick", "interval": 120, "backend": backend}}}  # fmt: skip
+    settings.BLAMEQUEUE = {
+        **settings.BLAMEQUEUE,
+        "SCHEDULES": {
+            "minutely": {"job": "tests.schedules.tick", "interval": 120, "backend": backend}
+        },
+    }
     sched.run_once(datetime(2024, 1, 2, 2, 1, tzinfo=UTC))
     rows = {s.name: s for s in Schedule.objects.using(db(backend)).all()}
     assert sorted(rows) == ["from-admin", "minutely"]  # removed from settings → removed here
@@ -150,7 +179,9 @@ def test_a_schedule_naming_an_unknown_job_is_skipped_and_logged(
     assert "schedule a-broken skipped: job 'tests.schedules.nope' is not registered" in caplog.text
     assert "schedule b-bad-cron skipped" in caplog.text
     assert len(fired(backend, "c-good")) == 1
-    assert Schedule.objects.using(db(backend)).get(name="a-broken").last_fired_at == T0  # not consumed
+    assert (
+        Schedule.objects.using(db(backend)).get(name="a-broken").last_fired_at == T0
+    )  # not consumed
 
 
 def test_a_disabled_schedule_does_not_fire(backend: str) -> None:

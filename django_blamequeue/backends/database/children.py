@@ -123,8 +123,9 @@ class ChildOps(LocalBase):
                 recorded += len(rows)
                 for parent_id, child_id, state in rows:  # a duplicate changed nothing: no event
                     changed.add(parent_id)
+                    data = {"parent_id": parent_id, "state": state}
                     events.append(audit.Event(action=REPORT, job_id=child_id, backend=self.alias,
-                                              data={"parent_id": parent_id, "state": state}))  # fmt: skip
+                                              data=data))
             audit.record(events, using=self.db)
             if changed:
                 self.settle(sorted(changed), t)
@@ -155,9 +156,12 @@ class ChildOps(LocalBase):
         fail_fast = [p for p in due if tally[p].get("pending")]
         rows = dict(self.jobs().filter(id__in=due).values_list("id", "queue"))
         self._notify(list(rows.values()))
-        audit.record([audit.Event(action=audit.FLOW_SETTLE, job_id=p, queue=rows.get(p),
-                                  backend=self.alias, data={"children": tally[p],
-                                  "fail_fast": p in fail_fast}) for p in due], using=self.db)  # fmt: skip
+        settled = [
+            audit.Event(action=audit.FLOW_SETTLE, job_id=p, queue=rows.get(p), backend=self.alias,
+                        data={"children": tally[p], "fail_fast": p in fail_fast})
+            for p in due
+        ]
+        audit.record(settled, using=self.db)
         if fail_fast:
             self.cascade_children(fail_fast, now)
         return due
@@ -266,9 +270,9 @@ class ChildOps(LocalBase):
             in_flight = self.unsent_for(ids, "enqueue")
             missing = [j for j in ids if j not in found and j not in in_flight]
             if missing:
-                self._land([ChildSpec(key=key, job=outbox.job_from_body(spec["job"]), backend=alias)
-                            for key, spec in deps.filter(depends_on_id__in=missing)
-                            .values_list("key", "spec")])  # fmt: skip
+                specs = deps.filter(depends_on_id__in=missing).values_list("key", "spec")
+                self._land([ChildSpec(key=key, job=outbox.job_from_body((spec or {})["job"]),
+                                      backend=alias) for key, spec in specs])  # fmt: skip
                 counts["relanded"] += len(missing)
             terminal = [j for j, st in found.items() if st in _TERMINAL]
             if terminal:
