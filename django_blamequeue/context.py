@@ -22,6 +22,22 @@ if TYPE_CHECKING:
 _current: ContextVar[JobContext | None] = ContextVar("blamequeue_job", default=None)
 
 
+class _Flag:
+    """``threading.Event``'s ``set``/``is_set`` without its Condition and lock, which cost a
+    few microseconds per job: the worker sets it, the handler polls it, nobody waits on it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self) -> None:
+        self._value = False
+
+    def set(self) -> None:
+        self._value = True
+
+    def is_set(self) -> bool:
+        return self._value
+
+
 @dataclass(eq=False, kw_only=True)
 class JobContext:
     job_id: str
@@ -34,7 +50,7 @@ class JobContext:
     token: str
     progress_throttle: float = 0.25
     on_extend: Callable[[float], None] | None = None
-    _cancelled: threading.Event = field(default_factory=threading.Event)
+    _cancelled: _Flag = field(default_factory=_Flag)
     _last_progress: float = field(default=-1e18)
 
     @property

@@ -23,6 +23,7 @@ class Guard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tid: int | None = None
+        self._sent = False  # an interrupt was injected: leave() must clear what may remain
 
     def enter(self) -> None:
         with self._lock:
@@ -34,7 +35,7 @@ class Guard:
             try:
                 with self._lock:
                     tid, self._tid = self._tid, None
-                    if tid is not None:
+                    if tid is not None and self._sent:
                         _clear(tid)
                 return
             except JobInterrupted:
@@ -45,6 +46,7 @@ class Guard:
         with self._lock:
             if self._tid is None:
                 return False
+            self._sent = True
             return bool(_set_async_exc(ctypes.c_ulong(self._tid), ctypes.py_object(exc_type)))
 
 

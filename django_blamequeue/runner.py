@@ -7,6 +7,7 @@ a handler call into a ``core.lifecycle`` outcome and hands it back.
 from __future__ import annotations
 
 import logging
+from collections import deque
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -173,7 +174,7 @@ class SlotPool:
         self.size = size
         self.handler = handler
         self.report = report
-        self._work: list[Run] = []
+        self._work: deque[Run] = deque()
         self._cond = threading.Condition()
         self._stopped = False
         self._threads: list[threading.Thread] = []
@@ -186,9 +187,15 @@ class SlotPool:
         t.start()
 
     def submit(self, run: Run) -> None:
+        self.submit_many([run])
+
+    def submit_many(self, runs: list[Run]) -> None:
+        """Queue ``runs`` and wake one idle slot thread for each (one lock round)."""
+        if not runs:
+            return
         with self._cond:
-            self._work.append(run)
-            self._cond.notify()
+            self._work.extend(runs)
+            self._cond.notify(len(runs))
 
     def replace_one(self) -> None:
         """The thread running an abandoned job exits when it returns; keep ``size`` alive."""
@@ -208,7 +215,7 @@ class SlotPool:
                     self._cond.wait()
                 if self._stopped and not self._work:
                     return
-                run = self._work.pop(0)
+                run = self._work.popleft()
             try:
                 run_in_slot(run, self.handler, self.report)
             except Exception:  # a slot thread must never die: the worker would lose the slot

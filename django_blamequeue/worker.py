@@ -221,12 +221,12 @@ class Consumer:
 
     def _dispatch_all(self, claimed: list[Claimed]) -> int:
         now = time.monotonic()
-        for c in claimed:
-            self._dispatch(c, now)
+        self.pool.submit_many([self._dispatch(c, now) for c in claimed])
         self.counters.claimed += len(claimed)
         return len(claimed)
 
-    def _dispatch(self, c: Claimed, now: float) -> None:
+    def _dispatch(self, c: Claimed, now: float) -> Run:
+        """Track a claimed job as running; the caller hands the run to the pool."""
         definition = registry.get(c.name)
         timeout = c.timeout or (definition.timeout if definition else None)
         lease = self.options.lease
@@ -249,7 +249,7 @@ class Consumer:
             metrics.run_started(self.backend.alias, c, lease)
         if self.options.rate_limit is not None:
             self._starts.append(now)
-        self.pool.submit(run)
+        return run
 
     def _extended(self, run: Run, seconds: float) -> None:
         now = time.monotonic()
@@ -274,7 +274,8 @@ class Consumer:
     def _report(self, run: Run) -> None:
         """Called from a slot thread when a handler finished (and was not abandoned)."""
         self._finished.append(run)
-        self._wake.set()
+        if not self._wake.is_set():  # set already: the main thread reaps this run too
+            self._wake.set()
 
     def _reap(self) -> None:
         while self._finished:

@@ -27,7 +27,11 @@ def report_flow() -> Iterator[Any]:
         class BuildReport:
             def fan_out(self, payload: dict[str, Any]) -> list[Child]:
                 return [
-                    Child(render_page, {"page": i, "fail": i in payload.get("broken", [])}, key=f"p{i}")
+                    Child(
+                        render_page,
+                        {"page": i, "fail": i in payload.get("broken", [])},
+                        key=f"p{i}",
+                    )
                     for i in range(payload["pages"])
                 ]
 
@@ -48,7 +52,9 @@ def report_flow() -> Iterator[Any]:
             registry.unregister(name)
 
 
-def test_a_flow_fans_out_collects_and_stores_collects_result(backend: str, report_flow: Any) -> None:
+def test_a_flow_fans_out_collects_and_stores_collects_result(
+    backend: str, report_flow: Any
+) -> None:
     BuildReport = report_flow("fail")
     parent = BuildReport.enqueue({"pages": 5}, backend=backend)
     queue.consume(["reports", "pages"], None, backend=backend, concurrency=4, poll_interval=0.05)
@@ -59,7 +65,9 @@ def test_a_flow_fans_out_collects_and_stores_collects_result(backend: str, repor
     assert len(COLLECTS) == 1
 
 
-def test_continue_collects_after_every_child_settled_with_errors_by_key(backend: str, report_flow: Any) -> None:
+def test_continue_collects_after_every_child_settled_with_errors_by_key(
+    backend: str, report_flow: Any
+) -> None:
     BuildReport = report_flow("continue")
     parent = BuildReport.enqueue({"pages": 4, "broken": [2]}, backend=backend)
     queue.consume(["reports", "pages"], None, backend=backend, concurrency=4, poll_interval=0.05)
@@ -71,7 +79,9 @@ def test_continue_collects_after_every_child_settled_with_errors_by_key(backend:
     assert "page 2 is broken" in state.errors["p2"]
 
 
-def test_fail_fast_settles_at_the_first_failure_and_cancels_the_rest(backend: str, report_flow: Any) -> None:
+def test_fail_fast_settles_at_the_first_failure_and_cancels_the_rest(
+    backend: str, report_flow: Any
+) -> None:
     from django_blamequeue.backends import get_backend
     from django_blamequeue.core import lifecycle
     from django_blamequeue.outbox import Relay
@@ -80,7 +90,9 @@ def test_fail_fast_settles_at_the_first_failure_and_cancels_the_rest(backend: st
     BuildReport = report_flow("fail")
     parent = BuildReport.enqueue({"pages": 30, "broken": [0]}, backend=backend)
     parents = queue.consume(["reports"], None, backend=backend, poll_interval=0.05)
-    assert wait_until(lambda: queue.get_job(parent.job_id, backend=backend).state == "waiting_children", 10)
+    assert wait_until(
+        lambda: queue.get_job(parent.job_id, backend=backend).state == "waiting_children", 10
+    )
     b = get_backend(backend)
     [first] = b.claim(["pages"], 1, 30)
     fail = lifecycle.decide(lifecycle.Raised(ValueError("broken")), attempt=1, max_attempts=1,
@@ -88,7 +100,9 @@ def test_fail_fast_settles_at_the_first_failure_and_cancels_the_rest(backend: st
     assert b.apply_many([Ack(job_id=first.job_id, token=first.token, transition=fail)])[0].ok
     Relay().run_once()
     assert wait_until(lambda: queue.get_job(parent.job_id, backend=backend).state == "done", 10)
-    children = [j for j in queue.flow_jobs(parent.job_id, backend=backend) if j.parent_id == parent.job_id]
+    children = [
+        j for j in queue.flow_jobs(parent.job_id, backend=backend) if j.parent_id == parent.job_id
+    ]
     assert len(children) == 30
     assert sorted({j.state for j in children}) == ["cancelled", "failed"]
     assert sum(j.state == "cancelled" for j in children) == 29
@@ -103,13 +117,20 @@ def test_a_re_claimed_parent_never_fans_out_twice(backend: str, report_flow: Any
     BuildReport = report_flow("fail")
     parent = BuildReport.enqueue({"pages": 3}, backend=backend)
     consumer = queue.consume(["reports"], None, backend=backend, poll_interval=0.05)
-    assert wait_until(lambda: queue.get_job(parent.job_id, backend=backend).state == "waiting_children", 10)
+    assert wait_until(
+        lambda: queue.get_job(parent.job_id, backend=backend).state == "waiting_children", 10
+    )
     consumer.cancel(0)
     consumer.join(5)
     db = get_backend(backend).db  # type: ignore[attr-defined]
     assert FlowDependency.objects.using(db).filter(job_id=parent.job_id, kind="child").count() == 3
     assert Job.objects.using(db).filter(parent_id=parent.job_id).count() == 3
-    child_ids = sorted(Job.objects.using(db).filter(parent_id=parent.job_id).values_list("id", flat=True))
+    child_ids = sorted(
+        Job.objects.using(db).filter(parent_id=parent.job_id).values_list("id", flat=True)
+    )
     again = BuildReport.enqueue({"pages": 3}, backend=backend)
     assert again.job_id != parent.job_id
-    assert sorted(Job.objects.using(db).filter(parent_id=parent.job_id).values_list("id", flat=True)) == child_ids
+    assert (
+        sorted(Job.objects.using(db).filter(parent_id=parent.job_id).values_list("id", flat=True))
+        == child_ids
+    )

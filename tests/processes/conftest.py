@@ -119,10 +119,14 @@ class Proc:
         except subprocess.TimeoutExpired:
             return None
 
+    def started(self) -> bool:
+        """The banner is out: settings loaded, consumer running."""
+        return STARTED in self.stdout()
+
     def wait_started(self, timeout: float = 30.0) -> None:
         """Until the banner is out (settings loaded, consumer running); fail if it died."""
         deadline = time.monotonic() + timeout
-        while STARTED not in self.stdout():
+        while not self.started():
             assert self.alive(), f"{self.name} exited with {self.popen.returncode}:\n{self.tail()}"
             assert time.monotonic() < deadline, f"{self.name} did not start:\n{self.tail()}"
             time.sleep(0.02)

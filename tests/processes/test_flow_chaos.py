@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, database
 
 DB = "postgres"
 CHILDREN = 50
-KILL_EVERY = 2.0  # seconds at least between kills; a victim is one of the processes that are up
+KILL_EVERY = 1.0  # seconds at least between kills; a victim is one of the processes that are up
 KILL_AFTER = 20  # jobs finished at least between kills
 LEASE = "2"
 OVERRIDES = {"MAX_STALLED_COUNT": 10_000, "SWEEP_INTERVAL": 0.5, "FLOW_SWEEP_INTERVAL": 1.0}

@@ -128,7 +128,7 @@ def test_workers_recover_from_a_postgres_restart_at_40_percent(
         warned = processes.stderr_count("LISTEN connection lost")
         report("pg-restart[postgres]", jobs=n_jobs, restarted_at=f"{at} done",
                down=f"{down:.1f} s", first_job_done_after=f"{recovered:.1f} s",
-               drained_after=f"{drained:.1f} s", listen_re_established_after=f"{relisten:.1f} s",
+               drained_after=f"{drained:.1f} s", listen_back_after=f"{relisten:.1f} s",
                wake_latency_after=f"{float(latency) * 1000:.0f} ms", lost=lost,
                jobs_retried=retried, done_twice=again, listen_lost_warnings=warned)  # fmt: skip
         assert lost == 0 and effects_n == n_jobs + 1 and again == 0

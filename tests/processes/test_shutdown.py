@@ -70,5 +70,5 @@ def test_a_second_signal_stops_at_once(backend: str, processes: Processes, repor
     report(f"second-signal[{engine(backend)}]", grace="30 s",
            exited_in=f"{exited_in:.1f} s after the second signal",
            released=released.count())  # fmt: skip
-    assert exited_in <= 1.5
+    assert exited_in <= 2.0  # "at once": far below the 30 s grace (teardown alone is ~0.4 s)
     assert released.count() == 4 and effects(backend) == 0

@@ -69,6 +69,18 @@ def _insert_layout(connection: Any) -> tuple[tuple[tuple[str, str], ...], tuple[
     return layout
 
 
+def _ack_row_pg(a: Ack) -> tuple[Any, ...]:
+    """One row of ``sql.ack_many_postgresql``: column 8 is the retry delay, 9 unused (the
+    statement reads the clock)."""
+    t = a.transition
+    return (
+        a.job_id, a.token, t.state.value, t.result.body if t.result else None, t.error,
+        t.traceback, t.reason.value if t.reason else None,
+        t.delay if t.state == State.PENDING else None, None, int(t.give_back_attempt),
+        int(t.yields_to_cancel), int(t.state == State.DONE),
+    )  # fmt: skip
+
+
 class DatabaseBackend(ChildOps, FlowOps):
     """The local backend: SQLite or PostgreSQL, through Django's own connections."""
 
@@ -250,19 +262,24 @@ class DatabaseBackend(ChildOps, FlowOps):
     def _apply(self, acks: Sequence[Ack], now: datetime | None) -> list[AckResult]:
         """The acks, inside the caller's transaction."""
         applied: dict[str, tuple[Any, ...]] = {}
-        now = self._now(now)
         fan_outs = [a for a in acks if a.transition.state == State.WAITING_CHILDREN]
         plain = [a for a in acks if a.transition.state != State.WAITING_CHILDREN]
-        fanned: dict[str, State | None] = {a.job_id: self.apply_fan_out(a, now) for a in fan_outs}
+        if fan_outs or not self.is_postgres:
+            now = self._now(now)  # PostgreSQL's plain acks read the clock in the statement
+        fanned: dict[str, State | None] = {
+            a.job_id: self.apply_fan_out(a, now) for a in fan_outs  # type: ignore[arg-type]
+        }
         for start in range(0, len(plain), ACK_CHUNK):
-            rows = [self._ack_params(a, now) for a in plain[start : start + ACK_CHUNK]]
+            chunk = plain[start : start + ACK_CHUNK]
             with self.connection.cursor() as cur:
                 if self.is_postgres:
-                    varying, params = sql.unnest_params(list(zip(*rows)))
-                    cur.execute(sql.ack_many_postgresql(varying), params)
+                    varying, params = sql.unnest_params(list(zip(*map(_ack_row_pg, chunk))))
+                    cur.execute(sql.ack_many_postgresql(varying), [*params, now])
                 else:
-                    params = [p for row in rows for p in row]
-                    cur.execute(sql.ack_many(self.connection.vendor, len(rows)), params)
+                    assert now is not None
+                    stamp = self._adapt(now)
+                    params = [p for a in chunk for p in self._ack_params(a, now, stamp)]
+                    cur.execute(sql.ack_many(self.connection.vendor, len(chunk)), params)
                 for row in cur.fetchall():
                     applied[row[0]] = tuple(row)
         self._after_acks(plain, applied, now)
@@ -277,23 +294,26 @@ class DatabaseBackend(ChildOps, FlowOps):
                                         state=State(row[1]) if row else None))  # fmt: skip
         return answer
 
-    def _ack_params(self, a: Ack, now: datetime) -> list[Any]:
+    def _ack_params(self, a: Ack, now: datetime, stamp: Any) -> list[Any]:
+        """One row of ``sql.ack_many``; ``stamp`` is ``now`` adapted for the driver."""
         t = a.transition
         available = now + timedelta(seconds=t.delay) if t.state == State.PENDING else None
         return [
             a.job_id, a.token, t.state.value, t.result.body if t.result else None,
             t.error, t.traceback, t.reason.value if t.reason else None,
-            self._adapt(available), self._adapt(now), int(t.give_back_attempt),
-            int(t.yields_to_cancel), int(t.state == State.DONE),
+            self._adapt(available) if available is not None else None, stamp,
+            int(t.give_back_attempt), int(t.yields_to_cancel), int(t.state == State.DONE),
         ]  # fmt: skip
 
     def _after_acks(
-        self, acks: Sequence[Ack], applied: dict[str, tuple[Any, ...]], now: datetime
+        self, acks: Sequence[Ack], applied: dict[str, tuple[Any, ...]], now: datetime | None
     ) -> None:
         """Same transaction as the acks: release DAG dependants, cascade cancels, audit."""
         # DAG nodes (a flow id, no parent) may have dependants; @flow children never do.
         done_in_flows = [r[0] for r in applied.values() if r[1] == State.DONE and r[3] and not r[4]]
         cancelled = [r[0] for r in applied.values() if r[1] == State.CANCELLED]
+        if (done_in_flows or cancelled) and now is None:
+            now = self._now(None)
         if done_in_flows:
             self.release_dependants(done_in_flows, now)
         if cancelled:
@@ -305,10 +325,14 @@ class DatabaseBackend(ChildOps, FlowOps):
             [r[2] for a in acks if (r := applied.get(a.job_id)) and r[1] == State.PENDING
              and a.transition.delay == 0]
         )  # fmt: skip
-        events = [ev for a in acks for ev in self._ack_events(a, applied.get(a.job_id))]
+        success = audit.needed(audit.CONSUME_SUCCESS)
+        events = [ev for a in acks for ev in self._ack_events(a, applied.get(a.job_id), success)]
         audit.record(events, using=self.db)
 
-    def _ack_events(self, a: Ack, row: tuple[Any, ...] | None) -> list[audit.Event]:
+    def _ack_events(
+        self, a: Ack, row: tuple[Any, ...] | None, success: bool = True
+    ) -> list[audit.Event]:
+        """The audit events of one ack; ``success``: is a done ack's event wanted at all."""
         if row is None:
             return [audit.Event(action=audit.LOCK_LOST, job_id=a.job_id, backend=self.alias,
                                 data={"wanted": a.transition.state.value})]  # fmt: skip
@@ -317,7 +341,7 @@ class DatabaseBackend(ChildOps, FlowOps):
         base: dict[str, Any] = {"job_id": a.job_id, "queue": queue, "backend": self.alias,
                                 "attempt": attempts}  # fmt: skip
         if state == State.DONE:
-            if not audit.needed(audit.CONSUME_SUCCESS):
+            if not success:
                 return []
             return [audit.Event(action=audit.CONSUME_SUCCESS, data={"name": name}, **base)]
         if state == State.CANCELLED:

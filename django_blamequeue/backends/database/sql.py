@@ -62,9 +62,9 @@ def unnest_rows(names: Sequence[str], db_types: Sequence[str], varying: Sequence
     )
 
 
-def unnest_params(columns: Sequence[Sequence[Any]]) -> tuple[list[bool], list[Any]]:
+def unnest_params(columns: Sequence[tuple[Any, ...]]) -> tuple[list[bool], list[Any]]:
     """``varying`` and the params of :func:`unnest_rows` for column-wise values."""
-    varying = [any(v != col[0] for v in col) for col in columns]
+    varying = [col.count(col[0]) != len(col) for col in columns]
     varying[0] = True  # at least one array: it sets the number of rows
     scalars = [col[0] for col, varies in zip(columns, varying) if not varies]
     arrays = [list(col) for col, varies in zip(columns, varying) if varies]
@@ -143,8 +143,25 @@ SET state = CASE WHEN v.column11 = 1 AND {job}.cancel_requested THEN 'cancelled'
 
 def ack_many_postgresql(varying: Sequence[bool]) -> str:
     """``ack_many`` for PostgreSQL with the rows as one ``unnest`` source (:func:`unnest_rows`):
-    the same statement text for any batch size. Params: from :func:`unnest_params`."""
-    rows = unnest_rows([f"column{i}" for i in range(1, ACK_COLUMNS + 1)], _PG_CASTS, varying)
+    the same statement text for any batch size, and the clock read by the statement itself
+    (no round trip for it). Column 8 carries the retry delay in seconds (NULL: leave
+    ``available_at``), column 9 is the clock. Params: :func:`unnest_params`, then ``now``
+    (NULL: ``statement_timestamp()``)."""
+    names = [f"column{i}" for i in range(1, ACK_COLUMNS + 1)]
+    casts = [*_PG_CASTS[:7], "float8", *_PG_CASTS[8:]]
+    picked = [
+        "CASE WHEN d.column8 IS NULL THEN NULL "
+        "ELSE t.now + make_interval(secs => d.column8) END AS column8"
+        if name == "column8"
+        else "t.now AS column9"
+        if name == "column9"
+        else f"d.{name}"
+        for name in names
+    ]
+    rows = (
+        f"(SELECT {', '.join(picked)} FROM {unnest_rows(names, casts, varying)} AS d, "
+        "(SELECT COALESCE(%s::timestamptz, statement_timestamp()) AS now) AS t)"
+    )
     return (
         f"UPDATE {JOB} {_ACK_SET} FROM {rows} AS v "
         f"WHERE {JOB}.id = v.column1 AND {JOB}.lease_token = v.column2 "

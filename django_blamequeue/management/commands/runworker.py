@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 import threading
@@ -95,6 +96,10 @@ class Command(BaseCommand):
             raise CommandError("no queues given and no @job registered: name the queues to consume")
         settings = get_settings()
         metrics_server = self._serve_metrics(options["metrics_port"], options["metrics_address"])
+        # Everything loaded so far (Django, the apps, the job modules) lives as long as the
+        # process: keep it out of the cyclic collector's full passes, which otherwise walk it
+        # again and again while jobs allocate.
+        gc.freeze()
         try:
             consumer = queue.consume(
                 queues,
