@@ -1,5 +1,5 @@
-"""SIGKILL chaos: every 0.5 s a random running worker is killed and a new one started, while
-they drain a queue (issue 3, items 13b, 14).
+"""SIGKILL chaos: every 0.5 s a random worker is killed and a new one started while they drain
+a queue (issue 3, items 13b, 14).
 
 Delivery is at least once: a worker killed after a handler stored its effect but before the
 ack leaves a lease that expires, and the job runs again. ``procapp.effect`` is the idempotent
@@ -54,6 +54,7 @@ def test_workers_killed_at_random_lose_no_job_and_do_none_twice(
 
     pool = [spawn() for _ in range(n_workers)]
     killed: set[int] = set()
+    spared = 0
     start = time.monotonic()
     deadline = start + 200
     while count(backend, "done") < n_jobs:
@@ -61,12 +62,12 @@ def test_workers_killed_at_random_lose_no_job_and_do_none_twice(
         time.sleep(KILL_EVERY)
         for w in pool:
             assert w.alive(), f"{w.name} died on its own:\n{w.tail()}"
-        # Only running workers hold leases; on a loaded machine killing one still starting
-        # would test nothing and could starve the queue of workers altogether.
-        running = [i for i, w in enumerate(pool) if w.started()]
-        if not running:
+        i = rng.randrange(len(pool))
+        if not pool[i].started():
+            # Still starting: it holds no lease, and killing it again and again on a loaded
+            # machine could leave the queue without a running worker at all. Spared.
+            spared += 1
             continue
-        i = rng.choice(running)
         pool[i].kill()
         killed.add(pool[i].pid)
         pool[i] = spawn()
@@ -83,7 +84,8 @@ def test_workers_killed_at_random_lose_no_job_and_do_none_twice(
     rescued = jobs.aggregate(n=Sum("stalls"))["n"] or 0
     locked = processes.stderr_count("database is locked")
     report(
-        f"chaos[{engine(backend)}]", jobs=n_jobs, workers=n_workers, kills=len(killed), lost=lost,
+        f"chaos[{engine(backend)}]", jobs=n_jobs, workers=n_workers, kills=len(killed),
+        spared_while_starting=spared, lost=lost,
         done_twice=len(done_twice), redelivered_after_a_kill=len(again) - len(done_twice),
         leases_rescued=rescued, database_is_locked_errors=locked, seed=str(seed), s=elapsed,
     )  # fmt: skip
@@ -92,4 +94,4 @@ def test_workers_killed_at_random_lose_no_job_and_do_none_twice(
     assert lost == 0
     assert done_twice == [], [(r.job_id, r.first_pid, r.pid) for r in done_twice]
     assert locked == 0, "a worker reported 'database is locked'"
-    assert len(killed) >= 5, "too few kills to call this chaos"
+    assert len(killed) >= 3 and rescued > 0, "no kill caught a worker holding leases"

@@ -38,7 +38,9 @@ def test_workers_draining_one_queue_run_every_job_exactly_once(
     assert effects(backend) == n
     assert redeliveries(backend) == []
     assert not Job.objects.using(backend).filter(queue=QUEUE).exclude(attempts=1).exists()
-    by_worker = Counter(SideEffect.objects.using(backend).values_list("pid", flat=True))
+    by_worker: Counter[int] = Counter(
+        SideEffect.objects.using(backend).values_list("pid", flat=True)
+    )
     assert set(by_worker) <= {w.pid for w in workers}
     report(
         f"drain[{engine(backend)}]", jobs=n, workers=WORKERS,

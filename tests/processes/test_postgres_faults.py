@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings as django_settings
 from django.db import connections
 
 from django_blamequeue import queue
 from django_blamequeue.models import Job
 from tests.procapp.jobs import QUEUE
 from tests.servers import PostgresServer
+from tests.settings import TMP
 
 from .conftest import Processes, Report, count, effects, redeliveries, states, wait_for
 
@@ -70,7 +70,7 @@ def own_postgres() -> Iterator[PostgresServer]:
     runs as another user, and a pytest session starting meanwhile makes its temporary root
     private again (0700), which would lock the server out of its own files.
     """
-    base = Path(tempfile.mkdtemp(prefix="pg-restart-", dir=django_settings.TMP))
+    base = Path(tempfile.mkdtemp(prefix="pg-restart-", dir=TMP))
     server = PostgresServer(base)
     server.start()
     try:
@@ -104,8 +104,12 @@ def test_workers_recover_from_a_postgres_restart_at_40_percent(
         own_postgres.restart()
         down = time.monotonic() - began
         up: list[Any] = []
-        wait_for(lambda: up.append(db.one("SELECT statement_timestamp()")) or up[-1], 10,
-                 "a connection to the restarted server")  # fmt: skip
+
+        def reconnected() -> bool:
+            up.append(db.one("SELECT statement_timestamp()"))
+            return up[-1] is not None
+
+        wait_for(reconnected, 10, "a connection to the restarted server")
         up_at = up[-1]
         recovered = wait_for(
             lambda: db.one(f"SELECT count(*) FROM blamequeue_job WHERE finished_at > '{up_at}'"),
