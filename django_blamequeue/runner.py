@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from . import registry, tracing
 from .context import JobContext, _current
@@ -156,15 +156,33 @@ def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]
         pass
     finally:
         _current.reset(token)
-    try:
-        close_old_connections()
-    except Exception:
-        logger.debug("closing a handler's connections failed", exc_info=True)
+    if outcome is None or run.abandoned:
+        _drop_connections()
+    else:
+        try:
+            close_old_connections()
+        except Exception:
+            logger.debug("closing a handler's connections failed", exc_info=True)
     with run.lock:
         if run.abandoned or outcome is None:
             return
         run.outcome = outcome
     report(run)
+
+
+def _drop_connections() -> None:
+    """Close this thread's connections after an interrupt (it can no longer land here).
+
+    The interrupt may have hit the handler anywhere, database code included: say between a
+    ``BEGIN`` and Django's note of it. Such a connection keeps its transaction open (SQLite's
+    write lock, PostgreSQL's row locks) until it is garbage-collected, which stalls every other
+    connection; closing it ends the transaction now.
+    """
+    for connection in connections.all(initialized_only=True):
+        try:
+            connection.close()
+        except Exception:
+            logger.debug("closing an interrupted handler's connection failed", exc_info=True)
 
 
 class SlotPool:
