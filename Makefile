@@ -69,7 +69,7 @@ lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 
 typecheck: $(DEV_STAMP)
-	$(VENV)/bin/mypy django_blamequeue
+	MYPYPATH=testproject $(VENV)/bin/mypy django_blamequeue
 
 bench: $(DEV_STAMP)
 	$(PY) bench/throughput.py

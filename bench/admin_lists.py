@@ -105,8 +105,9 @@ def fill(n: int) -> dict[str, str]:
         cur.execute(JOBS_SQL, {"n": n, "queues": QUEUES})
         cur.execute(RARE_SQL)
         cur.execute(AUDIT_SQL, {"n": n, "queues": QUEUES})
-    spec = [{"name": "split"}] + [{"name": f"p{i}", "job": None, "depends_on": ["split"]}
-                                  for i in range(10_000)]  # fmt: skip
+    spec = [{"name": "split"}] + [
+        {"name": f"p{i}", "job": None, "depends_on": ["split"]} for i in range(10_000)
+    ]
     flow = queue.enqueue_flow(
         "pages", [{k: v for k, v in c.items() if v is not None} for c in spec]
     )
@@ -114,8 +115,10 @@ def fill(n: int) -> dict[str, str]:
         cur.execute("VACUUM ANALYZE")  # what autovacuum does to a table this size
         cur.execute("SELECT count(*) FROM blamequeue_job")
         total = cur.fetchone()[0]
-    print(f"filled {total:,} jobs and {n:,} audit rows in {time.monotonic() - started:.0f} s",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"filled {total:,} jobs and {n:,} audit rows in {time.monotonic() - started:.0f} s",
+        file=sys.stderr,
+    )
     return {"flow": flow["flow_id"], "job": "B" + str(n // 2).rjust(25, "0")}
 
 

@@ -158,7 +158,9 @@ class Child:
     def done_count(self) -> int:
         return int(self.sql("SELECT count(*) FROM blamequeue_job WHERE state = 'done'")[0][0])
 
-    def wait_for(self, check: Callable[[], bool], timeout: float, what: str, every: float = 0.2) -> None:
+    def wait_for(
+        self, check: Callable[[], bool], timeout: float, what: str, every: float = 0.2
+    ) -> None:
         deadline = time.monotonic() + timeout
         while not check():
             if time.monotonic() > deadline:
@@ -166,21 +168,32 @@ class Child:
             time.sleep(every)
 
     @contextmanager
-    def workers(self, count: int, *, burst: bool, tag: str) -> Iterator[list[subprocess.Popen[bytes]]]:
+    def workers(
+        self, count: int, *, burst: bool, tag: str
+    ) -> Iterator[list[subprocess.Popen[bytes]]]:
         """``count`` runworker processes; on exit waits for them (burst) or SIGTERMs them."""
         from bench.jobs import QUEUE
 
         command = [
-            sys.executable, str(MANAGE), "runworker", QUEUE, "--no-sweep",
-            "--concurrency", str(self.cfg["concurrency"]), "--progress-interval", "3600",
-        ]  # fmt: skip
+            sys.executable,
+            str(MANAGE),
+            "runworker",
+            QUEUE,
+            "--no-sweep",
+            "--concurrency",
+            str(self.cfg["concurrency"]),
+            "--progress-interval",
+            "3600",
+        ]
         if burst:
             command.append("--burst")
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
         procs = []
         for i in range(count):
             out = (self.logdir / f"{self.vendor}-{tag}-{i}.log").open("wb")
-            procs.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT))
+            procs.append(
+                subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+            )
         self.worker_command = shlex.join(["manage.py", *command[2:]])
         try:
             yield procs
@@ -194,7 +207,9 @@ class Child:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
-                    raise RuntimeError(f"worker {p.pid} did not finish; see {self.logdir}") from None
+                    raise RuntimeError(
+                        f"worker {p.pid} did not finish; see {self.logdir}"
+                    ) from None
             bad = [p.returncode for p in procs if p.returncode not in (0, -signal.SIGTERM)]
             if bad:
                 raise RuntimeError(f"workers exited with {bad}; see {self.logdir}")
@@ -207,10 +222,13 @@ class Child:
         from django_blamequeue.models import Job
 
         agg = Job.objects.filter(state="done").aggregate(
-            n=Count("id"), first=Min("started_at"), last=Max("finished_at"),
-            claims=Count("started_at", distinct=True), acks=Count("finished_at", distinct=True),
+            n=Count("id"),
+            first=Min("started_at"),
+            last=Max("finished_at"),
+            claims=Count("started_at", distinct=True),
+            acks=Count("finished_at", distinct=True),
             max_attempts=Max("attempts"),
-        )  # fmt: skip
+        )
         seconds = (agg["last"] - agg["first"]).total_seconds()
         return {
             "jobs": agg["n"],
@@ -248,12 +266,16 @@ class Child:
             raise RuntimeError(f"drain of {n} left {counts}")
         window = self.drain_window()
         window.update(
-            wall=wall, workers=workers,
-            worker_cpu_us=1e6 * cpu / n, pg_cpu_us=1e6 * pg / n if self.postmaster else None,
-        )  # fmt: skip
-        log(f"{self.vendor}: drain {n} with {workers} worker(s): {window['rate']:,.0f} jobs/s "
+            wall=wall,
+            workers=workers,
+            worker_cpu_us=1e6 * cpu / n,
+            pg_cpu_us=1e6 * pg / n if self.postmaster else None,
+        )
+        log(
+            f"{self.vendor}: drain {n} with {workers} worker(s): {window['rate']:,.0f} jobs/s "
             f"(claims of {window['claim_batch']:.1f}, acks of {window['ack_batch']:.1f}; "
-            f"worker CPU {window['worker_cpu_us']:.0f} µs/job)")  # fmt: skip
+            f"worker CPU {window['worker_cpu_us']:.0f} µs/job)"
+        )
         return window
 
     # -- measurements --------------------------------------------------------------------
@@ -299,8 +321,15 @@ class Child:
         if errors:
             raise errors[0]
         rate = per * producers / seconds
-        self.result["single_parallel"] = {"jobs": per * producers, "producers": producers, "rate": rate}
-        log(f"{self.vendor}: {per * producers} single enqueues from {producers} threads: {rate:,.0f} jobs/s")
+        self.result["single_parallel"] = {
+            "jobs": per * producers,
+            "producers": producers,
+            "rate": rate,
+        }
+        log(
+            f"{self.vendor}: {per * producers} single enqueues from {producers} threads: "
+            f"{rate:,.0f} jobs/s"
+        )
 
     def many_and_drains(self) -> None:
         from bench.jobs import NOOP, QUEUE
@@ -313,7 +342,9 @@ class Child:
             self.reset()
             t0 = time.perf_counter()
             for start in range(0, n, batch):
-                queue.enqueue_many(QUEUE, [{"i": i} for i in range(start, min(n, start + batch))], name=NOOP)
+                queue.enqueue_many(
+                    QUEUE, [{"i": i} for i in range(start, min(n, start + batch))], name=NOOP
+                )
             spent += time.perf_counter() - t0
             self.result[f"drain_{workers}"] = self.measure_drain(workers, n, f"drain{workers}")
         self.result["enqueue_many"] = {"jobs": 2 * n, "batch": batch, "rate": 2 * n / spent}
@@ -342,9 +373,15 @@ class Child:
         ms = sorted((s - c).total_seconds() * 1000 for c, s in rows)
         q = statistics.quantiles(ms, n=100, method="inclusive")
         self.result["latency"] = {
-            "jobs": count, "interval_ms": interval * 1000, "p50": q[49], "p90": q[89],
-            "p99": q[98], "max": ms[-1], "min": ms[0], "samples": ms,
-        }  # fmt: skip
+            "jobs": count,
+            "interval_ms": interval * 1000,
+            "p50": q[49],
+            "p90": q[89],
+            "p99": q[98],
+            "max": ms[-1],
+            "min": ms[0],
+            "samples": ms,
+        }
         log(f"{self.vendor}: enqueue→start p50 {q[49]:.1f} ms, p99 {q[98]:.1f} ms")
 
     def fill(self, count: int) -> float:
@@ -371,7 +408,11 @@ class Child:
         return time.perf_counter() - t0
 
     def backlog(self) -> None:
-        big, sample, small = self.cfg["backlog"], self.cfg["backlog_sample"], self.cfg["backlog_small"]
+        big, sample, small = (
+            self.cfg["backlog"],
+            self.cfg["backlog_sample"],
+            self.cfg["backlog_small"],
+        )
         out: dict[str, Any] = {"big": big, "small": small}
         self.reset()
         out["fill_small_s"] = self.fill(small)
@@ -391,18 +432,26 @@ class Child:
         log(f"{self.vendor}: backlog made in {out['fill_big_s']:.1f} s; draining {sample:,} of it")
         cpu0 = children_cpu()
         with self.workers(2, burst=False, tag="backlog-big"):
-            self.wait_for(lambda: self.done_count() >= sample, self.cfg["drain_timeout"],
-                          f"{sample} jobs of the backlog", every=0.5)  # fmt: skip
+            self.wait_for(
+                lambda: self.done_count() >= sample,
+                self.cfg["drain_timeout"],
+                f"{sample} jobs of the backlog",
+                every=0.5,
+            )
         out["big_drain"] = self.drain_window()
         out["big_drain"]["worker_cpu_us"] = (
-            1e6 * (children_cpu() - cpu0 - 2 * self._startup_cpu_or_zero()) / out["big_drain"]["jobs"]
+            1e6
+            * (children_cpu() - cpu0 - 2 * self._startup_cpu_or_zero())
+            / out["big_drain"]["jobs"]
         )
         out["ratio"] = out["big_drain"]["rate"] / out["small_drain"]["rate"]
         plan = self.sql("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + self._claim_probe())
         out["claim_plan"] = [r[0] for r in plan]
         self.result["backlog"] = out
-        log(f"{self.vendor}: drain at {small:,}: {out['small_drain']['rate']:,.0f}/s; at "
-            f"{big:,}: {out['big_drain']['rate']:,.0f}/s (ratio {out['ratio']:.2f})")  # fmt: skip
+        log(
+            f"{self.vendor}: drain at {small:,}: {out['small_drain']['rate']:,.0f}/s; at "
+            f"{big:,}: {out['big_drain']['rate']:,.0f}/s (ratio {out['ratio']:.2f})"
+        )
         self.reset()
 
     @staticmethod
@@ -417,7 +466,9 @@ class Child:
 
     def run(self) -> dict[str, Any]:
         self.result["server_version"] = (
-            self.sql("SHOW server_version")[0][0] if self.vendor == "postgresql" else sqlite3.sqlite_version
+            self.sql("SHOW server_version")[0][0]
+            if self.vendor == "postgresql"
+            else sqlite3.sqlite_version
         )
         if self.vendor == "postgresql":
             self.result["settings"] = {
@@ -512,17 +563,27 @@ def machine() -> dict[str, Any]:
 
 
 def run_child(db: str, url: str, cfg: dict[str, Any], pg_pid: int | None) -> dict[str, Any]:
-    env = {**os.environ, "BENCH_DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "bench.settings",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    env = {
+        **os.environ,
+        "BENCH_DATABASE_URL": url,
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     if pg_pid:
         env["BENCH_PG_PID"] = str(pg_pid)
     proc = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(cfg)],
-        env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=False,
-    )  # fmt: skip
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
-        raise SystemExit(f"the {db} run failed (exit {proc.returncode}); worker logs in {cfg['logdir']}")
+        raise SystemExit(
+            f"the {db} run failed (exit {proc.returncode}); worker logs in {cfg['logdir']}"
+        )
     result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
     return result
 
@@ -558,15 +619,27 @@ def rows_of(results: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, str
 
     ms = lambda v: f"{v:.1f}"  # noqa: E731
     batch = lambda v: f"{v:.1f}"  # noqa: E731
-    producers = get(s, "single_parallel", "producers") or get(p, "single_parallel", "producers") or "N"
+    producers = (
+        get(s, "single_parallel", "producers") or get(p, "single_parallel", "producers") or "N"
+    )
     rows = [
         ("single enqueue, 1 thread (jobs/s)", *both("single", "rate"), "≥ 900"),
         (f"single enqueue, {producers} threads (jobs/s)", *both("single_parallel", "rate"), ""),
         ("enqueue_many (jobs/s)", *both("enqueue_many", "rate"), "≥ 20,000"),
         ("drain, 1 worker process (jobs/s)", *both("drain_1", "rate"), ""),
         ("drain, 2 worker processes (jobs/s)", *both("drain_2", "rate"), "≥ 4,000"),
-        ("  claim / ack batch, 2 workers (jobs)", *(f"{a} / {b}" if a != "—" else a for a, b in zip(
-            both("drain_2", "claim_batch", f=batch), both("drain_2", "ack_batch", f=batch))), ""),
+        (
+            "  claim / ack batch, 2 workers (jobs)",
+            *(
+                f"{a} / {b}" if a != "—" else a
+                for a, b in zip(
+                    both("drain_2", "claim_batch", f=batch),
+                    both("drain_2", "ack_batch", f=batch),
+                    strict=False,
+                )
+            ),
+            "",
+        ),
         ("  CPU per job, 2 workers: workers + server (µs)", *cpu("drain_2"), ""),
         ("enqueue→start p50, idle workers (ms)", *both("latency", "p50", f=ms), "≤ 10"),
         ("enqueue→start p99, idle workers (ms)", *both("latency", "p99", f=ms), ""),
@@ -574,12 +647,20 @@ def rows_of(results: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, str
     if get(p, "backlog"):
         b = p["backlog"]  # type: ignore[index]
         rows += [
-            (f"drain at a {b['small']:,} backlog, 2 workers (jobs/s)", "—",
-             fmt_rate(b["small_drain"]["rate"]), ""),
-            (f"drain at a {b['big']:,} backlog, 2 workers (jobs/s)", "—",
-             fmt_rate(b["big_drain"]["rate"]), ""),
+            (
+                f"drain at a {b['small']:,} backlog, 2 workers (jobs/s)",
+                "—",
+                fmt_rate(b["small_drain"]["rate"]),
+                "",
+            ),
+            (
+                f"drain at a {b['big']:,} backlog, 2 workers (jobs/s)",
+                "—",
+                fmt_rate(b["big_drain"]["rate"]),
+                "",
+            ),
             ("  ratio big / small", "—", f"{b['ratio']:.2f}", "≥ 0.80"),
-        ]  # fmt: skip
+        ]
     return rows
 
 
@@ -599,7 +680,11 @@ def target_rows(results: dict[str, dict[str, Any]]) -> list[tuple[str, str, str,
             out.append((label, f"{op} {goal:g}", "not measured", ""))
             continue
         met = v >= goal if op == ">=" else v <= goal
-        shown = f"{v:.2f}" if key == "backlog_ratio" else (f"{v:.1f}" if key == "latency_p50" else f"{v:,.0f}")
+        shown = (
+            f"{v:.2f}"
+            if key == "backlog_ratio"
+            else (f"{v:.1f}" if key == "latency_p50" else f"{v:,.0f}")
+        )
         if met:
             verdict = "met"
         elif op == ">=":
@@ -618,7 +703,13 @@ def markdown_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+
+    def line(r):
+        return "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=False))
+        )
+
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
 
 
@@ -627,7 +718,8 @@ def generated_section(report: dict[str, Any]) -> str:
     p, s = results.get("postgres", {}), results.get("sqlite", {})
     lines = [
         BEGIN,
-        f"<!-- written by bench/throughput.py on {report['finished']}; edit outside the markers -->",
+        f"<!-- written by bench/throughput.py on {report['finished']}; "
+        "edit outside the markers -->",
         "",
         f"Run of {report['finished']} (`{report['command']}`, {report['elapsed_s']:.0f} s).",
         "",
@@ -640,7 +732,8 @@ def generated_section(report: dict[str, Any]) -> str:
         st = p["settings"]
         lines.append(
             f"- PostgreSQL {p['server_version']} (fsync={st['fsync']}, "
-            f"synchronous_commit={st['synchronous_commit']}, wal_sync_method={st['wal_sync_method']}, "
+            f"synchronous_commit={st['synchronous_commit']}, "
+            f"wal_sync_method={st['wal_sync_method']}, "
             f"shared_buffers={st['shared_buffers']}), started by `tests.servers` on loopback. "
             f"One 8 kB write + fdatasync on its disk: {report['fsync_ms']:.2f} ms; one INSERT + "
             f"COMMIT with plain psycopg: {report['insert_commit_rate']:,.0f}/s."
@@ -651,14 +744,19 @@ def generated_section(report: dict[str, Any]) -> str:
             f"- SQLite {s['server_version']} (journal_mode={st['journal_mode']}, synchronous="
             f"{st['synchronous']}, IMMEDIATE write transactions, as `testproject` configures it)."
         )
+    default_command = (
+        f"manage.py runworker bench --no-sweep --concurrency {cfg['concurrency']} --burst"
+    )
     lines += [
         f"- N = {cfg['n']:,} jobs per drain and per enqueue run; single enqueues: "
         f"{cfg['single_n']:,}; enqueue_many batches of {cfg['batch']:,}; workers: "
-        f"`{report.get('worker_command', 'manage.py runworker bench --no-sweep --concurrency %d --burst' % cfg['concurrency'])}`; "
+        f"`{report.get('worker_command', default_command)}`; "
         f"latency: {cfg['latency_jobs']} jobs one every {cfg['latency_interval'] * 1000:g} ms "
         "with 2 idle worker processes.",
         "",
-        markdown_table(("measurement", "SQLite", "PostgreSQL", "target (PostgreSQL)"), rows_of(results)),
+        markdown_table(
+            ("measurement", "SQLite", "PostgreSQL", "target (PostgreSQL)"), rows_of(results)
+        ),
         "",
         "CPU per job: CPU time of the worker processes, less what one worker spends starting and "
         "stopping on an empty queue, and (PostgreSQL) of the whole server, divided by the jobs "
@@ -673,8 +771,9 @@ def generated_section(report: dict[str, Any]) -> str:
     ]
     plan = get(p, "backlog", "claim_plan")
     if plan:
+        left_pending = p["backlog"]["big"] - p["backlog"]["big_drain"]["jobs"]
         lines += [
-            f"The claim's row selection with {p['backlog']['big'] - p['backlog']['big_drain']['jobs']:,} "
+            f"The claim's row selection with {left_pending:,} "
             "jobs still pending (`EXPLAIN (ANALYZE, BUFFERS)` after the backlog run):",
             "",
             "```",
@@ -736,7 +835,9 @@ def write_plot(report: dict[str, Any]) -> None:
             if v is not None:
                 xs.append(i + (k - 0.5) * width)
                 ys.append(v)
-        rects = ax.bar(xs, ys, width, label="SQLite" if db == "sqlite" else "PostgreSQL", color=colors[db])
+        rects = ax.bar(
+            xs, ys, width, label="SQLite" if db == "sqlite" else "PostgreSQL", color=colors[db]
+        )
         ax.bar_label(rects, labels=[f"{y:,.0f}" for y in ys], fontsize=7, padding=2)
     for i, (_, _, goal) in enumerate(bars):
         if goal:
@@ -751,9 +852,12 @@ def write_plot(report: dict[str, Any]) -> None:
         ms = get(results.get(db), "latency", "samples")
         if ms:
             ms = sorted(ms)
-            lx.plot(ms, [100 * (i + 1) / len(ms) for i in range(len(ms))],
-                    label=("SQLite (polling)" if db == "sqlite" else "PostgreSQL (LISTEN/NOTIFY)"),
-                    color=colors[db])  # fmt: skip
+            lx.plot(
+                ms,
+                [100 * (i + 1) / len(ms) for i in range(len(ms))],
+                label=("SQLite (polling)" if db == "sqlite" else "PostgreSQL (LISTEN/NOTIFY)"),
+                color=colors[db],
+            )
     lx.axvline(10, color="#c0392b", linestyle="--", linewidth=1.5, label="p50 target 10 ms")
     lx.axhline(50, color="#999", linewidth=0.8)
     lx.set_xscale("log")
@@ -761,7 +865,11 @@ def write_plot(report: dict[str, Any]) -> None:
     lx.set_ylabel("% of jobs")
     lx.set_title("Latency with idle workers")
     lx.legend(fontsize=8, loc="lower right")
-    fig.suptitle(f"django-blamequeue local backend · {report['machine']['nproc']} CPUs · {report['finished']}", fontsize=10)
+    fig.suptitle(
+        f"django-blamequeue local backend · {report['machine']['nproc']} CPUs · "
+        f"{report['finished']}",
+        fontsize=10,
+    )
     fig.tight_layout()
     PLOT.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(PLOT, dpi=110)
@@ -770,15 +878,28 @@ def write_plot(report: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--n", type=int, default=None, help="jobs per drain / enqueue run (default 20000)")
+    parser.add_argument(
+        "--n", type=int, default=None, help="jobs per drain / enqueue run (default 20000)"
+    )
     parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
-    parser.add_argument("--quick", action="store_true", help="small N, a 100,000 backlog (under 2 minutes)")
-    parser.add_argument("--concurrency", type=int, default=64, help="runworker --concurrency (default 64)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small N, a 100,000 backlog (under 2 minutes)"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=64, help="runworker --concurrency (default 64)"
+    )
     parser.add_argument("--batch", type=int, default=1000, help="enqueue_many batch size")
-    parser.add_argument("--producers", type=int, default=8, help="threads for the parallel single enqueues")
-    parser.add_argument("--backlog", type=int, default=None, help="big backlog (default 1,000,000; 0 skips)")
-    parser.add_argument("--phases", default="single,drain,latency,backlog",
-                        help="comma-separated subset of single,drain,latency,backlog")  # fmt: skip
+    parser.add_argument(
+        "--producers", type=int, default=8, help="threads for the parallel single enqueues"
+    )
+    parser.add_argument(
+        "--backlog", type=int, default=None, help="big backlog (default 1,000,000; 0 skips)"
+    )
+    parser.add_argument(
+        "--phases",
+        default="single,drain,latency,backlog",
+        help="comma-separated subset of single,drain,latency,backlog",
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     parser.add_argument("--child", metavar="CONFIG", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -802,7 +923,12 @@ def main(argv: list[str] | None = None) -> int:
         "phases": args.phases.split(","),
     }
     command = "bench/throughput.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    report: dict[str, Any] = {"command": command.strip(), "config": cfg, "machine": machine(), "results": {}}
+    report: dict[str, Any] = {
+        "command": command.strip(),
+        "config": cfg,
+        "machine": machine(),
+        "results": {},
+    }
     started = time.perf_counter()
     dbs = ["sqlite", "postgres"] if args.db == "both" else [args.db]
     with tempfile.TemporaryDirectory(prefix="bq-bench-") as tmp:
@@ -813,7 +939,9 @@ def main(argv: list[str] | None = None) -> int:
         base.chmod(0o755)
         if "sqlite" in dbs:
             log("SQLite: fresh database file")
-            report["results"]["sqlite"] = run_child("sqlite", f"sqlite:///{base / 'bench.sqlite3'}", cfg, None)
+            report["results"]["sqlite"] = run_child(
+                "sqlite", f"sqlite:///{base / 'bench.sqlite3'}", cfg, None
+            )
         if "postgres" in dbs:
             from tests.servers import PostgresServer
 
@@ -828,8 +956,10 @@ def main(argv: list[str] | None = None) -> int:
                 url = server.url.rsplit("/", 1)[0] + "/bench"
                 report["fsync_ms"] = fsync_latency(server.data_dir)
                 report["insert_commit_rate"] = insert_commit_rate(url)
-                log(f"PostgreSQL: fdatasync {report['fsync_ms']:.2f} ms; INSERT+COMMIT "
-                    f"{report['insert_commit_rate']:,.0f}/s")  # fmt: skip
+                log(
+                    f"PostgreSQL: fdatasync {report['fsync_ms']:.2f} ms; INSERT+COMMIT "
+                    f"{report['insert_commit_rate']:,.0f}/s"
+                )
                 report["results"]["postgres"] = run_child("postgres", url, cfg, server.pid)
             finally:
                 server.stop()
@@ -840,7 +970,11 @@ def main(argv: list[str] | None = None) -> int:
         f"manage.py runworker bench --no-sweep --concurrency {cfg['concurrency']} --burst"
     )
     print()
-    print(text_table(("measurement", "SQLite", "PostgreSQL", "target (PG)"), rows_of(report["results"])))
+    print(
+        text_table(
+            ("measurement", "SQLite", "PostgreSQL", "target (PG)"), rows_of(report["results"])
+        )
+    )
     print()
     print(text_table(("target", "goal", "measured", "verdict"), target_rows(report["results"])))
     if not args.no_write:
@@ -848,7 +982,10 @@ def main(argv: list[str] | None = None) -> int:
         RESULTS.write_text(json.dumps(report, indent=1, default=str) + "\n")
         write_doc(report)
         write_plot(report)
-        print(f"\nwrote {DOC.relative_to(ROOT)}, {PLOT.relative_to(ROOT)}, {RESULTS.relative_to(ROOT)}")
+        print(
+            f"\nwrote {DOC.relative_to(ROOT)}, {PLOT.relative_to(ROOT)}, "
+            f"{RESULTS.relative_to(ROOT)}"
+        )
     return 0
 
 

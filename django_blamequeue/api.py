@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def _call(backend: Backend, fn: Callable[[], T], *, idempotent: bool = False) -> T:
+def _call[T](backend: Backend, fn: Callable[[], T], *, idempotent: bool = False) -> T:
     assert backend.resilience is not None
     return backend.resilience.call(fn, idempotent=idempotent)
 
@@ -59,10 +59,18 @@ class Queue:
         job_id: str | None = None,
     ) -> NewJob:
         return self._new_jobs(
-            queue_name, [payload], name=name, delay=delay, run_at=run_at, priority=priority,
-            max_attempts=max_attempts, classification=classification, trace_id=trace_id,
-            dedupe_keys=[dedupe_key], job_ids=[job_id],
-        )[0]  # fmt: skip
+            queue_name,
+            [payload],
+            name=name,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            max_attempts=max_attempts,
+            classification=classification,
+            trace_id=trace_id,
+            dedupe_keys=[dedupe_key],
+            job_ids=[job_id],
+        )[0]
 
     def _new_jobs(
         self,
@@ -123,8 +131,9 @@ class Queue:
                 **common,
             )
             if flow is not None:
-                new = replace(new, flow_phase="fan_out", flow_mode=flow.on_child_failure,
-                              flow_id=new.job_id)  # fmt: skip
+                new = replace(
+                    new, flow_phase="fan_out", flow_mode=flow.on_child_failure, flow_id=new.job_id
+                )
             jobs.append(new)
         return jobs
 
@@ -145,10 +154,18 @@ class Queue:
     ) -> EnqueuedJob:
         """Store one job; inside ``transaction.atomic()`` it commits or rolls back with it."""
         return self.enqueue_many(
-            queue_name, [payload], name=name, delay=delay, run_at=run_at, priority=priority,
-            max_attempts=max_attempts, classification=classification, trace_id=trace_id,
-            dedupe_key=dedupe_key, backend=backend,
-        )[0]  # fmt: skip
+            queue_name,
+            [payload],
+            name=name,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            max_attempts=max_attempts,
+            classification=classification,
+            trace_id=trace_id,
+            dedupe_key=dedupe_key,
+            backend=backend,
+        )[0]
 
     def enqueue_many(
         self,
@@ -178,16 +195,29 @@ class Queue:
         # The span is current while the jobs are built: they carry its trace context.
         with tracing.enqueue_span(queue_name, target.alias) as span:
             jobs = self._new_jobs(
-                queue_name, items, name=name, delay=delay, run_at=run_at, priority=priority,
-                max_attempts=max_attempts, classification=classification, trace_id=trace_id,
+                queue_name,
+                items,
+                name=name,
+                delay=delay,
+                run_at=run_at,
+                priority=priority,
+                max_attempts=max_attempts,
+                classification=classification,
+                trace_id=trace_id,
                 dedupe_keys=dedupe_keys if dedupe_keys is not None else [dedupe_key] * len(items),
-            )  # fmt: skip
+            )
             self._require_transactional(target)
             flows = [  # a @flow's root: audited as a flow enqueue, with the insert
-                audit.Event(action=audit.FLOW_ENQUEUE, job_id=j.job_id, queue=j.queue,
-                            backend=target.alias, data={"flow_id": j.flow_id, "name": j.name})
-                for j in jobs if j.flow_phase
-            ]  # fmt: skip
+                audit.Event(
+                    action=audit.FLOW_ENQUEUE,
+                    job_id=j.job_id,
+                    queue=j.queue,
+                    backend=target.alias,
+                    data={"flow_id": j.flow_id, "name": j.name},
+                )
+                for j in jobs
+                if j.flow_phase
+            ]
             enqueued = _call(target, lambda: target.enqueue_many(jobs, events=flows))
             tracing.enqueued(span, enqueued)
             return enqueued
@@ -214,23 +244,34 @@ class Queue:
             jobs = []
             for c in children:
                 job = self._new_job(
-                    queue_name, c.get("payload"), name=c.get("job"), delay=c.get("delay"),
-                    run_at=None, priority=c.get("priority", 0), max_attempts=c.get("max_attempts"),
+                    queue_name,
+                    c.get("payload"),
+                    name=c.get("job"),
+                    delay=c.get("delay"),
+                    run_at=None,
+                    priority=c.get("priority", 0),
+                    max_attempts=c.get("max_attempts"),
                     classification=c.get("classification"),
                     trace_id=c.get("trace_id") or tracing.current_trace_id() or flow_id,
-                    dedupe_key=c.get("dedupe_key"), job_id=by_name[c["name"]],
-                )  # fmt: skip
+                    dedupe_key=c.get("dedupe_key"),
+                    job_id=by_name[c["name"]],
+                )
                 depends = tuple(by_name[d] for d in c.get("depends_on", ()))
                 node = {
-                    "name": c.get("job") or c["name"], "flow_id": flow_id, "flow_key": c["name"],
-                    "blocked": bool(depends), "depends_on": depends,
-                }  # fmt: skip
+                    "name": c.get("job") or c["name"],
+                    "flow_id": flow_id,
+                    "flow_key": c["name"],
+                    "blocked": bool(depends),
+                    "depends_on": depends,
+                }
                 jobs.append(NewJob(**{**_fields(job), **node}))
             self._require_transactional(target)
             event = audit.Event(
-                action=audit.FLOW_ENQUEUE, queue=queue_name, backend=target.alias,
+                action=audit.FLOW_ENQUEUE,
+                queue=queue_name,
+                backend=target.alias,
                 data={"flow_id": flow_id, "jobs": len(jobs)},
-            )  # fmt: skip
+            )
             tracing.enqueued(span, _call(target, lambda: target.enqueue_many(jobs, events=[event])))
         return {
             "flow_id": flow_id,

@@ -38,7 +38,9 @@ PRUNE = "system.queue.prune"
 ADMIN_PREFIX = "system.queue.admin."
 
 #: The happy path of every job: recorded as rows only with ``AUDIT = "all"``.
-HIGH_VOLUME = frozenset({ENQUEUE, CONSUME_START, CONSUME_SUCCESS, PROGRESS, LEASE_EXTENDED, RELEASE})
+HIGH_VOLUME = frozenset(
+    {ENQUEUE, CONSUME_START, CONSUME_SUCCESS, PROGRESS, LEASE_EXTENDED, RELEASE}
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -40,14 +40,21 @@ UNAVAILABLE = {"amqp": "AMQP 0-9-1 (RabbitMQ etc.)", "nats": "NATS JetStream"}
 BACKEND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     "local": {"DATABASE": "default", "LISTEN": True},
     "redis": {
-        "CONNECTION": None, "URL": None, "PASSWORD": None, "USERNAME": None, "TLS": False,
+        "CONNECTION": None,
+        "URL": None,
+        "PASSWORD": None,
+        "USERNAME": None,
+        "TLS": False,
         "KEY_PREFIX": "blamequeue",
     },
     "sqs": {
-        "REGION": None, "ENDPOINT_URL": None, "QUEUE_PREFIX": "", "ACCESS_KEY_ID": None,
+        "REGION": None,
+        "ENDPOINT_URL": None,
+        "QUEUE_PREFIX": "",
+        "ACCESS_KEY_ID": None,
         "SECRET_ACCESS_KEY": None,
     },
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -284,16 +291,36 @@ def _backend(alias: str, entry: Mapping[str, Any]) -> BackendConfig:
 
 
 _PLAIN_KEYS = (
-    "DEFAULT_BACKEND", "SERIALIZER", "ACCEPT_CONTENT", "MAX_PAYLOAD_BYTES", "AUDIT",
-    "DEFAULT_LEASE", "DEFAULT_MAX_ATTEMPTS", "MAX_STALLED_COUNT", "BACKOFF_BASE", "BACKOFF_MAX",
-    "BACKOFF_JITTER", "PROGRESS_THROTTLE", "SWEEP_INTERVAL", "FLOW_SWEEP_INTERVAL",
-    "SHUTDOWN_GRACE", "MAX_FLOW_DEPTH",
-)  # fmt: skip
+    "DEFAULT_BACKEND",
+    "SERIALIZER",
+    "ACCEPT_CONTENT",
+    "MAX_PAYLOAD_BYTES",
+    "AUDIT",
+    "DEFAULT_LEASE",
+    "DEFAULT_MAX_ATTEMPTS",
+    "MAX_STALLED_COUNT",
+    "BACKOFF_BASE",
+    "BACKOFF_MAX",
+    "BACKOFF_JITTER",
+    "PROGRESS_THROTTLE",
+    "SWEEP_INTERVAL",
+    "FLOW_SWEEP_INTERVAL",
+    "SHUTDOWN_GRACE",
+    "MAX_FLOW_DEPTH",
+)
 _FLOAT_FIELDS = (
-    "default_lease", "backoff_base", "backoff_max", "progress_throttle", "retention_done",
-    "retention_cancelled", "retention_failed", "retention_audit", "sweep_interval",
-    "flow_sweep_interval", "shutdown_grace",
-)  # fmt: skip
+    "default_lease",
+    "backoff_base",
+    "backoff_max",
+    "progress_throttle",
+    "retention_done",
+    "retention_cancelled",
+    "retention_failed",
+    "retention_audit",
+    "sweep_interval",
+    "flow_sweep_interval",
+    "shutdown_grace",
+)
 
 
 def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:

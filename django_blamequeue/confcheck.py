@@ -34,11 +34,26 @@ __all__ = ["cron_error", "validate"]
 _dumps: Callable[..., tuple[str, str, str | bytes]] = _kombu_dumps  # kombu is untyped
 
 TOP_KEYS = (
-    "BACKENDS", "DEFAULT_BACKEND", "SERIALIZER", "ACCEPT_CONTENT", "MAX_PAYLOAD_BYTES", "AUDIT",
-    "SCHEDULES", "DEFAULT_LEASE", "DEFAULT_MAX_ATTEMPTS", "MAX_STALLED_COUNT", "BACKOFF_BASE",
-    "BACKOFF_MAX", "BACKOFF_JITTER", "PROGRESS_THROTTLE", "RETENTION", "SWEEP_INTERVAL",
-    "FLOW_SWEEP_INTERVAL", "SHUTDOWN_GRACE", "MAX_FLOW_DEPTH",
-)  # fmt: skip
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "SERIALIZER",
+    "ACCEPT_CONTENT",
+    "MAX_PAYLOAD_BYTES",
+    "AUDIT",
+    "SCHEDULES",
+    "DEFAULT_LEASE",
+    "DEFAULT_MAX_ATTEMPTS",
+    "MAX_STALLED_COUNT",
+    "BACKOFF_BASE",
+    "BACKOFF_MAX",
+    "BACKOFF_JITTER",
+    "PROGRESS_THROTTLE",
+    "RETENTION",
+    "SWEEP_INTERVAL",
+    "FLOW_SWEEP_INTERVAL",
+    "SHUTDOWN_GRACE",
+    "MAX_FLOW_DEPTH",
+)
 RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT")
 AUDIT_LEVELS = ("all", "operations", "off")
 SCHEDULE_KEYS = ("job", "cron", "interval", "timezone", "payload", "queue", "enabled", "backend")

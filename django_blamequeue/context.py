@@ -7,7 +7,6 @@ in threads and in ``asyncio`` code the handler starts.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar

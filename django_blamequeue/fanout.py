@@ -70,8 +70,12 @@ class FlowSpec:
 
     def fan_out(self, payload: Any) -> list[Child]:
         children = self.cls().fan_out(payload)
-        if not isinstance(children, list | tuple) or not all(isinstance(c, Child) for c in children):
-            raise QueueError(ErrorCode.BAD_FLOW, f"{self.cls.__name__}.fan_out must return a list of Child")
+        if not isinstance(children, list | tuple) or not all(
+            isinstance(c, Child) for c in children
+        ):
+            raise QueueError(
+                ErrorCode.BAD_FLOW, f"{self.cls.__name__}.fan_out must return a list of Child"
+            )
         return list(children)
 
     def collect(self, payload: Any, state: FlowState) -> Any:
@@ -95,7 +99,9 @@ def flow(
     def register(cls: type) -> type:
         for method in ("fan_out", "collect"):
             if not callable(getattr(cls, method, None)):
-                raise QueueError(ErrorCode.INVALID_HANDLER, f"@flow class {cls.__name__} needs {method}()")
+                raise QueueError(
+                    ErrorCode.INVALID_HANDLER, f"@flow class {cls.__name__} needs {method}()"
+                )
         spec = FlowSpec(cls=cls, on_child_failure=on_child_failure)
 
         def not_directly(payload: Any) -> Any:
@@ -104,9 +110,16 @@ def flow(
         not_directly.__module__ = cls.__module__
         not_directly.__qualname__ = cls.__qualname__
         definition = register_definition(
-            not_directly, name=name, queue=queue, max_attempts=max_attempts, timeout=timeout,
-            retryable=None, backend=backend, priority=priority, flow=spec,
-        )  # fmt: skip
+            not_directly,
+            name=name,
+            queue=queue,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            retryable=None,
+            backend=backend,
+            priority=priority,
+            flow=spec,
+        )
         cls.definition = definition  # type: ignore[attr-defined]
         cls.enqueue = staticmethod(definition.enqueue)  # type: ignore[attr-defined]
         return cls
@@ -142,7 +155,9 @@ def build_children(
     for index, child in enumerate(children):
         key = child.key if child.key is not None else str(index)
         if not isinstance(key, str) or not key or key in seen:
-            raise QueueError(ErrorCode.BAD_FLOW, f"child keys must be unique non-empty strings: {key!r}")
+            raise QueueError(
+                ErrorCode.BAD_FLOW, f"child keys must be unique non-empty strings: {key!r}"
+            )
         seen.add(key)
         name = child.job_name
         definition = registry.get(name)
@@ -150,14 +165,26 @@ def build_children(
             raise QueueError(ErrorCode.UNKNOWN_JOB, f"child job {name!r} is not registered")
         target = get_backend(child.backend or definition.backend or parent_backend)
         job = queue._new_job(
-            child.queue or definition.queue, child.payload, name=name, delay=None, run_at=None,
-            priority=child.priority, max_attempts=child.max_attempts, classification=None,
-            trace_id=parent.trace_id, dedupe_key=None, job_id=ids.child_id(parent.job_id, key),
-        )  # fmt: skip
+            child.queue or definition.queue,
+            child.payload,
+            name=name,
+            delay=None,
+            run_at=None,
+            priority=child.priority,
+            max_attempts=child.max_attempts,
+            classification=None,
+            trace_id=parent.trace_id,
+            dedupe_key=None,
+            job_id=ids.child_id(parent.job_id, key),
+        )
         job = replace(
-            job, flow_id=parent.flow_id or parent.job_id, parent_id=parent.job_id, flow_key=key,
-            parent_backend=parent_backend, flow_depth=depth,
-        )  # fmt: skip
+            job,
+            flow_id=parent.flow_id or parent.job_id,
+            parent_id=parent.job_id,
+            flow_key=key,
+            parent_backend=parent_backend,
+            flow_depth=depth,
+        )
         built.append(ChildSpec(key=key, job=job, backend=target.alias))
     return tuple(built)
 
@@ -175,13 +202,19 @@ def state_from_rows(rows: list[dict[str, Any]]) -> FlowState:
         tally[status if status in tally else "pending"] += 1
         states[row["key"]] = status
         if status == "done" and row["result"] is not None:
-            results[row["key"]] = decode(row["result_type"] or "application/json", "utf-8",
-                                         bytes(row["result"]))  # fmt: skip
+            results[row["key"]] = decode(
+                row["result_type"] or "application/json", "utf-8", bytes(row["result"])
+            )
         elif status == "done":
             results[row["key"]] = None
         if row["error"]:
             errors[row["key"]] = row["error"]
     return FlowState(
-        completed=tally["done"], failed=tally["failed"], cancelled=tally["cancelled"],
-        pending=tally["pending"], results=results, errors=errors, states=states,
-    )  # fmt: skip
+        completed=tally["done"],
+        failed=tally["failed"],
+        cancelled=tally["cancelled"],
+        pending=tally["pending"],
+        results=results,
+        errors=errors,
+        states=states,
+    )

@@ -193,8 +193,11 @@ class QueueStatsCollector:
 
         from .backends import all_backends
 
-        depth = GaugeMetricFamily("blamequeue_queue_jobs", "Jobs per queue and state.",
-                                  labels=["backend", "queue", "state"])  # fmt: skip
+        depth = GaugeMetricFamily(
+            "blamequeue_queue_jobs",
+            "Jobs per queue and state.",
+            labels=["backend", "queue", "state"],
+        )
         oldest = GaugeMetricFamily(
             "blamequeue_queue_oldest_pending_seconds",
             "Age of the oldest due pending job.",

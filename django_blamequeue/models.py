@@ -61,9 +61,15 @@ class Job(models.Model):
     dedupe_key = models.CharField(max_length=255, null=True, blank=True)
     flow_id = models.CharField(max_length=26, null=True, blank=True)
     parent_id = models.CharField(max_length=26, null=True, blank=True)
-    flow_key = models.CharField(max_length=255, null=True, blank=True)  # the node's name in its flow
-    flow_phase = models.CharField(max_length=20, null=True, blank=True)  # flow parents: fan_out|collect
-    flow_mode = models.CharField(max_length=10, null=True, blank=True)  # on_child_failure: fail|continue
+    flow_key = models.CharField(
+        max_length=255, null=True, blank=True
+    )  # the node's name in its flow
+    flow_phase = models.CharField(
+        max_length=20, null=True, blank=True
+    )  # flow parents: fan_out|collect
+    flow_mode = models.CharField(
+        max_length=10, null=True, blank=True
+    )  # on_child_failure: fail|continue
     parent_backend = models.CharField(max_length=100, null=True, blank=True)  # where reports go
     flow_depth = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField()
@@ -93,9 +99,7 @@ class Job(models.Model):
                 condition=Q(state="pending"),
             ),
             # The rescuer: inflight rows by lease expiry.
-            models.Index(
-                "lease_expires_at", name="bq_job_lease", condition=Q(state="inflight")
-            ),
+            models.Index("lease_expires_at", name="bq_job_lease", condition=Q(state="inflight")),
             # Listings and counts per queue/state (admin, stats, DLQ, purge).
             models.Index("queue", "state", "id", name="bq_job_queue_state"),
             # Retention: terminal rows by age.

@@ -129,8 +129,9 @@ class Relay:
             if len(rows) < self.batch:
                 return report
 
-    def _deliver_group(self, db: str, kind: str, alias: str, group: list[Any],
-                       report: RelayReport) -> None:  # fmt: skip
+    def _deliver_group(
+        self, db: str, kind: str, alias: str, group: list[Any], report: RelayReport
+    ) -> None:
         from .models import OutboxEntry
 
         try:
@@ -163,7 +164,7 @@ class Relay:
         target = get_backend(alias)
         with transaction.atomic(using=db):
             if kind == "report":
-                target.deliver_reports([report_from_body(r.body) for r in rows])  # type: ignore[attr-defined]
+                target.deliver_reports([report_from_body(r.body) for r in rows])
             elif kind == "enqueue":
                 target.enqueue_many([job_from_body(r.body) for r in rows])
             else:

@@ -11,7 +11,6 @@ from .core.states import Reason, State
 from .serializers import Encoded
 
 
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewJob:
     """A job as the facade hands it to ``Backend.enqueue_many`` (already validated)."""

@@ -99,9 +99,15 @@ def job(
 
     def register(f: Callable[..., Any]) -> JobDefinition:
         return register_definition(
-            f, name=name, queue=queue, max_attempts=max_attempts, timeout=timeout,
-            retryable=retryable, backend=backend, priority=priority,
-        )  # fmt: skip
+            f,
+            name=name,
+            queue=queue,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            retryable=retryable,
+            backend=backend,
+            priority=priority,
+        )
 
     return register(func) if func is not None else register
 

@@ -7,8 +7,8 @@ a handler call into a ``core.lifecycle`` outcome and hands it back.
 from __future__ import annotations
 
 import logging
-from collections import deque
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,8 +76,9 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
     """Call the handler; every way it can end becomes an outcome (interrupts propagate)."""
     claimed = run.claimed
     try:
-        payload = decode(claimed.payload.content_type, claimed.payload.content_encoding,
-                         claimed.payload.body)  # fmt: skip
+        payload = decode(
+            claimed.payload.content_type, claimed.payload.content_encoding, claimed.payload.body
+        )
     except Exception as exc:
         return lifecycle.BadJob(f"payload cannot be decoded: {lifecycle.describe(exc)}")
     spec = run.definition.flow if run.definition is not None else None
@@ -96,11 +97,18 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
         call: Callable[[], Any] = lambda: run.definition.func(payload)  # type: ignore[union-attr]  # noqa: E731
     else:
         job = RunningJob(
-            job_id=claimed.job_id, queue=claimed.queue, name=claimed.name, payload=payload,
-            attempt=claimed.attempt, max_attempts=claimed.max_attempts, priority=claimed.priority,
-            trace_id=claimed.trace_id, classification=claimed.classification,
-            flow_id=claimed.flow_id, parent_id=claimed.parent_id,
-        )  # fmt: skip
+            job_id=claimed.job_id,
+            queue=claimed.queue,
+            name=claimed.name,
+            payload=payload,
+            attempt=claimed.attempt,
+            max_attempts=claimed.max_attempts,
+            priority=claimed.priority,
+            trace_id=claimed.trace_id,
+            classification=claimed.classification,
+            flow_id=claimed.flow_id,
+            parent_id=claimed.parent_id,
+        )
         call = lambda: handler(job, run.ctx)  # noqa: E731
     try:
         result = call()
@@ -118,17 +126,19 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
 def _flow_phase(run: Run, spec: Any, payload: Any) -> lifecycle.Outcome:
     """Phase by the stored manifest: none yet → fan out; parked and re-pended → collect."""
     from .conf import get_settings
-    from .fanout import build_children
     from .exceptions import QueueError
+    from .fanout import build_children
 
     claimed = run.claimed
     backend = run.ctx.backend
     try:
         if claimed.flow_phase == "collect":
-            state = backend.flow_state(claimed.job_id)  # type: ignore[attr-defined]
+            state = backend.flow_state(claimed.job_id)
             result = spec.collect(payload, state)
             return lifecycle.Succeeded(encode(result) if result is not None else None)
-        children = build_children(spec, claimed, payload, backend.alias, get_settings().max_flow_depth)
+        children = build_children(
+            spec, claimed, payload, backend.alias, get_settings().max_flow_depth
+        )
     except JobInterrupted:
         raise
     except QueueError as exc:
@@ -146,8 +156,11 @@ def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]
         run.guard.enter()
         try:
             if not run.ctx.cancelled:
-                outcome = (tracing.traced_run(run, handler, invoke) if tracing.enabled
-                           else invoke(run, handler))  # fmt: skip
+                outcome = (
+                    tracing.traced_run(run, handler, invoke)
+                    if tracing.enabled
+                    else invoke(run, handler)
+                )
         except JobInterrupted:
             outcome = None
         finally:

@@ -134,9 +134,13 @@ class BlameQueueTask(_TaskBase):
     ) -> BlameQueueTask:
         """A copy with other defaults (Django's four, plus ``max_attempts``/``dedupe_key``)."""
         given = {
-            "priority": priority, "queue_name": queue_name, "run_after": run_after,
-            "backend": backend, "max_attempts": max_attempts, "dedupe_key": dedupe_key,
-        }  # fmt: skip
+            "priority": priority,
+            "queue_name": queue_name,
+            "run_after": run_after,
+            "backend": backend,
+            "max_attempts": max_attempts,
+            "dedupe_key": dedupe_key,
+        }
         changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         return replace(self, **changes)
 
@@ -183,9 +187,11 @@ class BlameQueueBackend(BaseTaskBackend):
             raise InvalidTask(f"max_attempts must be a positive int, not {attempts!r}")
         timeout = getattr(task, "timeout", None)
         if timeout is not None and (
-            not isinstance(timeout, int | float) or isinstance(timeout, bool)
-            or not math.isfinite(timeout) or timeout <= 0
-        ):  # fmt: skip
+            not isinstance(timeout, int | float)
+            or isinstance(timeout, bool)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
             raise InvalidTask(f"timeout must be a positive number of seconds, not {timeout!r}")
         key = getattr(task, "dedupe_key", None)
         if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
@@ -218,15 +224,23 @@ class BlameQueueBackend(BaseTaskBackend):
         if run_after is not None and timezone.is_naive(run_after):
             run_after = timezone.make_aware(run_after)
         payload = {
-            "args": args, "kwargs": kwargs,
-            "task": {"backend": task.backend,
-                     "run_after": run_after.isoformat() if run_after else None},
-        }  # fmt: skip
+            "args": args,
+            "kwargs": kwargs,
+            "task": {
+                "backend": task.backend,
+                "run_after": run_after.isoformat() if run_after else None,
+            },
+        }
         enq = queue.enqueue(
-            task.queue_name, payload, name=task.module_path, run_at=run_after,
-            priority=task.priority, max_attempts=getattr(task, "max_attempts", None),
-            dedupe_key=getattr(task, "dedupe_key", None), backend=self.blamequeue_backend,
-        )  # fmt: skip
+            task.queue_name,
+            payload,
+            name=task.module_path,
+            run_at=run_after,
+            priority=task.priority,
+            max_attempts=getattr(task, "max_attempts", None),
+            dedupe_key=getattr(task, "dedupe_key", None),
+            backend=self.blamequeue_backend,
+        )
         info = queue.get_job(enq.job_id, backend=enq.backend)
         if info is None:  # pragma: no cover - the row was just written in this transaction
             raise TaskResultDoesNotExist(enq.job_id)
@@ -263,9 +277,11 @@ def _register(task: Task[..., Any]) -> None:
     run = functools.wraps(task.func)(lambda payload: _run(name, payload))
     try:
         registry.job(
-            queue=task.queue_name, name=name, max_attempts=getattr(task, "max_attempts", None),
+            queue=task.queue_name,
+            name=name,
+            max_attempts=getattr(task, "max_attempts", None),
             timeout=getattr(task, "timeout", None),
-        )(run)  # fmt: skip
+        )(run)
     except QueueError as exc:
         raise InvalidTask(exc.message) from None
     _tasks[name] = task
@@ -317,10 +333,11 @@ def _task_for(info: JobInfo) -> Task[..., Any]:
     meta = info.payload.get("task", {}) if isinstance(info.payload, dict) else {}
     run_after = meta.get("run_after")
     changes: dict[str, Any] = {
-        "priority": info.priority, "queue_name": info.queue,
+        "priority": info.priority,
+        "queue_name": info.queue,
         "backend": meta.get("backend") or base.backend,
         "run_after": parse_datetime(run_after) if isinstance(run_after, str) else None,
-    }  # fmt: skip
+    }
     if isinstance(base, BlameQueueTask):
         changes |= {"max_attempts": info.max_attempts, "dedupe_key": info.dedupe_key}
     try:
@@ -340,12 +357,19 @@ def _result(
         workers[-1] = worker
     finished = status in ("SUCCESSFUL", "FAILED")
     result = TaskResult(
-        task=task, id=info.job_id, status=TaskResultStatus(status), enqueued_at=info.created_at,
-        started_at=info.started_at, finished_at=info.finished_at if finished else None,
-        last_attempted_at=info.started_at, args=list(payload.get("args", [])),
-        kwargs=dict(payload.get("kwargs", {})), backend=task.backend, errors=_errors(info),
+        task=task,
+        id=info.job_id,
+        status=TaskResultStatus(status),
+        enqueued_at=info.created_at,
+        started_at=info.started_at,
+        finished_at=info.finished_at if finished else None,
+        last_attempted_at=info.started_at,
+        args=list(payload.get("args", [])),
+        kwargs=dict(payload.get("kwargs", {})),
+        backend=task.backend,
+        errors=_errors(info),
         worker_ids=workers,
-    )  # fmt: skip
+    )
     if status == "SUCCESSFUL":
         object.__setattr__(result, "_return_value", info.result)
     return result
@@ -355,14 +379,24 @@ def _errors(info: JobInfo) -> list[TaskError]:
     """The last error kept with the job (blamequeue keeps one), cancellation saying so."""
     if info.state == State.CANCELLED:
         text = info.error or "cancelled before it ran"
-        return [TaskError(exception_class_path=_REASON_CLASSES["cancelled"],
-                          traceback=f"cancelled: {text}")]  # fmt: skip
+        return [
+            TaskError(
+                exception_class_path=_REASON_CLASSES["cancelled"], traceback=f"cancelled: {text}"
+            )
+        ]
     if info.error:
-        return [TaskError(exception_class_path=_class_path(info),
-                          traceback=info.traceback or info.error)]  # fmt: skip
+        return [
+            TaskError(
+                exception_class_path=_class_path(info), traceback=info.traceback or info.error
+            )
+        ]
     if info.state == State.FAILED:
-        return [TaskError(exception_class_path=_REASON_CLASSES["bad_job"],
-                          traceback=f"failed ({info.reason or 'no error recorded'})")]  # fmt: skip
+        return [
+            TaskError(
+                exception_class_path=_REASON_CLASSES["bad_job"],
+                traceback=f"failed ({info.reason or 'no error recorded'})",
+            )
+        ]
     return []
 
 
@@ -385,8 +419,9 @@ def _error_of(exc: BaseException) -> TaskError:
     from .core.lifecycle import format_traceback
 
     cls = type(exc)
-    return TaskError(exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
-                     traceback=format_traceback(exc))  # fmt: skip
+    return TaskError(
+        exception_class_path=f"{cls.__module__}.{cls.__qualname__}", traceback=format_traceback(exc)
+    )
 
 
 def _send(signal: Any, sender: type[Any], result: TaskResult[Any, Any]) -> None:
@@ -438,8 +473,9 @@ def _run(name: str, payload: Any) -> Any:
     return value
 
 
-def _finish(result: TaskResult[Any, Any], sender: type[Any], status: str,
-            error: TaskError | None) -> None:  # fmt: skip
+def _finish(
+    result: TaskResult[Any, Any], sender: type[Any], status: str, error: TaskError | None
+) -> None:
     object.__setattr__(result, "status", TaskResultStatus(status))
     if status != "READY":
         object.__setattr__(result, "finished_at", timezone.now())

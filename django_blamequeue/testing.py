@@ -61,13 +61,16 @@ class CapturedEvents:
                 self._cond.wait(left)
             return True
 
-    def wait_for_action(self, action: str, job_id: str | None = None, count: int = 1,
-                        timeout: float = 10.0) -> bool:  # fmt: skip
+    def wait_for_action(
+        self, action: str, job_id: str | None = None, count: int = 1, timeout: float = 10.0
+    ) -> bool:
         return self.wait_for(
-            lambda evs: sum(1 for e in evs if e.action == action
-                            and (job_id is None or e.job_id == job_id)) >= count,
+            lambda evs: (
+                sum(1 for e in evs if e.action == action and (job_id is None or e.job_id == job_id))
+                >= count
+            ),
             timeout,
-        )  # fmt: skip
+        )
 
 
 @contextmanager
@@ -257,23 +260,40 @@ class CapturedJobs:
         settings = get_settings()
         definition = registry.get(c.name)
         ctx = JobContext(
-            job_id=c.job_id, queue=c.queue, name=c.name, attempt=c.attempt,
-            max_attempts=c.max_attempts, trace_id=c.trace_id, backend=self.backend,
-            token=c.token, progress_throttle=0.0,
-        )  # fmt: skip
-        run = Run(claimed=c, ctx=ctx, started=time.monotonic(), deadline=None, renew_at=0.0,
-                  lease_until=0.0, definition=definition)  # fmt: skip
+            job_id=c.job_id,
+            queue=c.queue,
+            name=c.name,
+            attempt=c.attempt,
+            max_attempts=c.max_attempts,
+            trace_id=c.trace_id,
+            backend=self.backend,
+            token=c.token,
+            progress_throttle=0.0,
+        )
+        run = Run(
+            claimed=c,
+            ctx=ctx,
+            started=time.monotonic(),
+            deadline=None,
+            renew_at=0.0,
+            lease_until=0.0,
+            definition=definition,
+        )
         token = _current.set(ctx)
         try:
-            outcome = (tracing.traced_run(run, handler, invoke) if tracing.enabled
-                       else invoke(run, handler))  # fmt: skip
+            outcome = (
+                tracing.traced_run(run, handler, invoke)
+                if tracing.enabled
+                else invoke(run, handler)
+            )
         finally:
             _current.reset(token)
         policy = lifecycle.Policy(
-            backoff_base=settings.backoff_base, backoff_max=settings.backoff_max,
+            backoff_base=settings.backoff_base,
+            backoff_max=settings.backoff_max,
             backoff_jitter=settings.backoff_jitter,
             retryable=definition.retryable if definition else None,
-        )  # fmt: skip
+        )
         transition = lifecycle.decide(
             outcome, attempt=c.attempt, max_attempts=c.max_attempts, policy=policy
         )
@@ -282,9 +302,15 @@ class CapturedJobs:
         )
         state = ack.state.value if ack.state is not None else "lock_lost"
         retry = state == "pending" and not transition.give_back_attempt
-        return Attempt(job_id=c.job_id, name=c.name, queue=c.queue, attempt=c.attempt,
-                       state=state, error=transition.error,
-                       backoff=transition.delay if retry else None)  # fmt: skip
+        return Attempt(
+            job_id=c.job_id,
+            name=c.name,
+            queue=c.queue,
+            attempt=c.attempt,
+            state=state,
+            error=transition.error,
+            backoff=transition.delay if retry else None,
+        )
 
 
 @contextmanager

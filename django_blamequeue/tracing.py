@@ -95,11 +95,16 @@ def enqueue_span(queue: str, backend: str) -> AbstractContextManager[Any]:
     from opentelemetry.trace import SpanKind
 
     return _tracer.start_as_current_span(  # type: ignore[no-any-return]
-        f"enqueue {queue}", kind=SpanKind.PRODUCER,
-        attributes={"messaging.system": "blamequeue", "messaging.operation.type": "create",
-                    "messaging.destination.name": queue, "blamequeue.queue": queue,
-                    "blamequeue.backend": backend},
-    )  # fmt: skip
+        f"enqueue {queue}",
+        kind=SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": "blamequeue",
+            "messaging.operation.type": "create",
+            "messaging.destination.name": queue,
+            "blamequeue.queue": queue,
+            "blamequeue.backend": backend,
+        },
+    )
 
 
 def enqueued(span: Any, jobs: Sequence[EnqueuedJob]) -> None:
@@ -123,9 +128,11 @@ def _parent(trace_id: str | None) -> Any:
     if match is None:
         return context.Context()  # a new trace
     parent = SpanContext(
-        trace_id=int(match[1], 16), span_id=int(match[2], 16), is_remote=True,
+        trace_id=int(match[1], 16),
+        span_id=int(match[2], 16),
+        is_remote=True,
         trace_flags=TraceFlags(TraceFlags.SAMPLED),
-    )  # fmt: skip
+    )
     return trace.set_span_in_context(NonRecordingSpan(parent))
 
 
@@ -139,16 +146,25 @@ def traced_run(
 
     c = run.claimed
     attributes = {
-        "messaging.system": "blamequeue", "messaging.operation.type": "process",
-        "messaging.destination.name": c.queue, "messaging.message.id": c.job_id,
-        "blamequeue.job.id": c.job_id, "blamequeue.job.name": c.name, "blamequeue.queue": c.queue,
-        "blamequeue.job.attempt": c.attempt, "blamequeue.backend": run.ctx.backend.alias,
+        "messaging.system": "blamequeue",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": c.queue,
+        "messaging.message.id": c.job_id,
+        "blamequeue.job.id": c.job_id,
+        "blamequeue.job.name": c.name,
+        "blamequeue.queue": c.queue,
+        "blamequeue.job.attempt": c.attempt,
+        "blamequeue.backend": run.ctx.backend.alias,
         "blamequeue.trace_id": c.trace_id or "",
-    }  # fmt: skip
+    }
     with _tracer.start_as_current_span(
-        f"run {c.name}", context=_parent(c.trace_id), kind=SpanKind.CONSUMER,
-        attributes=attributes, record_exception=False, set_status_on_exception=False,
-    ) as span:  # fmt: skip
+        f"run {c.name}",
+        context=_parent(c.trace_id),
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
         try:
             outcome = invoke(run, handler)
         except JobInterrupted as exc:
@@ -165,7 +181,11 @@ def traced_run(
 
 
 _OUTCOMES = {
-    "Succeeded": "succeeded", "Raised": "failed", "TimedOut": "timeout",
-    "Cancelled": "cancelled", "Released": "released", "BadJob": "bad_job",
+    "Succeeded": "succeeded",
+    "Raised": "failed",
+    "TimedOut": "timeout",
+    "Cancelled": "cancelled",
+    "Released": "released",
+    "BadJob": "bad_job",
     "FannedOut": "fanned_out",
-}  # fmt: skip
+}

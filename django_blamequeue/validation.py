@@ -14,7 +14,9 @@ MAX_KEY = 255
 
 def queue_name(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise QueueError(ErrorCode.MISSING_QUEUE, f"a queue name must be a non-empty string, not {value!r}")
+        raise QueueError(
+            ErrorCode.MISSING_QUEUE, f"a queue name must be a non-empty string, not {value!r}"
+        )
     if len(value) > MAX_QUEUE:
         raise QueueError(ErrorCode.MISSING_QUEUE, f"queue name longer than {MAX_QUEUE} characters")
     return value
@@ -93,7 +95,9 @@ def rate_limit(value: Any) -> tuple[int, float] | None:
             ErrorCode.BAD_RATE_LIMIT, f"rate_limit must be (max, per_seconds), not {value!r}"
         ) from None
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise QueueError(ErrorCode.BAD_RATE_LIMIT, f"rate_limit max must be a positive int, not {limit!r}")
+        raise QueueError(
+            ErrorCode.BAD_RATE_LIMIT, f"rate_limit max must be a positive int, not {limit!r}"
+        )
     if (
         not isinstance(per, int | float)
         or isinstance(per, bool)
@@ -101,7 +105,8 @@ def rate_limit(value: Any) -> tuple[int, float] | None:
         or per <= 0
     ):
         raise QueueError(
-            ErrorCode.BAD_RATE_LIMIT, f"rate_limit seconds must be a positive finite number, not {per!r}"
+            ErrorCode.BAD_RATE_LIMIT,
+            f"rate_limit seconds must be a positive finite number, not {per!r}",
         )
     return limit, float(per)
 

@@ -233,16 +233,22 @@ class Consumer:
         run = Run(
             claimed=c,
             ctx=JobContext(
-                job_id=c.job_id, queue=c.queue, name=c.name, attempt=c.attempt,
-                max_attempts=c.max_attempts, trace_id=c.trace_id, backend=self.backend,
-                token=c.token, progress_throttle=self._settings.progress_throttle,
+                job_id=c.job_id,
+                queue=c.queue,
+                name=c.name,
+                attempt=c.attempt,
+                max_attempts=c.max_attempts,
+                trace_id=c.trace_id,
+                backend=self.backend,
+                token=c.token,
+                progress_throttle=self._settings.progress_throttle,
             ),
             started=now,
             deadline=now + timeout if timeout else None,
             renew_at=now + lease / 2,
             lease_until=now + lease,
             definition=definition,
-        )  # fmt: skip
+        )
         run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)
         self._running[c.job_id] = run
         if metrics.enabled:
@@ -299,8 +305,12 @@ class Consumer:
         self._acks.append(Ack(job_id=c.job_id, token=c.token, transition=transition))
         self._ack_runs[c.job_id] = (run, transition)
 
-    def _interrupt(self, run: Run, exc_type: type[Exception] | type[BaseException],
-                   outcome: lifecycle.Outcome | None) -> None:  # fmt: skip
+    def _interrupt(
+        self,
+        run: Run,
+        exc_type: type[Exception] | type[BaseException],
+        outcome: lifecycle.Outcome | None,
+    ) -> None:
         """Take the decision away from the handler thread, free the slot, ack ``outcome``."""
         if not run.abandon(exc_type):  # type: ignore[arg-type]
             return  # it finished first; its outcome is already queued
@@ -310,8 +320,11 @@ class Consumer:
             self.counters.lock_lost += 1
             if metrics.enabled:
                 metrics.lease_lost(self.backend.alias, run.claimed.queue)
-            logger.warning("lost the lease of job %s; its run was abandoned", run.claimed.job_id,
-                           extra=_extra(run))  # fmt: skip
+            logger.warning(
+                "lost the lease of job %s; its run was abandoned",
+                run.claimed.job_id,
+                extra=_extra(run),
+            )
             return
         self._decide(run, outcome)
 
@@ -321,8 +334,9 @@ class Consumer:
             if run.deadline is not None and now >= run.deadline:
                 timeout = run.deadline - run.started
                 self.counters.timed_out += 1
-                logger.warning("job %s timed out after %.3g s", run.claimed.job_id, timeout,
-                               extra=_extra(run))  # fmt: skip
+                logger.warning(
+                    "job %s timed out after %.3g s", run.claimed.job_id, timeout, extra=_extra(run)
+                )
                 self._interrupt(run, JobTimeout, lifecycle.TimedOut(timeout))
 
     def _heartbeat(self) -> None:
@@ -384,8 +398,12 @@ class Consumer:
             metrics.run_finished(self.backend.alias, run.claimed.queue, took)
         if not ok:
             c.lock_lost += 1
-            logger.warning("ack refused for job %s: %s (another worker took it over)",
-                           run.claimed.job_id, ErrorCode.LOCK_LOST, extra=_extra(run))  # fmt: skip
+            logger.warning(
+                "ack refused for job %s: %s (another worker took it over)",
+                run.claimed.job_id,
+                ErrorCode.LOCK_LOST,
+                extra=_extra(run),
+            )
             return
         if state == State.DONE:
             c.done += 1
@@ -400,8 +418,9 @@ class Consumer:
 
     def _backoff(self, exc: Exception) -> None:
         self._error_delay = min(max(self._error_delay * 2, 0.1), 5.0)
-        logger.warning("backend %r: %s; retrying in %.1f s", self.backend.alias, exc,
-                       self._error_delay)  # fmt: skip
+        logger.warning(
+            "backend %r: %s; retrying in %.1f s", self.backend.alias, exc, self._error_delay
+        )
 
     # -- shutdown --------------------------------------------------------------------------
     def _shutdown_step(self) -> bool:

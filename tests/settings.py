@@ -63,5 +63,6 @@ LOGGING: dict[str, object] = {
 if SUBPROCESS:  # worker stderr, read by the process tests: timestamped, one line per record
     LOGGING["formatters"] = {"ts": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}}
     LOGGING["handlers"] = {"stderr": {"class": "logging.StreamHandler", "formatter": "ts"}}
-    LOGGING["loggers"] = {"django_blamequeue": {"level": "WARNING", "handlers": ["stderr"],
-                                                "propagate": False}}  # fmt: skip
+    LOGGING["loggers"] = {
+        "django_blamequeue": {"level": "WARNING", "handlers": ["stderr"], "propagate": False}
+    }

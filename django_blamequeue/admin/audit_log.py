@@ -22,16 +22,23 @@ DATA_CHARS = 160
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(ReadOnlyAdmin):
-    list_display = ("id", "when", "action_name", "job_link", "queue", "attempt", "user",
-                    "data_summary")  # fmt: skip
+    list_display = (
+        "id",
+        "when",
+        "action_name",
+        "job_link",
+        "queue",
+        "attempt",
+        "user",
+        "data_summary",
+    )
     list_display_links = ("id",)
     list_filter = (BackendFilter, ActionFilter, QueueFilter, UserFilter, JobIdFilter)
     ordering = ("-id",)
     sortable_by = ("id",)
     actions = None
     change_list_template = "admin/django_blamequeue/auditevent/change_list.html"
-    fields = ("action", "created_at", "job_id", "queue", "backend", "attempt", "user",
-              "data_text")  # fmt: skip
+    fields = ("action", "created_at", "job_id", "queue", "backend", "attempt", "user", "data_text")
     readonly_fields = fields
 
     class Media:
@@ -45,8 +52,11 @@ class AuditEventAdmin(ReadOnlyAdmin):
     ) -> HttpResponse:
         from .console import Console
 
-        context = {"tabs": Console.tabs(request, "audit"), "title": "Audit log",
-                   **(extra_context or {})}  # fmt: skip
+        context = {
+            "tabs": Console.tabs(request, "audit"),
+            "title": "Audit log",
+            **(extra_context or {}),
+        }
         return super().changelist_view(request, context)
 
     @admin.display(description="when")
@@ -63,8 +73,9 @@ class AuditEventAdmin(ReadOnlyAdmin):
             return ""
         target = reverse("admin:django_blamequeue_job_change", args=[event.job_id])
         query = urlencode({"backend": event.backend}) if event.backend else ""
-        return format_html('<a href="{}{}">{}</a>', target, f"?{query}" if query else "",
-                           event.job_id)  # fmt: skip
+        return format_html(
+            '<a href="{}{}">{}</a>', target, f"?{query}" if query else "", event.job_id
+        )
 
     @admin.display(description="data")
     def data_summary(self, event: AuditEvent) -> str:

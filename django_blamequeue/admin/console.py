@@ -29,8 +29,15 @@ if TYPE_CHECKING:
     from .jobs import JobAdmin
 
 DLQ_PER_PAGE = 50
-OVERVIEW_STATES = ("pending", "blocked", "inflight", "waiting_children", "done", "failed",
-                   "cancelled")  # fmt: skip
+OVERVIEW_STATES = (
+    "pending",
+    "blocked",
+    "inflight",
+    "waiting_children",
+    "done",
+    "failed",
+    "cancelled",
+)
 
 
 def _url(name: str, **query: Any) -> str:
@@ -107,15 +114,26 @@ class Console:
             ("Dead letters", _url("dlq"), current == "dlq"),
         ]
         if allowed(request, "django_blamequeue.view_schedule"):
-            tabs.append(("Schedules", reverse("admin:django_blamequeue_schedule_changelist"),
-                         current == "schedules"))  # fmt: skip
+            tabs.append(
+                (
+                    "Schedules",
+                    reverse("admin:django_blamequeue_schedule_changelist"),
+                    current == "schedules",
+                )
+            )
         if allowed(request, VIEW_AUDIT):
-            tabs.append(("Audit log", reverse("admin:django_blamequeue_auditevent_changelist"),
-                         current == "audit"))  # fmt: skip
+            tabs.append(
+                (
+                    "Audit log",
+                    reverse("admin:django_blamequeue_auditevent_changelist"),
+                    current == "audit",
+                )
+            )
         return tabs
 
-    def render(self, request: HttpRequest, template: str, tab: str, title: str,
-               **context: Any) -> TemplateResponse:  # fmt: skip
+    def render(
+        self, request: HttpRequest, template: str, tab: str, title: str, **context: Any
+    ) -> TemplateResponse:
         context = {
             **self.model_admin.admin_site.each_context(request),
             "opts": self.model_admin.opts,
@@ -131,8 +149,12 @@ class Console:
         rows: list[OverviewRow] = []
         backends: list[dict[str, Any]] = []
         for b in all_backends():
-            entry: dict[str, Any] = {"name": b.alias, "protocol": b.protocol,
-                                     "breaker": breaker_of(b), "error": None}  # fmt: skip
+            entry: dict[str, Any] = {
+                "name": b.alias,
+                "protocol": b.protocol,
+                "breaker": breaker_of(b),
+                "error": None,
+            }
             backends.append(entry)
             try:
                 stats = stats_of(b)
@@ -142,29 +164,47 @@ class Console:
                 continue
             rows += [self._row(request, b, st, entry["breaker"]) for st in stats]
         headers = [s.replace("_", " ") for s in OVERVIEW_STATES]
-        return self.render(request, "overview.html", "overview", "Queues", rows=rows,
-                           backends=backends, headers=headers,
-                           styles=display.STATE_STYLES)  # fmt: skip
+        return self.render(
+            request,
+            "overview.html",
+            "overview",
+            "Queues",
+            rows=rows,
+            backends=backends,
+            headers=headers,
+            styles=display.STATE_STYLES,
+        )
 
     def _row(self, request: HttpRequest, b: Backend, st: QueueStats, breaker: str) -> OverviewRow:
         listable = b.database is not None
         cells = [
-            Cell(s, st.counts.get(s, 0),
-                 job_list_url(b.alias, queue=st.queue, state__exact=s) if listable else None)
+            Cell(
+                s,
+                st.counts.get(s, 0),
+                job_list_url(b.alias, queue=st.queue, state__exact=s) if listable else None,
+            )
             for s in OVERVIEW_STATES
-        ]  # fmt: skip
+        ]
         failed = st.counts.get("failed", 0)
         waiting = st.counts.get("pending", 0) + st.counts.get("blocked", 0)
         return OverviewRow(
-            backend=b.alias, protocol=b.protocol, breaker=breaker, queue=st.queue, cells=cells,
+            backend=b.alias,
+            protocol=b.protocol,
+            breaker=breaker,
+            queue=st.queue,
+            cells=cells,
             oldest_pending=display.age(st.oldest_pending_age),
-            done_last_hour=st.done_last_hour, failed_last_hour=st.failed_last_hour,
-            failed=failed, waiting=waiting,
+            done_last_hour=st.done_last_hour,
+            failed_last_hour=st.failed_last_hour,
+            failed=failed,
+            waiting=waiting,
             dlq_url=_url("dlq", backend=b.alias, queue=st.queue)
-            if failed and b.supports_dlq_listing else None,
+            if failed and b.supports_dlq_listing
+            else None,
             purge_url=_url("purge", backend=b.alias, queue=st.queue)
-            if waiting and allowed(request, PURGE) else None,
-        )  # fmt: skip
+            if waiting and allowed(request, PURGE)
+            else None,
+        )
 
     # -- dead-letter queue ---------------------------------------------------------------
     def dlq(self, request: HttpRequest) -> HttpResponse:
@@ -177,20 +217,35 @@ class Console:
         if q is None:
             return HttpResponseBadRequest("not a queue name")
         if not backend.supports_dlq_listing:
-            return self.render(request, "dlq.html", "dlq", f"Dead letters of {q}",
-                               backend=backend.alias, queue=q, unsupported=True)  # fmt: skip
+            return self.render(
+                request,
+                "dlq.html",
+                "dlq",
+                f"Dead letters of {q}",
+                backend=backend.alias,
+                queue=q,
+                unsupported=True,
+            )
         page = max(1, _int(request.GET.get("page"), 1))
         total = queue.dlq_size(q, backend=backend.alias)
-        jobs = queue.dlq_list(q, limit=DLQ_PER_PAGE, offset=(page - 1) * DLQ_PER_PAGE,
-                              backend=backend.alias)  # fmt: skip
+        jobs = queue.dlq_list(
+            q, limit=DLQ_PER_PAGE, offset=(page - 1) * DLQ_PER_PAGE, backend=backend.alias
+        )
         last = max(1, -(-total // DLQ_PER_PAGE))
 
         def page_url(n: int) -> str:
             return _url("dlq", backend=backend.alias, queue=q, page=n)
 
         return self.render(
-            request, "dlq.html", "dlq", f"Dead letters of {q}",
-            backend=backend.alias, queue=q, total=total, page=page, last_page=last,
+            request,
+            "dlq.html",
+            "dlq",
+            f"Dead letters of {q}",
+            backend=backend.alias,
+            queue=q,
+            total=total,
+            page=page,
+            last_page=last,
             jobs=[(j, display.relative(j.finished_at), display.short(j.error)) for j in jobs],
             can_retry=allowed(request, RETRY),
             retry_url=_url("dlq_retry"),
@@ -198,8 +253,9 @@ class Console:
             prev_url=page_url(page - 1) if page > 1 else None,
             next_url=page_url(page + 1) if page < last else None,
             list_url=job_list_url(backend.alias, queue=q, state__exact="failed")
-            if backend.database is not None else None,
-        )  # fmt: skip
+            if backend.database is not None
+            else None,
+        )
 
     def _dlq_index(self, request: HttpRequest) -> HttpResponse:
         queues = []
@@ -209,9 +265,16 @@ class Console:
             except QueueError as exc:
                 messages.warning(request, f"backend {b.alias}: {exc}")
                 continue
-            queues += [(b.alias, st.queue, st.counts.get("failed", 0),
-                        _url("dlq", backend=b.alias, queue=st.queue))
-                       for st in stats if st.counts.get("failed", 0)]  # fmt: skip
+            queues += [
+                (
+                    b.alias,
+                    st.queue,
+                    st.counts.get("failed", 0),
+                    _url("dlq", backend=b.alias, queue=st.queue),
+                )
+                for st in stats
+                if st.counts.get("failed", 0)
+            ]
         return self.render(request, "dlq_index.html", "dlq", "Dead letters", queues=queues)
 
     @staticmethod
@@ -260,9 +323,10 @@ def _dlq_retry(request: HttpRequest) -> HttpResponse:
     messages.success(request, f"{n} job(s) back to pending.")
     if request.POST.get("next") == "job" and len(rows) == 1:
         return HttpResponseRedirect(
-            reverse("admin:django_blamequeue_job_change", args=[rows[0][0]]) + "?"
+            reverse("admin:django_blamequeue_job_change", args=[rows[0][0]])
+            + "?"
             + urlencode({"backend": backend.alias})
-        )  # fmt: skip
+        )
     return Console._back_to_dlq(backend.alias, q)
 
 
@@ -281,13 +345,21 @@ def _dlq_retry_all(request: HttpRequest, console: Console) -> HttpResponse:
         return Console._back_to_dlq(backend.alias, q)
     count = queue.dlq_size(q, backend=backend.alias)
     return console.render(
-        request, "confirm.html", "dlq", f"Retry all dead letters of {q}?",
-        count=count, noun="failed job", backend=backend.alias, queue=q,
+        request,
+        "confirm.html",
+        "dlq",
+        f"Retry all dead letters of {q}?",
+        count=count,
+        noun="failed job",
+        backend=backend.alias,
+        queue=q,
         question=f"Put all {count:,} failed job(s) of queue “{q}” on backend “{backend.alias}” "
         "back to pending, each with a fresh attempt budget?",
-        action_url=_url("dlq_retry_all"), button=f"Yes, retry {count:,} job(s)",
-        cancel_url=_url("dlq", backend=backend.alias, queue=q), danger=False,
-    )  # fmt: skip
+        action_url=_url("dlq_retry_all"),
+        button=f"Yes, retry {count:,} job(s)",
+        cancel_url=_url("dlq", backend=backend.alias, queue=q),
+        danger=False,
+    )
 
 
 @require_http_methods(["GET", "POST"])
@@ -307,11 +379,19 @@ def _purge(request: HttpRequest, console: Console) -> HttpResponse:
     pending, blocked = counts.get("pending", 0), counts.get("blocked", 0)
     count = pending + blocked
     return console.render(
-        request, "confirm.html", "overview", f"Purge queue {q}?",
-        count=count, noun="waiting job", backend=backend.alias, queue=q,
+        request,
+        "confirm.html",
+        "overview",
+        f"Purge queue {q}?",
+        count=count,
+        noun="waiting job",
+        backend=backend.alias,
+        queue=q,
         question=f"Delete all {count:,} waiting job(s) of queue “{q}” on backend "
         f"“{backend.alias}” ({pending:,} pending, {blocked:,} blocked)? Running and finished "
         "jobs are kept. This cannot be undone.",
-        action_url=_url("purge"), button=f"Yes, delete {count:,} job(s)",
-        cancel_url=_url("overview"), danger=True,
-    )  # fmt: skip
+        action_url=_url("purge"),
+        button=f"Yes, delete {count:,} job(s)",
+        cancel_url=_url("overview"),
+        danger=True,
+    )

@@ -75,7 +75,7 @@ def _span(seconds: float) -> str:
 def relative(when: datetime | None, now: datetime | None = None) -> SafeString:
     """``3 min ago`` / ``in 12 s``, with the absolute time (UTC) as the tooltip."""
     if when is None:
-        return mark_safe('<span class="quiet">–</span>')  # noqa: RUF001
+        return mark_safe('<span class="quiet">–</span>')
     now = now or timezone.now()
     delta = (when - now).total_seconds()
     span = _span(delta)
@@ -95,7 +95,7 @@ def waited(since: datetime, now: datetime | None = None) -> SafeString:
 
 
 def age(seconds: float | None) -> str:
-    return "–" if seconds is None else _span(seconds)  # noqa: RUF001
+    return "–" if seconds is None else _span(seconds)
 
 
 def pretty_json(value: Any) -> str:

@@ -31,8 +31,9 @@ class ValueFilter(admin.SimpleListFilter):
     accepts_input = True
     hidden_params: list[tuple[str, str]]
 
-    def __init__(self, request: HttpRequest, params: dict[str, Any], model: Any,
-                 model_admin: Any) -> None:  # fmt: skip
+    def __init__(
+        self, request: HttpRequest, params: dict[str, Any], model: Any, model_admin: Any
+    ) -> None:
         self.parameter_name = self.parameter_name or self.field
         self.hidden_params = []
         super().__init__(request, params, model, model_admin)

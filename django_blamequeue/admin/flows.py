@@ -35,8 +35,11 @@ def flow_page(console: Console, request: HttpRequest, flow_id: str) -> HttpRespo
 
     def job_url(job_id: str) -> str:
         backend = by_id[job_id].backend
-        return (reverse("admin:django_blamequeue_job_change", args=[job_id]) + "?"
-                + urlencode({"backend": backend}))  # fmt: skip
+        return (
+            reverse("admin:django_blamequeue_job_change", args=[job_id])
+            + "?"
+            + urlencode({"backend": backend})
+        )
 
     def group_url(n: int) -> str:
         query: dict[str, str | int] = {"group": n}
@@ -51,26 +54,56 @@ def flow_page(console: Console, request: HttpRequest, flow_id: str) -> HttpRespo
     backends = sorted({j.backend for j in jobs})
     list_url = None
     if len(backends) == 1 and backend_or_404(backends[0]).database is not None:
-        list_url = reverse("admin:django_blamequeue_job_changelist") + "?" + urlencode(
-            {"backend": backends[0], "flow_id": flow_id})  # fmt: skip
+        list_url = (
+            reverse("admin:django_blamequeue_job_changelist")
+            + "?"
+            + urlencode({"backend": backends[0], "flow_id": flow_id})
+        )
     return console.render(
-        request, "flow.html", "jobs", f"Flow {flow_id}",
-        flow_id=flow_id, svg=graph.svg(g), total=len(jobs),
+        request,
+        "flow.html",
+        "jobs",
+        f"Flow {flow_id}",
+        flow_id=flow_id,
+        svg=graph.svg(g),
+        total=len(jobs),
         legend=[(s, STATE_STYLES[s], counts.get(s, 0)) for s in STATES],
-        grouped=bool(g.groups()), groups=g.groups(),
-        rows=[(j, state_badge(j.state), job_url(j.job_id), relative(j.finished_at or j.created_at))
-              for j in sorted(jobs, key=lambda j: j.job_id)[:TABLE_ROWS]]
-        if len(jobs) <= TABLE_ROWS else None,
+        grouped=bool(g.groups()),
+        groups=g.groups(),
+        rows=[
+            (j, state_badge(j.state), job_url(j.job_id), relative(j.finished_at or j.created_at))
+            for j in sorted(jobs, key=lambda j: j.job_id)[:TABLE_ROWS]
+        ]
+        if len(jobs) <= TABLE_ROWS
+        else None,
         has_children=any(e.kind == graph.CHILD for e in g.edges),
         has_deps=any(e.kind == graph.DEP for e in g.edges),
-        backends=backends, list_url=list_url, **members_ctx,
-    )  # fmt: skip
+        backends=backends,
+        list_url=list_url,
+        **members_ctx,
+    )
 
 
 #: What the graph needs of a job; payloads, results and tracebacks are never loaded for it.
-NODE_FIELDS = ("id", "queue", "name", "state", "priority", "attempts", "max_attempts", "progress",
-               "classification", "trace_id", "dedupe_key", "flow_id", "parent_id", "flow_key",
-               "created_at", "finished_at", "reason")  # fmt: skip
+NODE_FIELDS = (
+    "id",
+    "queue",
+    "name",
+    "state",
+    "priority",
+    "attempts",
+    "max_attempts",
+    "progress",
+    "classification",
+    "trace_id",
+    "dedupe_key",
+    "flow_id",
+    "parent_id",
+    "flow_key",
+    "created_at",
+    "finished_at",
+    "reason",
+)
 
 
 def flow_nodes(flow_id: str, alias: str | None) -> list[JobInfo]:
@@ -93,15 +126,30 @@ def flow_nodes(flow_id: str, alias: str | None) -> list[JobInfo]:
         for values in rows.values_list(*NODE_FIELDS):
             row = dict(zip(NODE_FIELDS, values, strict=True))
             job_id = row.pop("id")
-            found.append(JobInfo(job_id=job_id, backend=b.alias, payload=None, result=None,
-                                 error=None, traceback=None, available_at=None, started_at=None,
-                                 depends_on=tuple(edges[job_id]),
-                                 **row))  # fmt: skip
+            found.append(
+                JobInfo(
+                    job_id=job_id,
+                    backend=b.alias,
+                    payload=None,
+                    result=None,
+                    error=None,
+                    traceback=None,
+                    available_at=None,
+                    started_at=None,
+                    depends_on=tuple(edges[job_id]),
+                    **row,
+                )
+            )
     return found
 
 
-def _members(request: HttpRequest, g: graph.Graph, base: str, alias: str | None,
-             job_url: Callable[[str], str]) -> dict[str, object]:  # fmt: skip
+def _members(
+    request: HttpRequest,
+    g: graph.Graph,
+    base: str,
+    alias: str | None,
+    job_url: Callable[[str], str],
+) -> dict[str, object]:
     groups = g.groups()
     try:
         n = int(request.GET.get("group", "0"))

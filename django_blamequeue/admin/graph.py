@@ -106,8 +106,9 @@ def columns(ids: Sequence[str], edges: Sequence[Edge]) -> dict[str, int]:
     return column
 
 
-def build(jobs: Sequence[JobInfo], url_for: Callable[[str], str],
-          group_url: Callable[[int], str]) -> Graph:  # fmt: skip
+def build(
+    jobs: Sequence[JobInfo], url_for: Callable[[str], str], group_url: Callable[[int], str]
+) -> Graph:
     """Nodes, edges and positions for ``jobs`` (one flow)."""
     ordered = sorted(jobs, key=lambda j: j.job_id)
     edges = edges_of(ordered)
@@ -137,15 +138,15 @@ def build(jobs: Sequence[JobInfo], url_for: Callable[[str], str],
                 state = next((s for s in URGENCY if counts.get(s)), group[0].state)
                 key = f"group:{groups}"
                 short_name = name.rsplit(".", 1)[-1] or "jobs"
-                label = f"{short_name} ×{len(group):,}"  # noqa: RUF001
-                col.append(Node(key, label, state, group_url(groups),
-                                members=group, counts=counts))  # fmt: skip
+                label = f"{short_name} ×{len(group):,}"
+                col.append(Node(key, label, state, group_url(groups), members=group, counts=counts))
                 owner.update((j.job_id, key) for j in group)
                 groups += 1
         layout.append(col)
 
-    between = {Edge(owner[e.src], owner[e.dst], e.kind) for e in edges
-               if owner[e.src] != owner[e.dst]}  # fmt: skip
+    between = {
+        Edge(owner[e.src], owner[e.dst], e.kind) for e in edges if owner[e.src] != owner[e.dst]
+    }
     merged = sorted(between, key=lambda e: (e.src, e.dst, e.kind))
     _order(layout, merged)
     tallest = max((len(col) for col in layout), default=0)
@@ -196,7 +197,7 @@ def _edge(e: Edge, nodes: dict[str, Node]) -> SafeString:
         "child" if e.kind == CHILD else "dep",
         *(_n(v) for v in (x1, y1, mid, y1, mid, y2, x2 - 2, y2)),
         mark_safe(' stroke-dasharray="5 4"') if e.kind == CHILD else "",
-    )  # fmt: skip
+    )
 
 
 def _bar(node: Node) -> SafeString:
@@ -208,9 +209,17 @@ def _bar(node: Node) -> SafeString:
         if not n:
             continue
         w = width * n / total
-        parts.append(format_html(
-            '<rect x="{}" y="{}" width="{}" height="7" fill="{}"><title>{} {}</title></rect>',
-            _n(x), NODE_H - 11, _n(w), style_of(s).fill, f"{n:,}", s))  # fmt: skip
+        parts.append(
+            format_html(
+                '<rect x="{}" y="{}" width="{}" height="7" fill="{}"><title>{} {}</title></rect>',
+                _n(x),
+                NODE_H - 11,
+                _n(w),
+                style_of(s).fill,
+                f"{n:,}",
+                s,
+            )
+        )
         x += w
     return format_html_join("", "{}", ((p,) for p in parts))
 
@@ -229,8 +238,13 @@ def _node(node: Node) -> SafeString:
             '<rect width="{}" height="{}" rx="6" fill="#ffffff" stroke="{}" stroke-width="2"/>'
             '<text x="8" y="16" class="bq-node-label" fill="#1f2328">{}</text>'
             '<text x="8" y="29" class="bq-node-state" fill="#1f2328">{}</text>{}',
-            NODE_W, NODE_H, st.fill, _short(node.label), _short_summary(node),
-            _bar(node))  # fmt: skip
+            NODE_W,
+            NODE_H,
+            st.fill,
+            _short(node.label),
+            _short_summary(node),
+            _bar(node),
+        )
         title = f"{node.label}: {summary}"
         attrs = format_html('data-group="{}" data-state="{}"', node.key, node.state)
     else:
@@ -238,13 +252,25 @@ def _node(node: Node) -> SafeString:
             '<rect width="{}" height="{}" rx="6" fill="{}" stroke="#00000033"/>'
             '<text x="10" y="19" class="bq-node-label" fill="{}">{} {}</text>'
             '<text x="10" y="36" class="bq-node-state" fill="{}">{}</text>',
-            NODE_W, NODE_H, st.fill, st.ink, st.mark, _short(node.label), st.ink,
-            node.state.replace("_", " "))  # fmt: skip
+            NODE_W,
+            NODE_H,
+            st.fill,
+            st.ink,
+            st.mark,
+            _short(node.label),
+            st.ink,
+            node.state.replace("_", " "),
+        )
         title = f"{node.label} — {node.state} ({node.key})"
         attrs = format_html('data-job-id="{}" data-state="{}"', node.key, node.state)
     inner = format_html(
         '<g class="bq-node" {} transform="translate({},{})"><title>{}</title>{}</g>',
-        attrs, _n(node.x), _n(node.y), title, body)  # fmt: skip
+        attrs,
+        _n(node.x),
+        _n(node.y),
+        title,
+        body,
+    )
     if node.url is None:
         return inner
     return format_html('<a href="{}">{}</a>', node.url, inner)
@@ -261,8 +287,13 @@ def svg(graph: Graph) -> SafeString:
         'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
         'fill="#6e7076"/></marker></defs>'
         '<g class="bq-edges">{}</g><g class="bq-nodes">{}</g></svg>',
-        graph.width, graph.height, graph.width, graph.height, edges, body,
-    )  # fmt: skip
+        graph.width,
+        graph.height,
+        graph.width,
+        graph.height,
+        edges,
+        body,
+    )
 
 
 GRID_CELL, GRID_COLS = 18, 40
@@ -273,15 +304,31 @@ def member_grid(jobs: Sequence[JobInfo], url_for: Callable[[str], str]) -> SafeS
     cells = []
     for i, j in enumerate(jobs):
         x, y = (i % GRID_COLS) * GRID_CELL, (i // GRID_COLS) * GRID_CELL
-        cells.append(format_html(
-            '<a href="{}"><rect class="bq-cell" data-job-id="{}" data-state="{}" x="{}" y="{}" '
-            'width="{}" height="{}" rx="2" fill="{}"><title>{} — {} ({})</title></rect></a>',
-            url_for(j.job_id), j.job_id, j.state, x, y, GRID_CELL - 3, GRID_CELL - 3,
-            style_of(j.state).fill, job_label(j), j.state, j.job_id))  # fmt: skip
+        cells.append(
+            format_html(
+                '<a href="{}"><rect class="bq-cell" data-job-id="{}" data-state="{}" x="{}" y="{}" '
+                'width="{}" height="{}" rx="2" fill="{}"><title>{} — {} ({})</title></rect></a>',
+                url_for(j.job_id),
+                j.job_id,
+                j.state,
+                x,
+                y,
+                GRID_CELL - 3,
+                GRID_CELL - 3,
+                style_of(j.state).fill,
+                job_label(j),
+                j.state,
+                j.job_id,
+            )
+        )
     rows = -(-len(jobs) // GRID_COLS)
     w, h = GRID_COLS * GRID_CELL, max(rows, 1) * GRID_CELL
     return format_html(
         '<svg xmlns="http://www.w3.org/2000/svg" class="bq-grid" width="{}" height="{}" '
         'viewBox="0 0 {} {}" role="img" aria-label="jobs of the group">{}</svg>',
-        w, h, w, h, format_html_join("", "{}", ((c,) for c in cells)),
-    )  # fmt: skip
+        w,
+        h,
+        w,
+        h,
+        format_html_join("", "{}", ((c,) for c in cells)),
+    )

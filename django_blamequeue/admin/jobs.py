@@ -53,8 +53,17 @@ def url(name: str, *args: Any, **query: Any) -> str:
 
 @admin.register(Job)
 class JobAdmin(ReadOnlyAdmin):
-    list_display = ("id", "name", "queue", "state_badge", "progress_bar", "attempts_of",
-                    "created", "when", "flow_link")  # fmt: skip
+    list_display = (
+        "id",
+        "name",
+        "queue",
+        "state_badge",
+        "progress_bar",
+        "attempts_of",
+        "created",
+        "when",
+        "flow_link",
+    )
     list_filter = (BackendFilter, "state", QueueFilter, NameFilter, ClassificationFilter)
     search_fields = ("id", "dedupe_key", "trace_id")
     search_help_text = "Exact job id, dedupe key or trace id."
@@ -95,8 +104,12 @@ class JobAdmin(ReadOnlyAdmin):
         if request.method == "POST" and request.POST.get("action") in PROTECTED_ACTIONS:
             require(request, PROTECTED_ACTIONS[request.POST["action"]])
         backend = selected_backend(request)
-        context = {"tabs": Console.tabs(request, "jobs"), "backend_alias": backend,
-                   "title": f"Jobs on backend {backend}", **(extra_context or {})}  # fmt: skip
+        context = {
+            "tabs": Console.tabs(request, "jobs"),
+            "backend_alias": backend,
+            "title": f"Jobs on backend {backend}",
+            **(extra_context or {}),
+        }
         return super().changelist_view(request, context)
 
     @admin.display(description="state", ordering=None)
@@ -136,8 +149,11 @@ class JobAdmin(ReadOnlyAdmin):
         if not job.flow_id:
             return ""
         label = job.flow_key or job.flow_id
-        return format_html('<a href="{}">{}</a>', url("flow", job.flow_id,
-                           backend=selected_backend_of(job)), display.short(label, 30))  # fmt: skip
+        return format_html(
+            '<a href="{}">{}</a>',
+            url("flow", job.flow_id, backend=selected_backend_of(job)),
+            display.short(label, 30),
+        )
 
     # -- actions -------------------------------------------------------------------------
     def has_retry_permission(self, request: HttpRequest) -> bool:
@@ -149,9 +165,12 @@ class JobAdmin(ReadOnlyAdmin):
     def _selected(self, request: HttpRequest, jobs: QuerySet[Job]) -> list[tuple[str, str]] | None:
         rows = list(jobs.order_by("-id").values_list("id", "queue")[: operations.MAX_SELECTED + 1])
         if len(rows) > operations.MAX_SELECTED:
-            self.message_user(request, f"Select at most {operations.MAX_SELECTED} jobs; for a "
-                              "whole queue use the DLQ screen's retry all, or purge.",
-                              messages.ERROR)  # fmt: skip
+            self.message_user(
+                request,
+                f"Select at most {operations.MAX_SELECTED} jobs; for a "
+                "whole queue use the DLQ screen's retry all, or purge.",
+                messages.ERROR,
+            )
             return None
         return [(str(i), str(q)) for i, q in rows]
 
@@ -189,17 +208,23 @@ class JobAdmin(ReadOnlyAdmin):
             *super().get_urls(),
         ]
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:  # fmt: skip
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         require(request, VIEW)
         wanted = request.GET.get("backend")
         info = queue.get_job(object_id, backend=backend_or_404(wanted).alias if wanted else None)
         if info is None:
             raise Http404(f"no job {object_id!r}")
         trail = list(
-            AuditEvent.objects.using(backend_database(info.backend)).filter(job_id=info.job_id)
+            AuditEvent.objects.using(backend_database(info.backend))
+            .filter(job_id=info.job_id)
             .order_by("id")[:AUDIT_TRAIL_ROWS]
-        )  # fmt: skip
+        )
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,

@@ -53,8 +53,15 @@ def _atomic(backend: Backend) -> Iterator[None]:
         yield
 
 
-def _record(request: HttpRequest, backend: Backend, action: str, *, job_id: str | None = None,
-            queue_name: str | None = None, **data: Any) -> audit.Event:  # fmt: skip
+def _record(
+    request: HttpRequest,
+    backend: Backend,
+    action: str,
+    *,
+    job_id: str | None = None,
+    queue_name: str | None = None,
+    **data: Any,
+) -> audit.Event:
     return audit.Event(
         action=action,
         job_id=job_id,
@@ -75,8 +82,9 @@ def retry(request: HttpRequest, backend: Backend, jobs: Sequence[tuple[str, str]
         events = []
         for job_id, queue_name in jobs[:MAX_SELECTED]:
             ok = queue.dlq_retry(job_id, backend=backend.alias)
-            events.append(_record(request, backend, ADMIN_RETRY, job_id=job_id,
-                                  queue_name=queue_name, ok=ok))  # fmt: skip
+            events.append(
+                _record(request, backend, ADMIN_RETRY, job_id=job_id, queue_name=queue_name, ok=ok)
+            )
         _write(backend, events)
     return sum(1 for e in events if e.data["ok"])
 
@@ -85,8 +93,19 @@ def retry_all(request: HttpRequest, backend: Backend, queue_name: str, confirmed
     """Retry every DLQ job of a queue; ``confirmed`` is the count the operator was shown."""
     with _atomic(backend):
         n = queue.dlq_retry_all(queue_name, backend=backend.alias)
-        _write(backend, [_record(request, backend, ADMIN_RETRY_ALL, queue_name=queue_name,
-                                 count=n, confirmed_count=confirmed)])  # fmt: skip
+        _write(
+            backend,
+            [
+                _record(
+                    request,
+                    backend,
+                    ADMIN_RETRY_ALL,
+                    queue_name=queue_name,
+                    count=n,
+                    confirmed_count=confirmed,
+                )
+            ],
+        )
     return n
 
 
@@ -94,8 +113,19 @@ def purge(request: HttpRequest, backend: Backend, queue_name: str, confirmed: in
     """Delete the queue's waiting jobs; ``confirmed`` is the count the operator was shown."""
     with _atomic(backend):
         n = queue.purge(queue_name, backend=backend.alias)
-        _write(backend, [_record(request, backend, ADMIN_PURGE, queue_name=queue_name,
-                                 count=n, confirmed_count=confirmed)])  # fmt: skip
+        _write(
+            backend,
+            [
+                _record(
+                    request,
+                    backend,
+                    ADMIN_PURGE,
+                    queue_name=queue_name,
+                    count=n,
+                    confirmed_count=confirmed,
+                )
+            ],
+        )
     return n
 
 
@@ -105,7 +135,8 @@ def cancel(request: HttpRequest, backend: Backend, jobs: Sequence[tuple[str, str
         events = []
         for job_id, queue_name in jobs[:MAX_SELECTED]:
             ok = queue.cancel(job_id, backend=backend.alias)
-            events.append(_record(request, backend, ADMIN_CANCEL, job_id=job_id,
-                                  queue_name=queue_name, ok=ok))  # fmt: skip
+            events.append(
+                _record(request, backend, ADMIN_CANCEL, job_id=job_id, queue_name=queue_name, ok=ok)
+            )
         _write(backend, events)
     return sum(1 for e in events if e.data["ok"])

@@ -31,11 +31,21 @@ RULE_FIELDS = ("cron", "interval", "timezone")
 class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = Schedule
-        fields = ("name", "job", "queue", "payload", "cron", "interval", "timezone", "enabled",
-                  "backend")  # fmt: skip
-        help_texts = {"cron": "5 fields: minute hour day month weekday, e.g. */5 * * * *",
-                      "timezone": "IANA name, e.g. Europe/Paris; cron times are wall-clock "
-                      "times there"}  # fmt: skip
+        fields = (
+            "name",
+            "job",
+            "queue",
+            "payload",
+            "cron",
+            "interval",
+            "timezone",
+            "enabled",
+            "backend",
+        )
+        help_texts = {
+            "cron": "5 fields: minute hour day month weekday, e.g. */5 * * * *",
+            "timezone": "IANA name, e.g. Europe/Paris; cron times are wall-clock times there",
+        }
 
     def clean_job(self) -> str:
         job = str(self.cleaned_data["job"]).strip()
@@ -93,8 +103,17 @@ def upcoming(s: Schedule, now: datetime, count: int = 3) -> list[datetime]:
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = ScheduleForm
-    list_display = ("name", "job", "queue", "rule", "timezone", "enabled", "source", "last_fired",
-                    "next_fire")  # fmt: skip
+    list_display = (
+        "name",
+        "job",
+        "queue",
+        "rule",
+        "timezone",
+        "enabled",
+        "source",
+        "last_fired",
+        "next_fire",
+    )
     list_filter = ("enabled", "source")
     search_fields = ("name", "job")
     readonly_fields = ("source", "last_fired", "next_fire_times")
@@ -103,13 +122,18 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     class Media:
         css = {"all": ("django_blamequeue/admin.css",)}
 
-    def changelist_view(self, request: HttpRequest,
-                        extra_context: dict[str, Any] | None = None) -> HttpResponse:  # fmt: skip
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         return super().changelist_view(request, {**_tabs(request), **(extra_context or {})})
 
-    def changeform_view(self, request: HttpRequest, object_id: str | None = None,
-                        form_url: str = "", extra_context: dict[str, Any] | None = None,
-                        ) -> HttpResponse:  # fmt: skip
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         context = {**_tabs(request), **(extra_context or {})}
         return super().changeform_view(request, object_id, form_url, context)
 
@@ -142,16 +166,27 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not s.enabled:
             return "disabled"
         fires = upcoming(s, timezone.now(), 1)
-        return display.relative(fires[0]) if fires else "–"  # noqa: RUF001
+        return display.relative(fires[0]) if fires else "–"
 
     @admin.display(description="next fire times")
     def next_fire_times(self, s: Schedule) -> str:
         now = timezone.now()
         zone = zoneinfo.ZoneInfo(s.timezone or "UTC")
-        return format_html("<ul>{}</ul>", format_html_join("", "<li>{} ({}, {})</li>", (
-            (f.strftime("%Y-%m-%d %H:%M:%S UTC"), f.astimezone(zone).strftime(
-                f"%Y-%m-%d %H:%M %Z in {s.timezone}"), display.relative(f, now))
-            for f in upcoming(s, now, 5))))  # fmt: skip
+        return format_html(
+            "<ul>{}</ul>",
+            format_html_join(
+                "",
+                "<li>{} ({}, {})</li>",
+                (
+                    (
+                        f.strftime("%Y-%m-%d %H:%M:%S UTC"),
+                        f.astimezone(zone).strftime(f"%Y-%m-%d %H:%M %Z in {s.timezone}"),
+                        display.relative(f, now),
+                    )
+                    for f in upcoming(s, now, 5)
+                ),
+            ),
+        )
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         if not change:
@@ -160,8 +195,9 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             obj.last_fired_at = timezone.now()  # anchor: the first fire is the next one
         with transaction.atomic(using=router.db_for_write(Schedule)):
             super().save_model(request, obj, form, change)
-            self._audit(request, obj, "change" if change else "add",
-                        changed=sorted(form.changed_data))  # fmt: skip
+            self._audit(
+                request, obj, "change" if change else "add", changed=sorted(form.changed_data)
+            )
 
     def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
         with transaction.atomic(using=router.db_for_write(Schedule)):
@@ -176,9 +212,23 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @staticmethod
     def _audit(request: HttpRequest, s: Schedule, verb: str, **data: Any) -> None:
-        audit.record([audit.Event(
-            action=ADMIN_SCHEDULE + verb, queue=s.queue or None, backend=s.backend or None,
-            user=request.user.get_username(),
-            data={"schedule": s.name, "job": s.job, "cron": s.cron, "interval": s.interval,
-                  "timezone": s.timezone, "enabled": s.enabled, **data},
-        )], using=router.db_for_write(Schedule))  # fmt: skip
+        audit.record(
+            [
+                audit.Event(
+                    action=ADMIN_SCHEDULE + verb,
+                    queue=s.queue or None,
+                    backend=s.backend or None,
+                    user=request.user.get_username(),
+                    data={
+                        "schedule": s.name,
+                        "job": s.job,
+                        "cron": s.cron,
+                        "interval": s.interval,
+                        "timezone": s.timezone,
+                        "enabled": s.enabled,
+                        **data,
+                    },
+                )
+            ],
+            using=router.db_for_write(Schedule),
+        )

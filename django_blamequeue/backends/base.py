@@ -25,6 +25,7 @@ from ..records import (
     NewJob,
     PruneReport,
     QueueStats,
+    Report,
     RescueReport,
 )
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from django.core.checks import CheckMessage
 
     from ..audit import Event
-
+    from ..fanout import FlowState
     from .resilience import Resilience
 
 
@@ -47,6 +48,8 @@ class Backend(metaclass=ABCMeta):
     #: An enqueue inside ``transaction.atomic()`` is part of that transaction by itself;
     #: otherwise the facade routes it through the outbox.
     transactional_enqueue = False
+    #: Parent/child flows run here: the flow verbs below are implemented.
+    supports_flows = False
     #: Polling is nearly free (an embedded database): idle workers poll at ``fast_poll``.
     cheap_polling = False
     #: ``apply_and_claim`` acks and leases in one transaction: one commit per worker round.
@@ -178,6 +181,27 @@ class Backend(metaclass=ABCMeta):
         limit: int = 5000,
     ) -> PruneReport:
         """Delete old terminal jobs (and their flow rows). ``None`` keeps that state."""
+
+    # -- parent/child flows (only with ``supports_flows``) ----------------------------------
+    def flow_state(self, parent_id: str) -> FlowState:
+        """What ``collect`` sees: the tally, results and errors of a parent's children."""
+        raise NotImplementedError
+
+    def deliver_reports(self, reports: Sequence[Report], now: datetime | None = None) -> int:
+        """Record child reports on their parents' rows, once each; settle what is due."""
+        raise NotImplementedError
+
+    def report_terminal(self, ids: Sequence[str]) -> int:
+        """Write reports for the terminal children among ``ids`` (same transaction)."""
+        raise NotImplementedError
+
+    def unsent_for(self, job_ids: Sequence[str], kind: str) -> set[str]:
+        """The ids among ``job_ids`` that still have an unsent outbox row of ``kind``."""
+        raise NotImplementedError
+
+    def repair_flows(self, now: datetime | None = None, limit: int = 500) -> dict[str, int]:
+        """The flow sweeper's pass: re-land, synthesize, settle, cascade (counts by kind)."""
+        raise NotImplementedError
 
     def outstanding(self, queues: Sequence[str]) -> int:
         """What a burst worker still waits for; by default pending + inflight."""

@@ -8,9 +8,19 @@ from typing import Any
 from ..exceptions import ErrorCode, QueueError
 
 CHILD_KEYS = frozenset(
-    {"name", "job", "payload", "depends_on", "priority", "classification", "trace_id",
-     "max_attempts", "dedupe_key", "delay"}
-)  # fmt: skip
+    {
+        "name",
+        "job",
+        "payload",
+        "depends_on",
+        "priority",
+        "classification",
+        "trace_id",
+        "max_attempts",
+        "dedupe_key",
+        "delay",
+    }
+)
 
 
 def validate_dag(children: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -42,10 +42,11 @@ def services_for(backends: Sequence[Backend]) -> list[Service]:
     settings = get_settings()
     found: list[Service] = []
     for b in backends:
-        found.append(Rescuer(b, max_stalled=settings.max_stalled_count,
-                             period=settings.sweep_interval))  # fmt: skip
+        found.append(
+            Rescuer(b, max_stalled=settings.max_stalled_count, period=settings.sweep_interval)
+        )
         found.append(Pruner(b, settings=settings, period=max(settings.sweep_interval, 60.0)))
-        if hasattr(b, "repair_flows"):
+        if b.supports_flows:
             found.append(FlowRepair(b, period=settings.flow_sweep_interval))
     found.append(Relay())
     found[-1].period = settings.sweep_interval

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from ..backends.base import Backend
 
@@ -16,7 +15,6 @@ class FlowRepair:
         self.name = f"flow_repair[{backend.alias}]"
 
     def run_once(self, now: datetime | None = None) -> dict[str, int]:
-        repair: Any = getattr(self.backend, "repair_flows")
         assert self.backend.resilience is not None
-        result: dict[str, int] = self.backend.resilience.call(lambda: repair(now, self.batch))
+        result = self.backend.resilience.call(lambda: self.backend.repair_flows(now, self.batch))
         return {k: v for k, v in result.items() if v}

@@ -10,8 +10,9 @@ from ..records import PruneReport
 
 
 class Pruner:
-    def __init__(self, backend: Backend, *, settings: Settings, period: float = 60.0,
-                 batch: int = 5000) -> None:  # fmt: skip
+    def __init__(
+        self, backend: Backend, *, settings: Settings, period: float = 60.0, batch: int = 5000
+    ) -> None:
         self.backend = backend
         self.settings = settings
         self.period = period
@@ -49,8 +50,9 @@ class Pruner:
             while True:
                 ids = list(
                     rows.filter(created_at__lt=before)
-                    .order_by("id").values_list("id", flat=True)[: self.batch]
-                )  # fmt: skip
+                    .order_by("id")
+                    .values_list("id", flat=True)[: self.batch]
+                )
                 if not ids:
                     break
                 audit_rows += rows.filter(id__in=ids).delete()[0]

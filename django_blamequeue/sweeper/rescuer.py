@@ -16,8 +16,9 @@ from ..records import RescueReport
 class Rescuer:
     name = "rescuer"
 
-    def __init__(self, backend: Backend, *, max_stalled: int = 1, period: float = 5.0,
-                 batch: int = 1000) -> None:  # fmt: skip
+    def __init__(
+        self, backend: Backend, *, max_stalled: int = 1, period: float = 5.0, batch: int = 1000
+    ) -> None:
         self.backend = backend
         self.max_stalled = max_stalled
         self.period = period

@@ -38,11 +38,16 @@ class Scheduler:
         schedules.filter(source="settings").exclude(name__in=list(wanted)).delete()
         for name, entry in wanted.items():
             fields = {
-                "job": entry["job"], "queue": entry.get("queue", ""), "payload": entry.get("payload"),
-                "cron": entry.get("cron", ""), "interval": entry.get("interval"),
-                "timezone": entry.get("timezone", "UTC"), "enabled": entry.get("enabled", True),
-                "backend": entry.get("backend", ""), "source": "settings",
-            }  # fmt: skip
+                "job": entry["job"],
+                "queue": entry.get("queue", ""),
+                "payload": entry.get("payload"),
+                "cron": entry.get("cron", ""),
+                "interval": entry.get("interval"),
+                "timezone": entry.get("timezone", "UTC"),
+                "enabled": entry.get("enabled", True),
+                "backend": entry.get("backend", ""),
+                "source": "settings",
+            }
             updated = schedules.filter(name=name).update(**fields)
             if not updated:
                 schedules.get_or_create(name=name, defaults={**fields, "last_fired_at": now})
@@ -69,25 +74,35 @@ class Scheduler:
         from ..models import Schedule
 
         assert s.last_fired_at is not None
-        due = latest_due(cron=s.cron, interval=s.interval, tz=s.timezone, last=s.last_fired_at, now=now)
+        due = latest_due(
+            cron=s.cron, interval=s.interval, tz=s.timezone, last=s.last_fired_at, now=now
+        )
         if due is None:
             return 0
         definition = registry.get(s.job)
         if definition is None:
             raise LookupError(f"job {s.job!r} is not registered")
         with transaction.atomic(using=self.database):
-            moved = Schedule.objects.using(self.database).filter(
-                Q(last_fired_at__lt=due) | Q(last_fired_at__isnull=True), id=s.id
-            ).update(last_fired_at=due)
+            moved = (
+                Schedule.objects.using(self.database)
+                .filter(Q(last_fired_at__lt=due) | Q(last_fired_at__isnull=True), id=s.id)
+                .update(last_fired_at=due)
+            )
             if not moved:
                 return 0  # another sweeper fired this occurrence
             job = queue.enqueue(
-                s.queue or definition.queue, s.payload, name=s.job,
+                s.queue or definition.queue,
+                s.payload,
+                name=s.job,
                 dedupe_key=f"schedule:{s.name}:{due.isoformat()}",
                 backend=s.backend or definition.backend,
-            )  # fmt: skip
-            fire = audit.Event(action=FIRE, job_id=job.job_id, queue=job.queue_name,
-                               backend=job.backend,
-                               data={"schedule": s.name, "fire_time": due.isoformat()})
+            )
+            fire = audit.Event(
+                action=FIRE,
+                job_id=job.job_id,
+                queue=job.queue_name,
+                backend=job.backend,
+                data={"schedule": s.name, "fire_time": due.isoformat()},
+            )
             audit.record([fire], using=self.database)
         return 1

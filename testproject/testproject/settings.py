@@ -110,9 +110,16 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "job": {"format": "%(asctime)s %(levelname)s %(name)s [%(job_id)s %(queue)s #%(attempt)s] %(message)s"},
+        "job": {
+            "format": "%(asctime)s %(levelname)s %(name)s "
+            "[%(job_id)s %(queue)s #%(attempt)s] %(message)s"
+        },
     },
     "filters": {"job": {"()": "django_blamequeue.context.JobContextFilter"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "job", "filters": ["job"]}},
-    "loggers": {"django_blamequeue": {"handlers": ["console"], "level": "WARNING", "propagate": False}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "job", "filters": ["job"]}
+    },
+    "loggers": {
+        "django_blamequeue": {"handlers": ["console"], "level": "WARNING", "propagate": False}
+    },
 }

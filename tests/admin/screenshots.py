@@ -15,8 +15,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 USER, PASSWORD = "operator", "demo-password"
 
 
@@ -64,15 +71,29 @@ def schedules() -> int:
 
     now = timezone.now()
     nightly = Schedule.objects.create(
-        name="nightly-report", job="demo.jobs.render_report", payload={"step": "nightly"},
-        cron="30 2 * * *", timezone="Europe/Paris", last_fired_at=now - timedelta(hours=20),
-    )  # fmt: skip
-    Schedule.objects.create(name="digest-email", job="demo.jobs.send_email", interval=900,
-                            payload={"to": "ops@example.com"},
-                            last_fired_at=now - timedelta(minutes=4))  # fmt: skip
-    Schedule.objects.create(name="weekly-cleanup", job="demo.jobs.render_report", enabled=False,
-                            cron="0 4 * * mon", timezone="America/New_York", source="settings",
-                            payload={"step": "cleanup"})  # fmt: skip
+        name="nightly-report",
+        job="demo.jobs.render_report",
+        payload={"step": "nightly"},
+        cron="30 2 * * *",
+        timezone="Europe/Paris",
+        last_fired_at=now - timedelta(hours=20),
+    )
+    Schedule.objects.create(
+        name="digest-email",
+        job="demo.jobs.send_email",
+        interval=900,
+        payload={"to": "ops@example.com"},
+        last_fired_at=now - timedelta(minutes=4),
+    )
+    Schedule.objects.create(
+        name="weekly-cleanup",
+        job="demo.jobs.render_report",
+        enabled=False,
+        cron="0 4 * * mon",
+        timezone="America/New_York",
+        source="settings",
+        payload={"step": "cleanup"},
+    )
     return nightly.pk
 
 

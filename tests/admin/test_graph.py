@@ -17,13 +17,30 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 def job(key: str, state: str = "pending", **fields: Any) -> JobInfo:
     base: dict[str, Any] = {
-        "job_id": f"J{key:0>25}"[-26:], "backend": "default", "queue": "q", "name": "app.step",
-        "state": state, "payload": None, "priority": 0, "attempts": 0, "max_attempts": 3,
-        "progress": 0, "result": None, "error": None, "traceback": None, "classification": None,
-        "trace_id": None, "dedupe_key": None, "flow_id": "F", "parent_id": None,
-        "available_at": None, "created_at": NOW, "started_at": None, "finished_at": None,
+        "job_id": f"J{key:0>25}"[-26:],
+        "backend": "default",
+        "queue": "q",
+        "name": "app.step",
+        "state": state,
+        "payload": None,
+        "priority": 0,
+        "attempts": 0,
+        "max_attempts": 3,
+        "progress": 0,
+        "result": None,
+        "error": None,
+        "traceback": None,
+        "classification": None,
+        "trace_id": None,
+        "dedupe_key": None,
+        "flow_id": "F",
+        "parent_id": None,
+        "available_at": None,
+        "created_at": NOW,
+        "started_at": None,
+        "finished_at": None,
         "flow_key": key,
-    }  # fmt: skip
+    }
     base.update(fields)
     return JobInfo(**base)
 
@@ -63,14 +80,21 @@ def test_node_colours_and_links() -> None:
 
 def test_a_wide_column_becomes_groups_by_name() -> None:
     root = job("root", "done")
-    pages = [job(f"p{i}", "done" if i % 3 else "failed", name="app.render_page",
-                 depends_on=(root.job_id,)) for i in range(300)]  # fmt: skip
+    pages = [
+        job(
+            f"p{i}",
+            "done" if i % 3 else "failed",
+            name="app.render_page",
+            depends_on=(root.job_id,),
+        )
+        for i in range(300)
+    ]
     mails = [job(f"m{i}", name="app.mail", depends_on=(root.job_id,)) for i in range(50)]
     g = build([root, *pages, *mails])
     groups = g.groups()
     assert [(n.label, len(n.members)) for n in groups] == [
-        ("mail ×50", 50),  # noqa: RUF001
-        ("render_page ×300", 300),  # noqa: RUF001
+        ("mail ×50", 50),
+        ("render_page ×300", 300),
     ]
     assert groups[1].state == "failed"  # the most urgent state of its members
     assert groups[1].counts == {"done": 200, "failed": 100}
@@ -81,7 +105,7 @@ def test_a_column_of_all_different_names_is_one_group() -> None:
     root = job("root")
     kids = [job(f"k{i}", name=f"k{i}", depends_on=(root.job_id,)) for i in range(100)]
     (group,) = build([root, *kids]).groups()
-    assert len(group.members) == 100 and group.label == "jobs ×100"  # noqa: RUF001
+    assert len(group.members) == 100 and group.label == "jobs ×100"
 
 
 def test_labels_and_ids_are_escaped() -> None:

@@ -73,7 +73,9 @@ def test_dlq_list_and_retry_commands(jobs: dict[str, Any]) -> None:
     failed = jobs["boom"].enqueue({}).job_id
     run("runworker", "cmd", "--burst", "--no-sweep")
     listing = run("blamequeue", "dlq", "list", "cmd")
-    assert "1 job(s) in the DLQ" in listing and failed in listing and "RuntimeError: boom" in listing
+    assert (
+        "1 job(s) in the DLQ" in listing and failed in listing and "RuntimeError: boom" in listing
+    )
     assert f"retried {failed}" in run("blamequeue", "dlq", "retry", failed)
     assert queue.get_job(failed).state == "pending"  # type: ignore[union-attr]
     with pytest.raises(CommandError, match="not in the DLQ"):
@@ -111,10 +113,13 @@ def test_stats_command_shows_counts_and_breaker(jobs: dict[str, Any]) -> None:
 
 
 def test_flow_show_prints_each_node_with_its_state_and_dependencies(jobs: dict[str, Any]) -> None:
-    flow = queue.enqueue_flow("cmd", [
-        {"name": "a", "job": "tests.cmd.ok", "payload": 1},
-        {"name": "b", "job": "tests.cmd.ok", "payload": 2, "depends_on": ["a"]},
-    ])  # fmt: skip
+    flow = queue.enqueue_flow(
+        "cmd",
+        [
+            {"name": "a", "job": "tests.cmd.ok", "payload": 1},
+            {"name": "b", "job": "tests.cmd.ok", "payload": 2, "depends_on": ["a"]},
+        ],
+    )
     out = run("blamequeue", "flow", "show", flow["flow_id"])
     assert "2 job(s)" in out
     assert "a (tests.cmd.ok) [pending]" in out

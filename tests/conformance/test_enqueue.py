@@ -18,7 +18,6 @@ from django_blamequeue.models import AuditEvent, Job
 
 from .support import claim_one, jobs_in, later
 
-
 INSERT_JOB = re.compile(r'\s*INSERT\s+(OR\s+\w+\s+)?INTO\s+"?blamequeue_job"?[\s(]', re.I)
 
 

@@ -95,8 +95,9 @@ def test_fail_fast_settles_at_the_first_failure_and_cancels_the_rest(
     )
     b = get_backend(backend)
     [first] = b.claim(["pages"], 1, 30)
-    fail = lifecycle.decide(lifecycle.Raised(ValueError("broken")), attempt=1, max_attempts=1,
-                            policy=lifecycle.Policy())  # fmt: skip
+    fail = lifecycle.decide(
+        lifecycle.Raised(ValueError("broken")), attempt=1, max_attempts=1, policy=lifecycle.Policy()
+    )
     assert b.apply_many([Ack(job_id=first.job_id, token=first.token, transition=fail)])[0].ok
     Relay().run_once()
     assert wait_until(lambda: queue.get_job(parent.job_id, backend=backend).state == "done", 10)

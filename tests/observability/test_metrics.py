@@ -60,8 +60,16 @@ def test_counters_and_histograms_follow_the_lifecycle(metrics: Any, backend: str
     before = counts(backend)
     handlers.ok.enqueue({"n": 1}, backend=backend)
     handlers.boom.enqueue({"n": 2}, backend=backend)  # two failed attempts, then the DLQ
-    want = {"enqueued": 2, "started": 3, "succeeded": 1, "failed": 2, "retried": 1,
-            "dead_lettered": 1, "run": 3, "wait": 3}  # fmt: skip
+    want = {
+        "enqueued": 2,
+        "started": 3,
+        "succeeded": 1,
+        "failed": 2,
+        "retried": 1,
+        "dead_lettered": 1,
+        "run": 3,
+        "wait": 3,
+    }
     with worker(backend):
         done = wait_until(
             lambda: all(counts(backend)[k] - before[k] >= n for k, n in want.items()), timeout=15
@@ -92,8 +100,9 @@ def test_gauges_report_depth_per_state_and_oldest_pending_age(metrics: Any, back
     line = f'blamequeue_queue_jobs{{backend="{backend}",queue="depth",state="pending"}} 3.0'
     assert line in text
     assert f'blamequeue_queue_jobs{{backend="{backend}",queue="depth",state="done"}} 0.0' in text
-    age = REGISTRY.get_sample_value("blamequeue_queue_oldest_pending_seconds",
-                                    {"backend": backend, "queue": "depth"})  # fmt: skip
+    age = REGISTRY.get_sample_value(
+        "blamequeue_queue_oldest_pending_seconds", {"backend": backend, "queue": "depth"}
+    )
     assert age is not None and 0.0 <= age < 60
 
 
@@ -134,9 +143,20 @@ def test_runworker_metrics_port_serves_while_it_runs(backend: str) -> None:
     port = free_port()
     out = io.StringIO()
     try:
-        call_command("runworker", "obs", "--backend", backend, "--burst", "--no-sweep",
-                     "--metrics-port", str(port), "--metrics-address", "127.0.0.1",
-                     stdout=out, stderr=io.StringIO())  # fmt: skip
+        call_command(
+            "runworker",
+            "obs",
+            "--backend",
+            backend,
+            "--burst",
+            "--no-sweep",
+            "--metrics-port",
+            str(port),
+            "--metrics-address",
+            "127.0.0.1",
+            stdout=out,
+            stderr=io.StringIO(),
+        )
     finally:
         metrics.disable()
     assert f"metrics  http://127.0.0.1:{port}/metrics" in out.getvalue()
@@ -157,18 +177,38 @@ def test_worker_processes_share_counters_through_the_multiprocess_dir(
 
     directory = tmp_path / "prom"
     directory.mkdir()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.tasks.worker_settings",
-           "BLAMEQUEUE_TEST_SUBPROCESS": "1", "BLAMEQUEUE_TEST_TASKS_BACKEND": backend,
-           "PROMETHEUS_MULTIPROC_DIR": str(directory)}  # fmt: skip
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.tasks.worker_settings",
+        "BLAMEQUEUE_TEST_SUBPROCESS": "1",
+        "BLAMEQUEUE_TEST_TASKS_BACKEND": backend,
+        "PROMETHEUS_MULTIPROC_DIR": str(directory),
+    }
     for batch in (3, 2):  # two worker processes, one after the other
         for i in range(batch):
             sample.add.enqueue(i, i)
         subprocess.run(
-            [sys.executable, "-m", "django", "runworker", "tasks", "--backend", backend,
-             "--burst", "--no-sweep", "--metrics-port", str(free_port()),
-             "--metrics-address", "127.0.0.1"],
-            cwd=ROOT, env=env, check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "django",
+                "runworker",
+                "tasks",
+                "--backend",
+                backend,
+                "--burst",
+                "--no-sweep",
+                "--metrics-port",
+                str(free_port()),
+                "--metrics-address",
+                "127.0.0.1",
+            ],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
     assert len(list(directory.glob("counter_*.db"))) == 2  # one file per process
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]

@@ -114,8 +114,9 @@ def test_runs_through_run_jobs_are_traced_too(spans: Any, backend: str) -> None:
 
 
 def test_an_enqueue_many_is_one_span(spans: Any, backend: str) -> None:
-    jobs = queue.enqueue_many("obs", [{"i": i} for i in range(3)], name="tests.observability.ok",
-                              backend=backend)  # fmt: skip
+    jobs = queue.enqueue_many(
+        "obs", [{"i": i} for i in range(3)], name="tests.observability.ok", backend=backend
+    )
     [span] = named(spans, "enqueue ")
     assert span.attributes["blamequeue.job.ids"] == tuple(j.job_id for j in jobs)
     assert span.attributes["messaging.batch.message_count"] == 3
@@ -124,10 +125,14 @@ def test_an_enqueue_many_is_one_span(spans: Any, backend: str) -> None:
 def test_a_dag_flow_is_one_enqueue_span_and_its_jobs_share_its_trace(
     spans: Any, backend: str
 ) -> None:
-    flow = queue.enqueue_flow("obs", [
-        {"name": "a", "job": "tests.observability.ok"},
-        {"name": "b", "job": "tests.observability.ok", "depends_on": ["a"]},
-    ], backend=backend)  # fmt: skip
+    flow = queue.enqueue_flow(
+        "obs",
+        [
+            {"name": "a", "job": "tests.observability.ok"},
+            {"name": "b", "job": "tests.observability.ok", "depends_on": ["a"]},
+        ],
+        backend=backend,
+    )
     [span] = named(spans, "enqueue ")
     ids = {queue.get_job(j["job_id"], backend=backend).trace_id for j in flow["jobs"]}  # type: ignore[union-attr]
     ctx = span.get_span_context()

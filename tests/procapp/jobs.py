@@ -52,7 +52,10 @@ def effect(payload: dict[str, Any] | None) -> dict[str, int]:
         if cur.fetchone() is None:
             first = SideEffect.objects.using(db).get(job_id=ctx.job_id)
             Redelivery.objects.using(db).create(
-                job_id=ctx.job_id, pid=os.getpid(), token=ctx.token, first_pid=first.pid,
+                job_id=ctx.job_id,
+                pid=os.getpid(),
+                token=ctx.token,
+                first_pid=first.pid,
                 first_token=first.token,
-            )  # fmt: skip
+            )
     return {"pid": os.getpid()}

@@ -179,9 +179,12 @@ class Processes:
         with out.open("wb") as o, err.open("wb") as e:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "django", *args],
-                cwd=ROOT, env=self.env(overrides, extra_env), stdin=subprocess.DEVNULL,
-                stdout=o, stderr=e,
-            )  # fmt: skip
+                cwd=ROOT,
+                env=self.env(overrides, extra_env),
+                stdin=subprocess.DEVNULL,
+                stdout=o,
+                stderr=e,
+            )
         proc = Proc(popen, f"{name}[{popen.pid}]", out, err)
         self.started.append(proc)
         return proc
@@ -194,11 +197,19 @@ class Processes:
         extra_env: Mapping[str, str] | None = None,
     ) -> Proc:
         """``runworker proc --backend BACKEND ARGS`` (the queue of ``tests.procapp``)."""
-        return self.spawn("runworker", QUEUE, "--backend", backend, *args,
-                          overrides=overrides, extra_env=extra_env)  # fmt: skip
+        return self.spawn(
+            "runworker",
+            QUEUE,
+            "--backend",
+            backend,
+            *args,
+            overrides=overrides,
+            extra_env=extra_env,
+        )
 
-    def run(self, *args: str, extra_env: Mapping[str, str] | None = None,
-            timeout: float = 120.0) -> str:  # fmt: skip
+    def run(
+        self, *args: str, extra_env: Mapping[str, str] | None = None, timeout: float = 120.0
+    ) -> str:
         """Run a command to completion; its stdout, or a failure with its output."""
         proc = self.spawn(*args, extra_env=extra_env)
         code = proc.wait(timeout)
@@ -257,8 +268,9 @@ def redeliveries(db: str) -> list[Redelivery]:
     return list(Redelivery.objects.using(db).all())
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
-             interval: float = 0.05) -> float:  # fmt: skip
+def wait_for(
+    predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.05
+) -> float:
     """Poll until ``predicate()``; answer the seconds it took; fail with ``what`` if late."""
     start = time.monotonic()
     while not predicate():

@@ -43,14 +43,20 @@ SCENARIOS = [
 def test_workers_killed_at_random_lose_no_job_and_do_none_twice(
     backend: str, n_workers: int, n_jobs: int, processes: Processes, report: Report
 ) -> None:
-    queue.enqueue_many(QUEUE, [{"i": i} for i in range(n_jobs)], name="procapp.effect",
-                       backend=backend, max_attempts=10_000)  # fmt: skip
+    queue.enqueue_many(
+        QUEUE,
+        [{"i": i} for i in range(n_jobs)],
+        name="procapp.effect",
+        backend=backend,
+        max_attempts=10_000,
+    )
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
 
     def spawn() -> Proc:
-        return processes.worker(backend, "--concurrency", "4", "--lease", LEASE,
-                                "--poll", "0.5", overrides=OVERRIDES)  # fmt: skip
+        return processes.worker(
+            backend, "--concurrency", "4", "--lease", LEASE, "--poll", "0.5", overrides=OVERRIDES
+        )
 
     pool = [spawn() for _ in range(n_workers)]
     killed: set[int] = set()
@@ -84,11 +90,19 @@ def test_workers_killed_at_random_lose_no_job_and_do_none_twice(
     rescued = jobs.aggregate(n=Sum("stalls"))["n"] or 0
     locked = processes.stderr_count("database is locked")
     report(
-        f"chaos[{engine(backend)}]", jobs=n_jobs, workers=n_workers, kills=len(killed),
-        spared_while_starting=spared, lost=lost,
-        done_twice=len(done_twice), redelivered_after_a_kill=len(again) - len(done_twice),
-        leases_rescued=rescued, database_is_locked_errors=locked, seed=str(seed), s=elapsed,
-    )  # fmt: skip
+        f"chaos[{engine(backend)}]",
+        jobs=n_jobs,
+        workers=n_workers,
+        kills=len(killed),
+        spared_while_starting=spared,
+        lost=lost,
+        done_twice=len(done_twice),
+        redelivered_after_a_kill=len(again) - len(done_twice),
+        leases_rescued=rescued,
+        database_is_locked_errors=locked,
+        seed=str(seed),
+        s=elapsed,
+    )
     assert states(backend) == {"done": n_jobs}
     assert effects(backend) == n_jobs
     assert lost == 0

@@ -36,20 +36,28 @@ OVERRIDES = {"SWEEP_INTERVAL": 0.2, "MAX_STALLED_COUNT": 5}
 def test_a_worker_with_a_skewed_clock_neither_rescues_nor_runs_early(
     backend: str, skew: int, processes: Processes, report: Report
 ) -> None:
-    faked = {"BLAMEQUEUE_TEST_CLOCK_SKEW": str(skew),
-             "PYTHONPATH": os.pathsep.join([str(CLOCKSKEW), str(ROOT)])}  # fmt: skip
+    faked = {
+        "BLAMEQUEUE_TEST_CLOCK_SKEW": str(skew),
+        "PYTHONPATH": os.pathsep.join([str(CLOCKSKEW), str(ROOT)]),
+    }
     skewed = processes.worker(backend, *ARGS, overrides=OVERRIDES, extra_env=faked)
     honest = processes.worker(backend, *ARGS, overrides=OVERRIDES)
     skewed.wait_started()
     honest.wait_started()
     # Delayed a minute: a worker ahead by five would find them due by its own clock.
-    delayed = queue.enqueue_many(QUEUE, [{"delayed": i} for i in range(DELAYED)],
-                                 name="procapp.effect", backend=backend, delay=60)  # fmt: skip
+    delayed = queue.enqueue_many(
+        QUEUE,
+        [{"delayed": i} for i in range(DELAYED)],
+        name="procapp.effect",
+        backend=backend,
+        delay=60,
+    )
     # Four seconds each under a two-second lease: each worker holds four, renewing them while
     # the other's sweeper runs every 0.2 s. A lease computed by a clock behind would be
     # expired already; a sweeper with a clock ahead would find the others' leases expired.
-    long_runs = queue.enqueue_many(QUEUE, [{"sleep": 4}] * LONG, name="procapp.effect",
-                              backend=backend)  # fmt: skip
+    long_runs = queue.enqueue_many(
+        QUEUE, [{"sleep": 4}] * LONG, name="procapp.effect", backend=backend
+    )
     wait_for(lambda: count(backend, "done") == LONG, 60, "the long jobs")
 
     jobs = Job.objects.using(backend)
@@ -71,9 +79,13 @@ def test_a_worker_with_a_skewed_clock_neither_rescues_nor_runs_early(
         by[e.pid].append(e.host_clock - finished.timestamp())
     seen_skew = sum(by[skewed.pid]) / max(1, len(by[skewed.pid]))
     latest = long_jobs.aggregate(m=Max("attempts"))["m"]
-    report(f"clock-skew[{skew:+d} s]", skewed_worker_ran=f"{len(by[skewed.pid])} of {LONG}",
-           its_clock=f"{seen_skew:+.0f} s off the database's", early_rescues=rescued,
-           early_runs=f"{early} of {DELAYED} jobs delayed 60 s")  # fmt: skip
+    report(
+        f"clock-skew[{skew:+d} s]",
+        skewed_worker_ran=f"{len(by[skewed.pid])} of {LONG}",
+        its_clock=f"{seen_skew:+.0f} s off the database's",
+        early_rescues=rescued,
+        early_runs=f"{early} of {DELAYED} jobs delayed 60 s",
+    )
     assert len(by[skewed.pid]) == len(by[honest.pid]) == LONG // 2
     assert abs(seen_skew - skew) < 30, "the worker's clock was not skewed"
     assert all(abs(d) < 30 for d in by[honest.pid])

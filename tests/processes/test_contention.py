@@ -50,8 +50,9 @@ def test_concurrent_claimers_get_at_most_their_batch_and_never_the_same_job(
     """SKIP LOCKED under ``IN (subquery) LIMIT`` can lock more rows than the limit; the
     claim is a CTE. On SQLite the claim is one write transaction, serialised."""
     n_jobs, claimers, batch = 1_000, 8, 10
-    queue.enqueue_many(QUEUE, [{"i": i} for i in range(n_jobs)], name="procapp.effect",
-                       backend=backend)  # fmt: skip
+    queue.enqueue_many(
+        QUEUE, [{"i": i} for i in range(n_jobs)], name="procapp.effect", backend=backend
+    )
     b = get_backend(backend)
     sizes: list[int] = []
     ids: list[str] = []
@@ -68,8 +69,15 @@ def test_concurrent_claimers_get_at_most_their_batch_and_never_the_same_job(
     elapsed = time.monotonic() - start
     assert errors == []
     twice = len(ids) - len(set(ids))
-    report(f"claims[{engine(backend)}]", claimers=claimers, jobs=n_jobs, claims=len(sizes),
-           largest=max(sizes), ids_twice=twice, s=elapsed)  # fmt: skip
+    report(
+        f"claims[{engine(backend)}]",
+        claimers=claimers,
+        jobs=n_jobs,
+        claims=len(sizes),
+        largest=max(sizes),
+        ids_twice=twice,
+        s=elapsed,
+    )
     assert max(sizes) <= batch
     assert twice == 0 and len(ids) == n_jobs
     rows = Job.objects.using(backend).filter(queue=QUEUE)
@@ -81,8 +89,9 @@ def test_fifty_threads_enqueueing_one_dedupe_key_make_one_row(backend: str, repo
     lock = threading.Lock()
 
     def enqueue() -> None:
-        got = queue.enqueue(QUEUE, {"n": 1}, name="procapp.effect", dedupe_key="the-one",
-                            backend=backend)  # fmt: skip
+        got = queue.enqueue(
+            QUEUE, {"n": 1}, name="procapp.effect", dedupe_key="the-one", backend=backend
+        )
         with lock:
             answers.append(got)
 
@@ -92,8 +101,13 @@ def test_fifty_threads_enqueueing_one_dedupe_key_make_one_row(backend: str, repo
     assert errors == []
     rows = Job.objects.using(backend).filter(queue=QUEUE, dedupe_key="the-one")
     fresh = [a for a in answers if not a.deduplicated]
-    report(f"dedupe[{engine(backend)}]", threads=50, rows=rows.count(),
-           answered_deduplicated=len(answers) - len(fresh), s=elapsed)  # fmt: skip
+    report(
+        f"dedupe[{engine(backend)}]",
+        threads=50,
+        rows=rows.count(),
+        answered_deduplicated=len(answers) - len(fresh),
+        s=elapsed,
+    )
     assert rows.count() == 1
     assert len(answers) == 50 and len(fresh) == 1
     assert {a.job_id for a in answers} == {rows.get().id}

@@ -26,8 +26,10 @@ def test_workers_draining_one_queue_run_every_job_exactly_once(
     n = JOBS[backend]
     queue.enqueue_many(QUEUE, [{"i": i} for i in range(n)], name="procapp.effect", backend=backend)
     start = time.monotonic()
-    workers = [processes.worker(backend, "--burst", "--concurrency", "4", "--no-sweep")
-               for _ in range(WORKERS)]  # fmt: skip
+    workers = [
+        processes.worker(backend, "--burst", "--concurrency", "4", "--no-sweep")
+        for _ in range(WORKERS)
+    ]
     for w in workers:
         code = w.wait(120)
         assert code == 0, f"{w.name} exited with {code}:\n{w.tail()}"
@@ -43,7 +45,10 @@ def test_workers_draining_one_queue_run_every_job_exactly_once(
     )
     assert set(by_worker) <= {w.pid for w in workers}
     report(
-        f"drain[{engine(backend)}]", jobs=n, workers=WORKERS,
+        f"drain[{engine(backend)}]",
+        jobs=n,
+        workers=WORKERS,
         split="/".join(str(by_worker.get(w.pid, 0)) for w in workers),
-        run_twice=0, s=elapsed,
-    )  # fmt: skip
+        run_twice=0,
+        s=elapsed,
+    )

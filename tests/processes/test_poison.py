@@ -38,15 +38,28 @@ class Trap:
         return (Path.mkdir, (self.path,))
 
 
-def stored(db: str, *, name: str, body: bytes, content_type: str = "application/json",
-           encoding: str = "utf-8") -> str:  # fmt: skip
+def stored(
+    db: str,
+    *,
+    name: str,
+    body: bytes,
+    content_type: str = "application/json",
+    encoding: str = "utf-8",
+) -> str:
     """A row written past the API, as another producer or a hand-edited table might."""
     now = timezone.now()
     job = Job(
-        id=ids.new_id(), queue=QUEUE, name=name, payload=body, content_type=content_type,
-        content_encoding=encoding, available_at=now - timedelta(seconds=1), max_attempts=5,
-        created_at=now, updated_at=now,
-    )  # fmt: skip
+        id=ids.new_id(),
+        queue=QUEUE,
+        name=name,
+        payload=body,
+        content_type=content_type,
+        content_encoding=encoding,
+        available_at=now - timedelta(seconds=1),
+        max_attempts=5,
+        created_at=now,
+        updated_at=now,
+    )
     job.save(using=db)
     return job.id
 
@@ -81,11 +94,17 @@ def test_poison_is_refused_or_dead_lettered_and_the_good_jobs_behind_it_run(
     poison = {
         "malformed": stored(backend, name="procapp.effect", body=b'{"unterminated": '),
         "unknown name": stored(backend, name="procapp.gone", body=b"{}"),
-        "pickle": stored(backend, name="procapp.effect", body=pickle.dumps(Trap(trap)),
-                         content_type="application/x-python-serialize", encoding="binary"),
-    }  # fmt: skip
-    queue.enqueue_many(QUEUE, [{"i": i} for i in range(GOOD)], name="procapp.effect",
-                       backend=backend)  # fmt: skip
+        "pickle": stored(
+            backend,
+            name="procapp.effect",
+            body=pickle.dumps(Trap(trap)),
+            content_type="application/x-python-serialize",
+            encoding="binary",
+        ),
+    }
+    queue.enqueue_many(
+        QUEUE, [{"i": i} for i in range(GOOD)], name="procapp.effect", backend=backend
+    )
     start = time.monotonic()
     worker = processes.worker(backend, "--burst", "--concurrency", "4", "--no-sweep")
     assert worker.wait(60) == 0, worker.tail()
@@ -93,11 +112,14 @@ def test_poison_is_refused_or_dead_lettered_and_the_good_jobs_behind_it_run(
 
     rows = {k: Job.objects.using(backend).get(id=v) for k, v in poison.items()}
     dead = {j.job_id for j in queue.dlq_list(QUEUE, backend=backend)}
-    report(f"poison[{engine(backend)}]",
-           refused_at_enqueue="/".join(str(c) for c in codes),
-           dead_lettered=f"{len(dead)} of {len(poison)} after 1 attempt",
-           pickle_loaded="no" if not trap.exists() else "YES",
-           good_jobs_done=f"{states(backend).get('done', 0)} of {GOOD}", s=elapsed)  # fmt: skip
+    report(
+        f"poison[{engine(backend)}]",
+        refused_at_enqueue="/".join(str(c) for c in codes),
+        dead_lettered=f"{len(dead)} of {len(poison)} after 1 attempt",
+        pickle_loaded="no" if not trap.exists() else "YES",
+        good_jobs_done=f"{states(backend).get('done', 0)} of {GOOD}",
+        s=elapsed,
+    )
     assert dead == set(poison.values())
     for job in rows.values():
         assert (job.state, job.attempts, job.reason) == ("failed", 1, "bad_job"), job.error

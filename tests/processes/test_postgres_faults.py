@@ -57,8 +57,9 @@ class Remote:
             self.conn = None
 
     def done(self) -> int:
-        n = self.one(f"SELECT count(*) FROM blamequeue_job WHERE queue = '{QUEUE}' "
-                     "AND state = 'done'")  # fmt: skip
+        n = self.one(
+            f"SELECT count(*) FROM blamequeue_job WHERE queue = '{QUEUE}' AND state = 'done'"
+        )
         return -1 if n is None else int(n)
 
 
@@ -91,12 +92,23 @@ def test_workers_recover_from_a_postgres_restart_at_40_percent(
     server.close()
     db = Remote(own_postgres.url.rsplit("/", 1)[0] + "/test_blamequeue")
     processes.run("migrate", "--database", "postgres", "--noinput", "-v", "0", extra_env=env)
-    processes.run("procapp", "enqueue", "--backend", "postgres", "--count", str(n_jobs),
-                  "--max-attempts", "100", extra_env=env)  # fmt: skip
+    processes.run(
+        "procapp",
+        "enqueue",
+        "--backend",
+        "postgres",
+        "--count",
+        str(n_jobs),
+        "--max-attempts",
+        "100",
+        extra_env=env,
+    )
     # --poll 10: waiting a poll interval would show; a re-established LISTEN wakes at once.
     args = ("--concurrency", "4", "--poll", "10")
-    workers = [processes.worker("postgres", *args, extra_env=env, overrides={"SWEEP_INTERVAL": 1})
-               for _ in range(2)]  # fmt: skip
+    workers = [
+        processes.worker("postgres", *args, extra_env=env, overrides={"SWEEP_INTERVAL": 1})
+        for _ in range(2)
+    ]
     try:
         wait_for(lambda: db.done() >= n_jobs * 0.4, 60, "40 % done", interval=0.02)
         at = db.done()
@@ -113,13 +125,13 @@ def test_workers_recover_from_a_postgres_restart_at_40_percent(
         up_at = up[-1]
         recovered = wait_for(
             lambda: db.one(f"SELECT count(*) FROM blamequeue_job WHERE finished_at > '{up_at}'"),
-            60, "the first job done after the restart",
-        )  # fmt: skip
+            60,
+            "the first job done after the restart",
+        )
         wait_for(lambda: db.done() == n_jobs, 90, "all jobs done after the restart")
         drained = time.monotonic() - began
         relisten = wait_for(lambda: db.one(LISTENING) == len(workers), 30, "LISTEN again")
-        processes.run("procapp", "enqueue", "--backend", "postgres", "--count", "1",
-                      extra_env=env)  # fmt: skip
+        processes.run("procapp", "enqueue", "--backend", "postgres", "--count", "1", extra_env=env)
         wait_for(lambda: db.done() == n_jobs + 1, 10, "a job enqueued after the recovery")
         latency = db.one(
             "SELECT extract(epoch FROM max(started_at - created_at)) FROM blamequeue_job "
@@ -130,11 +142,20 @@ def test_workers_recover_from_a_postgres_restart_at_40_percent(
         again = db.one("SELECT count(*) FROM procapp_redelivery")
         retried = db.one("SELECT count(*) FROM blamequeue_job WHERE attempts > 1")
         warned = processes.stderr_count("LISTEN connection lost")
-        report("pg-restart[postgres]", jobs=n_jobs, restarted_at=f"{at} done",
-               down=f"{down:.1f} s", first_job_done_after=f"{recovered:.1f} s",
-               drained_after=f"{drained:.1f} s", listen_back_after=f"{relisten:.1f} s",
-               wake_latency_after=f"{float(latency) * 1000:.0f} ms", lost=lost,
-               jobs_retried=retried, done_twice=again, listen_lost_warnings=warned)  # fmt: skip
+        report(
+            "pg-restart[postgres]",
+            jobs=n_jobs,
+            restarted_at=f"{at} done",
+            down=f"{down:.1f} s",
+            first_job_done_after=f"{recovered:.1f} s",
+            drained_after=f"{drained:.1f} s",
+            listen_back_after=f"{relisten:.1f} s",
+            wake_latency_after=f"{float(latency) * 1000:.0f} ms",
+            lost=lost,
+            jobs_retried=retried,
+            done_twice=again,
+            listen_lost_warnings=warned,
+        )
         assert lost == 0 and effects_n == n_jobs + 1 and again == 0
         assert float(latency) < 2.0, "woken by polling (every 10 s), not by LISTEN"
         assert all(w.alive() for w in workers), processes.tails()
@@ -161,8 +182,9 @@ def test_a_worker_survives_pg_terminate_backend_mid_job(
     backend: str, processes: Processes, report: Report
 ) -> None:
     n_jobs = 200
-    queue.enqueue_many(QUEUE, [{"sleep": 0.05}] * n_jobs, name="procapp.effect",
-                       backend=backend, max_attempts=10)  # fmt: skip
+    queue.enqueue_many(
+        QUEUE, [{"sleep": 0.05}] * n_jobs, name="procapp.effect", backend=backend, max_attempts=10
+    )
     worker = processes.worker(backend, "--concurrency", "4", "--poll", "5")
     terminated: list[int] = []
     for share in (0.2, 0.5, 0.8):
@@ -175,11 +197,16 @@ def test_a_worker_survives_pg_terminate_backend_mid_job(
     wait_for(lambda: count(backend, "done") == n_jobs, 60, "all jobs done")
     relisten = wait_for(lambda: listening() == 1, 30, "the worker to LISTEN again")
     retried = Job.objects.using(backend).filter(queue=QUEUE, attempts__gt=1).count()
-    report("pg-terminate[postgres]", jobs=n_jobs,
-           connections_terminated="+".join(map(str, terminated)) + " mid-job",
-           lost=n_jobs - effects(backend), jobs_retried=retried,
-           done_twice=len(redeliveries(backend)), worker="survived",
-           listen_back_after=f"{relisten:.1f} s")  # fmt: skip
+    report(
+        "pg-terminate[postgres]",
+        jobs=n_jobs,
+        connections_terminated="+".join(map(str, terminated)) + " mid-job",
+        lost=n_jobs - effects(backend),
+        jobs_retried=retried,
+        done_twice=len(redeliveries(backend)),
+        worker="survived",
+        listen_back_after=f"{relisten:.1f} s",
+    )
     assert all(n >= 2 for n in terminated), terminated  # at least the claimer and the listener
     assert states(backend) == {"done": n_jobs} and effects(backend) == n_jobs
     assert redeliveries(backend) == []

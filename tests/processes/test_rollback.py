@@ -47,8 +47,9 @@ def test_jobs_enqueued_in_a_rolled_back_transaction_are_never_visible_nor_run(
     probe: threading.Thread | None = None
     start = time.monotonic()
     with pytest.raises(Rollback), transaction.atomic(using=backend):
-        queue.enqueue_many(QUEUE, [{"i": i} for i in range(JOBS)], name="procapp.effect",
-                           backend=backend)  # fmt: skip
+        queue.enqueue_many(
+            QUEUE, [{"i": i} for i in range(JOBS)], name="procapp.effect", backend=backend
+        )
         inside.append(Job.objects.using(backend).filter(queue=QUEUE).count())
         probe = count_elsewhere(backend, elsewhere)
         # On SQLite the reader may wait for the writer's lock: then it counts after the
@@ -68,8 +69,14 @@ def test_jobs_enqueued_in_a_rolled_back_transaction_are_never_visible_nor_run(
     job = Job.objects.using(backend).get(id=sentinel.job_id)
     assert job.started_at is not None
     latency = (job.started_at - job.created_at).total_seconds()
-    report(f"rollback[{engine(backend)}]", enqueued_in_atomic=JOBS, open_for=f"{held:.1f} s",
-           visible_elsewhere=elsewhere[0], visible_after=0, run=ran - 1,
-           sentinel_started_after=f"{latency * 1000:.0f} ms")  # fmt: skip
+    report(
+        f"rollback[{engine(backend)}]",
+        enqueued_in_atomic=JOBS,
+        open_for=f"{held:.1f} s",
+        visible_elsewhere=elsewhere[0],
+        visible_after=0,
+        run=ran - 1,
+        sentinel_started_after=f"{latency * 1000:.0f} ms",
+    )
     assert ran == 1
     assert worker.alive() and worker.stop() == 0

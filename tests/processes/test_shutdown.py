@@ -24,11 +24,13 @@ JOB_SECONDS = 10
 def test_sigterm_releases_what_outlives_the_grace_and_each_job_runs_once_elsewhere(
     backend: str, processes: Processes, report: Report
 ) -> None:
-    first = processes.worker(backend, "--concurrency", str(IN_FLIGHT), "--grace", "2",
-                             "--lease", "30", "--no-sweep")  # fmt: skip
+    first = processes.worker(
+        backend, "--concurrency", str(IN_FLIGHT), "--grace", "2", "--lease", "30", "--no-sweep"
+    )
     first.wait_started()
-    queue.enqueue_many(QUEUE, [{"sleep": JOB_SECONDS}] * IN_FLIGHT, name="procapp.effect",
-                       backend=backend)  # fmt: skip
+    queue.enqueue_many(
+        QUEUE, [{"sleep": JOB_SECONDS}] * IN_FLIGHT, name="procapp.effect", backend=backend
+    )
     wait_for(lambda: count(backend, "inflight") == IN_FLIGHT, 30, "20 jobs in flight")
     sent = time.monotonic()
     first.signal(signal.SIGTERM)
@@ -39,14 +41,20 @@ def test_sigterm_releases_what_outlives_the_grace_and_each_job_runs_once_elsewhe
     released = jobs.filter(state="pending", attempts=0, lease_token=None).count()
     assert effects(backend) == 0
 
-    second = processes.worker(backend, "--concurrency", str(IN_FLIGHT), "--lease", "30",
-                              "--no-sweep")  # fmt: skip
+    second = processes.worker(
+        backend, "--concurrency", str(IN_FLIGHT), "--lease", "30", "--no-sweep"
+    )
     wait_for(lambda: count(backend, "done") == IN_FLIGHT, 60, "the released jobs to run")
     runs = set(SideEffect.objects.using(backend).values_list("pid", flat=True))
     attempts = set(jobs.values_list("attempts", flat=True))
-    report(f"sigterm[{engine(backend)}]", in_flight=f"{IN_FLIGHT} jobs of {JOB_SECONDS} s",
-           grace="2 s", exited_in=f"{exited_in:.1f} s", released_with_attempts_unchanged=released,
-           run_once_elsewhere=effects(backend))  # fmt: skip
+    report(
+        f"sigterm[{engine(backend)}]",
+        in_flight=f"{IN_FLIGHT} jobs of {JOB_SECONDS} s",
+        grace="2 s",
+        exited_in=f"{exited_in:.1f} s",
+        released_with_attempts_unchanged=released,
+        run_once_elsewhere=effects(backend),
+    )
     assert exited_in <= 3.0
     assert released == IN_FLIGHT
     assert runs == {second.pid} and attempts == {1} and redeliveries(backend) == []
@@ -56,8 +64,7 @@ def test_sigterm_releases_what_outlives_the_grace_and_each_job_runs_once_elsewhe
 def test_a_second_signal_stops_at_once(backend: str, processes: Processes, report: Report) -> None:
     worker = processes.worker(backend, "--concurrency", "4", "--grace", "30", "--no-sweep")
     worker.wait_started()
-    queue.enqueue_many(QUEUE, [{"sleep": JOB_SECONDS}] * 4, name="procapp.effect",
-                       backend=backend)  # fmt: skip
+    queue.enqueue_many(QUEUE, [{"sleep": JOB_SECONDS}] * 4, name="procapp.effect", backend=backend)
     wait_for(lambda: count(backend, "inflight") == 4, 30, "4 jobs in flight")
     worker.signal(signal.SIGTERM)
     wait_for(lambda: "signal again to stop now" in worker.stderr(), 10, "the first signal")
@@ -67,8 +74,11 @@ def test_a_second_signal_stops_at_once(backend: str, processes: Processes, repor
     exited_in = time.monotonic() - sent
     assert code == 0, worker.tail()
     released = Job.objects.using(backend).filter(queue=QUEUE, state="pending", attempts=0)
-    report(f"second-signal[{engine(backend)}]", grace="30 s",
-           exited_in=f"{exited_in:.1f} s after the second signal",
-           released=released.count())  # fmt: skip
+    report(
+        f"second-signal[{engine(backend)}]",
+        grace="30 s",
+        exited_in=f"{exited_in:.1f} s after the second signal",
+        released=released.count(),
+    )
     assert exited_in <= 2.0  # "at once": far below the 30 s grace (teardown alone is ~0.4 s)
     assert released.count() == 4 and effects(backend) == 0

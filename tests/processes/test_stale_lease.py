@@ -57,16 +57,23 @@ def test_a_stale_token_is_refused_by_every_verb_and_changes_nothing(
         signals = b.lease_signals([(job_id, first.token)])
 
         if (
-            not ack.ok and not extended and lost == {job_id} and not progressed
-            and signals.lost == {job_id} and row(backend, job_id) == before
-        ):  # fmt: skip
+            not ack.ok
+            and not extended
+            and lost == {job_id}
+            and not progressed
+            and signals.lost == {job_id}
+            and row(backend, job_id) == before
+        ):
             refused += 1
-        [fresh] = b.apply_many([Ack(job_id=job_id, token=second.token, transition=done)],
-                               now=later)  # fmt: skip
+        [fresh] = b.apply_many([Ack(job_id=job_id, token=second.token, transition=done)], now=later)
         assert fresh.ok and fresh.state == State.DONE
     lock_lost = AuditEvent.objects.using(backend).filter(action=audit.LOCK_LOST).count()
-    report(f"stale-ack[{engine(backend)}]", refused=f"{refused} of {RUNS}",
-           lock_lost_audited=lock_lost, s=time.monotonic() - start)  # fmt: skip
+    report(
+        f"stale-ack[{engine(backend)}]",
+        refused=f"{refused} of {RUNS}",
+        lock_lost_audited=lock_lost,
+        s=time.monotonic() - start,
+    )
     assert refused == RUNS
     assert lock_lost == RUNS
 
@@ -78,8 +85,9 @@ def test_a_frozen_worker_thawed_after_a_takeover_changes_nothing(
     args = ("--concurrency", "1", "--lease", "2", "--no-sweep", "--poll", "0.2")
     stale = processes.worker(backend, *args)
     stale.wait_started()
-    job_id = queue.enqueue(QUEUE, {"sleep": 1.0}, name="procapp.effect", backend=backend,
-                           max_attempts=5).job_id  # fmt: skip
+    job_id = queue.enqueue(
+        QUEUE, {"sleep": 1.0}, name="procapp.effect", backend=backend, max_attempts=5
+    ).job_id
     wait_for(lambda: row(backend, job_id)["state"] == "inflight", 30, "the first worker's claim")
     stale.signal(signal.SIGSTOP)
     frozen_at = time.monotonic()
@@ -94,13 +102,19 @@ def test_a_frozen_worker_thawed_after_a_takeover_changes_nothing(
     frozen_for = time.monotonic() - frozen_at
     wait_for(
         lambda: "ack refused" in stale.stderr() or "lost the lease" in stale.stderr(),
-        15, "the thawed worker to notice its lease is gone",
-    )  # fmt: skip
+        15,
+        "the thawed worker to notice its lease is gone",
+    )
     after = row(backend, job_id)
     effect = SideEffect.objects.using(backend).get(job_id=job_id)
     how = "ack refused" if "ack refused" in stale.stderr() else "run abandoned"
-    report(f"frozen-worker[{engine(backend)}]", frozen=f"{frozen_for:.1f} s (lease 2 s)",
-           taken_over_by="another worker", stale_worker=how, job="unchanged")  # fmt: skip
+    report(
+        f"frozen-worker[{engine(backend)}]",
+        frozen=f"{frozen_for:.1f} s (lease 2 s)",
+        taken_over_by="another worker",
+        stale_worker=how,
+        job="unchanged",
+    )
     assert after == before
     assert (after["state"], after["attempts"]) == ("done", 2)
     assert effect.pid == taker.pid and redeliveries(backend) == []

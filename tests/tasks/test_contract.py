@@ -87,10 +87,14 @@ def test_enqueue_answers_a_ready_result_with_every_field(tasks_backend: Any, bac
 
 @pytest.mark.parametrize(
     ("value", "error"),
-    [(object(), TypeError), ({1, 2}, TypeError), (timezone.now(), TypeError),
-     (b"\xff\xfe", ValueError)],
+    [
+        (object(), TypeError),
+        ({1, 2}, TypeError),
+        (timezone.now(), TypeError),
+        (b"\xff\xfe", ValueError),
+    ],
     ids=["object", "set", "datetime", "non-utf8-bytes"],
-)  # fmt: skip
+)
 def test_arguments_must_be_json_and_nothing_is_stored_otherwise(
     tasks_backend: Any, backend: str, value: object, error: type[Exception]
 ) -> None:
@@ -159,25 +163,35 @@ def test_functions_must_be_module_level_and_context_takers_name_it(tasks_backend
     with pytest.raises(InvalidTask, match="module level"):
         BlameQueueTask(func=local, backend="blamequeue", queue_name="tasks")
     with pytest.raises(InvalidTask, match="context"):
-        BlameQueueTask(func=sample.plain_function, backend="blamequeue", queue_name="tasks",
-                       takes_context=True)  # fmt: skip
+        BlameQueueTask(
+            func=sample.plain_function, backend="blamequeue", queue_name="tasks", takes_context=True
+        )
 
 
 @pytest.mark.parametrize(
     "options",
-    [{"max_attempts": 0}, {"max_attempts": True}, {"timeout": -1}, {"timeout": float("inf")},
-     {"dedupe_key": ""}, {"dedupe_key": "k" * 256}],
-)  # fmt: skip
+    [
+        {"max_attempts": 0},
+        {"max_attempts": True},
+        {"timeout": -1},
+        {"timeout": float("inf")},
+        {"dedupe_key": ""},
+        {"dedupe_key": "k" * 256},
+    ],
+)
 def test_job_options_are_validated(tasks_backend: Any, options: dict[str, Any]) -> None:
     with pytest.raises(InvalidTask):
-        BlameQueueTask(func=sample.plain_function, backend="blamequeue", queue_name="tasks",
-                       **options)  # fmt: skip
+        BlameQueueTask(
+            func=sample.plain_function, backend="blamequeue", queue_name="tasks", **options
+        )
 
 
 def test_options_the_backend_does_not_know_are_refused(settings: Any) -> None:
     entry = {"BACKEND": "django_blamequeue.tasks.BlameQueueBackend"}
-    settings.TASKS = {"bad": {**entry, "OPTIONS": {"QUEUES": ["a"]}},
-                      "typo": {**entry, "OPTIONS": {"BLAMEQUEUE_BACKNED": "x"}}}  # fmt: skip
+    settings.TASKS = {
+        "bad": {**entry, "OPTIONS": {"QUEUES": ["a"]}},
+        "typo": {**entry, "OPTIONS": {"BLAMEQUEUE_BACKNED": "x"}},
+    }
     with pytest.raises(ImproperlyConfigured, match="QUEUES next to BACKEND"):
         task_backends["bad"]
     with pytest.raises(ImproperlyConfigured, match="BLAMEQUEUE_BACKNED"):
@@ -185,8 +199,12 @@ def test_options_the_backend_does_not_know_are_refused(settings: Any) -> None:
 
 
 def test_check_reports_a_blamequeue_backend_that_does_not_exist(settings: Any) -> None:
-    settings.TASKS = {"x": {"BACKEND": "django_blamequeue.tasks.BlameQueueBackend",
-                            "OPTIONS": {"BLAMEQUEUE_BACKEND": "missing"}}}  # fmt: skip
+    settings.TASKS = {
+        "x": {
+            "BACKEND": "django_blamequeue.tasks.BlameQueueBackend",
+            "OPTIONS": {"BLAMEQUEUE_BACKEND": "missing"},
+        }
+    }
     errors = task_backends["x"].check()
     assert [e.id for e in errors] == ["blamequeue.E030"] and "missing" in errors[0].msg
 
@@ -294,10 +312,16 @@ def test_a_cancelled_run_is_failed_and_the_error_says_cancelled(
 
 @pytest.mark.parametrize(
     ("state", "status"),
-    [("pending", "READY"), ("blocked", "READY"), ("inflight", "RUNNING"),
-     ("waiting_children", "RUNNING"), ("done", "SUCCESSFUL"), ("failed", "FAILED"),
-     ("cancelled", "FAILED")],
-)  # fmt: skip
+    [
+        ("pending", "READY"),
+        ("blocked", "READY"),
+        ("inflight", "RUNNING"),
+        ("waiting_children", "RUNNING"),
+        ("done", "SUCCESSFUL"),
+        ("failed", "FAILED"),
+        ("cancelled", "FAILED"),
+    ],
+)
 def test_status_mapping_of_every_job_state(
     tasks_backend: Any, backend: str, state: str, status: str
 ) -> None:

@@ -33,15 +33,33 @@ def start_worker(tmp_path: Path, backend: str) -> Iterator[Any]:
 
     def start(name: str) -> subprocess.Popen[bytes]:
         env = {
-            **os.environ, "DJANGO_SETTINGS_MODULE": "tests.tasks.worker_settings",
-            "BLAMEQUEUE_TEST_SUBPROCESS": "1", "BLAMEQUEUE_TEST_TASKS_BACKEND": backend,
-        }  # fmt: skip
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.tasks.worker_settings",
+            "BLAMEQUEUE_TEST_SUBPROCESS": "1",
+            "BLAMEQUEUE_TEST_TASKS_BACKEND": backend,
+        }
         log = (tmp_path / f"{name}.log").open("wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "django", "runworker", "crash", "--backend", backend,
-             "--lease", "1", "--poll", "0.1", "--grace", "0"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "django",
+                "runworker",
+                "crash",
+                "--backend",
+                backend,
+                "--lease",
+                "1",
+                "--poll",
+                "0.1",
+                "--grace",
+                "0",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         procs.append(proc)
         return proc
 
@@ -89,12 +107,25 @@ def test_the_reference_database_backend_leaves_a_killed_task_running(
     from tests.tasks.config import reference_tasks
 
     apps_ = [*settings.INSTALLED_APPS, "django_tasks_db"]
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.tasks.reference_settings",
-           "BLAMEQUEUE_TEST_SUBPROCESS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.tasks.reference_settings",
+        "BLAMEQUEUE_TEST_SUBPROCESS": "1",
+    }
     command = [
-        sys.executable, "-m", "django", "db_worker", "--backend", "reference",
-        "--queue-name", "crash", "--interval", "0.1", "--no-startup-delay", "--no-reload",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "django",
+        "db_worker",
+        "--backend",
+        "reference",
+        "--queue-name",
+        "crash",
+        "--interval",
+        "0.1",
+        "--no-startup-delay",
+        "--no-reload",
+    ]
     procs: list[subprocess.Popen[bytes]] = []
     with override_settings(INSTALLED_APPS=apps_, TASKS=reference_tasks()):
         from django_tasks_db.models import DBTaskResult

@@ -37,7 +37,13 @@ except ImproperlyConfigured as exc:
 
 def test_the_module_imports_and_the_backend_refuses_without_django_tasks() -> None:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert "refused: django_blamequeue.tasks.BlameQueueBackend needs django.tasks" in done.stdout

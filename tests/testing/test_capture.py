@@ -64,8 +64,10 @@ def test_retries_follow_the_policy_with_backoff_recorded_not_slept(
     job_id = jobs.flaky.enqueue({"succeed_on": 3}).job_id
     report = run_jobs()
     assert [(a.attempt, a.state) for a in report.of(job_id)] == [
-        (1, "pending"), (2, "pending"), (3, "done"),
-    ]  # fmt: skip
+        (1, "pending"),
+        (2, "pending"),
+        (3, "done"),
+    ]
     assert report.backoffs == [30.0, 60.0]
     assert report.clock_advanced == pytest.approx(90.0, abs=1.0)
     assert report.of(job_id)[0].error == "ConnectionError: attempt 1 failed"
@@ -108,13 +110,24 @@ def test_a_consume_style_handler_runs_jobs_without_a_registered_name(run_jobs: A
 
 
 def test_a_dag_flow_runs_in_dependency_order(run_jobs: Any, jobs_enqueued: Any) -> None:
-    queue.enqueue_flow("reports", [
-        {"name": "extract", "job": "tests.testing.step", "payload": {"name": "extract"}},
-        {"name": "load", "job": "tests.testing.step", "payload": {"name": "load"},
-         "depends_on": ["transform"]},
-        {"name": "transform", "job": "tests.testing.step", "payload": {"name": "transform"},
-         "depends_on": ["extract"]},
-    ])  # fmt: skip
+    queue.enqueue_flow(
+        "reports",
+        [
+            {"name": "extract", "job": "tests.testing.step", "payload": {"name": "extract"}},
+            {
+                "name": "load",
+                "job": "tests.testing.step",
+                "payload": {"name": "load"},
+                "depends_on": ["transform"],
+            },
+            {
+                "name": "transform",
+                "job": "tests.testing.step",
+                "payload": {"name": "transform"},
+                "depends_on": ["extract"],
+            },
+        ],
+    )
     assert [j.state for j in jobs_enqueued()] == ["pending", "blocked", "blocked"]
     run_jobs()
     assert [c[1] for c in jobs.CALLS] == ["extract", "transform", "load"]

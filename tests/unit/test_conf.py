@@ -69,14 +69,24 @@ def test_the_spec_example_has_no_problems() -> None:
         "BACKENDS": {
             "default": {"PROTOCOL": "local"},
             "fast": {"PROTOCOL": "redis", "CONNECTION": "redis"},
-            "aws": {"PROTOCOL": "sqs", "REGION": "eu-west-1", "ENDPOINT_URL": None,
-                    "QUEUE_PREFIX": "app-"},
+            "aws": {
+                "PROTOCOL": "sqs",
+                "REGION": "eu-west-1",
+                "ENDPOINT_URL": None,
+                "QUEUE_PREFIX": "app-",
+            },
         },
-        "DEFAULT_BACKEND": "default", "SERIALIZER": "json", "ACCEPT_CONTENT": ["json"],
-        "MAX_PAYLOAD_BYTES": 1_048_576, "AUDIT": "operations", "SCHEDULES": {},
+        "DEFAULT_BACKEND": "default",
+        "SERIALIZER": "json",
+        "ACCEPT_CONTENT": ["json"],
+        "MAX_PAYLOAD_BYTES": 1_048_576,
+        "AUDIT": "operations",
+        "SCHEDULES": {},
         "RETENTION": {"DONE": 60, "CANCELLED": None, "FAILED": None, "AUDIT": 3600.5},
-        "DEFAULT_LEASE": 10, "BACKOFF_JITTER": True, "MAX_STALLED_COUNT": 0,
-    }  # fmt: skip
+        "DEFAULT_LEASE": 10,
+        "BACKOFF_JITTER": True,
+        "MAX_STALLED_COUNT": 0,
+    }
     assert validate(raw, databases=DATABASES, caches=CACHES) == []
 
 
@@ -89,8 +99,10 @@ def test_an_empty_setting_means_one_local_backend_with_documented_defaults(
     assert list(current.backends) == ["default"]
     default = current.backends["default"]
     assert (default.protocol, dict(default.options), default.queues) == (
-        "local", {"DATABASE": "default", "LISTEN": True}, None,
-    )  # fmt: skip
+        "local",
+        {"DATABASE": "default", "LISTEN": True},
+        None,
+    )
     assert current.retention_done == 7 * 86400 and current.retention_failed is None
     assert current.retention_audit == 30 * 86400 and current.accept_content == ("json",)
 
@@ -99,20 +111,29 @@ def test_backend_options_get_their_defaults_and_lose_protocol_and_queues(
     settings: SettingsWrapper,
 ) -> None:
     settings.CACHES = CACHES
-    settings.BLAMEQUEUE = {"BACKENDS": {
-        "default": {"PROTOCOL": "redis", "URL": "redis://h:6379/1", "QUEUES": ["a", "b"]},
-        "aws": {"PROTOCOL": "sqs", "REGION": "eu-west-1"},
-    }}  # fmt: skip
+    settings.BLAMEQUEUE = {
+        "BACKENDS": {
+            "default": {"PROTOCOL": "redis", "URL": "redis://h:6379/1", "QUEUES": ["a", "b"]},
+            "aws": {"PROTOCOL": "sqs", "REGION": "eu-west-1"},
+        }
+    }
     redis, sqs = conf.get_settings().backends.values()
     assert dict(redis.options) == {
-        "CONNECTION": None, "URL": "redis://h:6379/1", "PASSWORD": None, "USERNAME": None,
-        "TLS": False, "KEY_PREFIX": "blamequeue",
-    }  # fmt: skip
+        "CONNECTION": None,
+        "URL": "redis://h:6379/1",
+        "PASSWORD": None,
+        "USERNAME": None,
+        "TLS": False,
+        "KEY_PREFIX": "blamequeue",
+    }
     assert redis.queues == ("a", "b")
     assert dict(sqs.options) == {
-        "REGION": "eu-west-1", "ENDPOINT_URL": None, "QUEUE_PREFIX": "", "ACCESS_KEY_ID": None,
+        "REGION": "eu-west-1",
+        "ENDPOINT_URL": None,
+        "QUEUE_PREFIX": "",
+        "ACCESS_KEY_ID": None,
         "SECRET_ACCESS_KEY": None,
-    }  # fmt: skip
+    }
 
 
 def test_settings_are_read_only_and_durations_are_floats(settings: SettingsWrapper) -> None:
@@ -291,9 +312,21 @@ def test_cron_accepts_ranges_lists_steps_and_names(expr: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "expr", ["* * * * * *", "*/0 * * * *", "10-5 * * * *", "* 24 * * *", "* * 0 * *",
-             "* * * 13 *", "* * * * 8", "1,,2 * * * *", "mon * * * *", "- * * * *", ""],
-)  # fmt: skip
+    "expr",
+    [
+        "* * * * * *",
+        "*/0 * * * *",
+        "10-5 * * * *",
+        "* 24 * * *",
+        "* * 0 * *",
+        "* * * 13 *",
+        "* * * * 8",
+        "1,,2 * * * *",
+        "mon * * * *",
+        "- * * * *",
+        "",
+    ],
+)
 def test_cron_refuses_what_cron_would_refuse(expr: str) -> None:
     assert cron_error(expr) is not None
 
@@ -414,9 +447,13 @@ def test_redis_from_the_environment(
     monkeypatch.setenv("BLAMEQUEUE_REDIS_KEY_PREFIX", "app")
     options = conf.backend_config(None).options
     assert dict(options) == {
-        "CONNECTION": None, "URL": "redis://cache:6379/2", "PASSWORD": "s3cret",
-        "USERNAME": "bq", "TLS": True, "KEY_PREFIX": "app",
-    }  # fmt: skip
+        "CONNECTION": None,
+        "URL": "redis://cache:6379/2",
+        "PASSWORD": "s3cret",
+        "USERNAME": "bq",
+        "TLS": True,
+        "KEY_PREFIX": "app",
+    }
 
 
 def test_sqs_from_the_environment(
@@ -428,8 +465,10 @@ def test_sqs_from_the_environment(
     monkeypatch.setenv("BLAMEQUEUE_SQS_QUEUE_PREFIX", "app-")
     config = conf.backend_config(None)
     assert (config.protocol, config.options["REGION"], config.options["QUEUE_PREFIX"]) == (
-        "sqs", "eu-west-1", "app-",
-    )  # fmt: skip
+        "sqs",
+        "eu-west-1",
+        "app-",
+    )
     assert config.options["ENDPOINT_URL"] == "http://localhost:4566"
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from django.db import OperationalError
 
-from django_blamequeue.backends.resilience import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, Resilience
+from django_blamequeue.backends.resilience import (
+    CLOSED,
+    HALF_OPEN,
+    OPEN,
+    CircuitBreaker,
+    Resilience,
+)
 from django_blamequeue.exceptions import ErrorCode, QueueError
 
 

@@ -42,11 +42,30 @@ _TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
 
 _PENDING, _BLOCKED = State.PENDING.value, State.BLOCKED.value
 _INSERT_COLUMNS = (
-    "id", "queue", "name", "state", "payload", "content_type", "content_encoding", "priority",
-    "available_at", "max_attempts", "timeout", "classification", "trace_id", "dedupe_key",
-    "flow_id", "parent_id", "flow_key", "flow_phase", "flow_mode", "parent_backend",
-    "flow_depth", "created_at", "updated_at",
-)  # fmt: skip
+    "id",
+    "queue",
+    "name",
+    "state",
+    "payload",
+    "content_type",
+    "content_encoding",
+    "priority",
+    "available_at",
+    "max_attempts",
+    "timeout",
+    "classification",
+    "trace_id",
+    "dedupe_key",
+    "flow_id",
+    "parent_id",
+    "flow_key",
+    "flow_phase",
+    "flow_mode",
+    "parent_backend",
+    "flow_depth",
+    "created_at",
+    "updated_at",
+)
 _DATETIME_COLUMNS = frozenset(
     f.column for f in Job._meta.concrete_fields if f.get_internal_type() == "DateTimeField"
 )
@@ -56,16 +75,18 @@ _layouts: dict[str, tuple[tuple[tuple[str, str], ...], tuple[Any, ...]]] = {}
 def _insert_layout(connection: Any) -> tuple[tuple[tuple[str, str], ...], tuple[Any, ...]]:
     """(column, database type) of every column of a new job row, and the values of the
     columns ``_values`` leaves out (the model's defaults: attempts 0, no lease, ...)."""
-    layout = _layouts.get(connection.alias)
-    if layout is None:
-        fields = {f.column: f for f in Job._meta.concrete_fields}
-        rest = [c for c in fields if c not in _INSERT_COLUMNS]
-        defaults = []
-        for c in rest:
-            value = fields[c].get_default()
-            defaults.append(value.value if isinstance(value, State) else value)
-        columns = tuple((c, fields[c].db_type(connection)) for c in (*_INSERT_COLUMNS, *rest))
-        layout = _layouts[connection.alias] = (columns, tuple(defaults))
+    cached = _layouts.get(connection.alias)
+    if cached is not None:
+        return cached
+    fields: dict[str, Any] = {str(f.column): f for f in Job._meta.concrete_fields}
+    rest = [c for c in fields if c not in _INSERT_COLUMNS]
+    defaults = []
+    for c in rest:
+        value = fields[c].get_default()
+        defaults.append(value.value if isinstance(value, State) else value)
+    columns = tuple((c, str(fields[c].db_type(connection))) for c in (*_INSERT_COLUMNS, *rest))
+    layout = (columns, tuple(defaults))
+    _layouts[connection.alias] = layout
     return layout
 
 
@@ -74,19 +95,33 @@ def _ack_row_pg(a: Ack) -> tuple[Any, ...]:
     statement reads the clock)."""
     t = a.transition
     return (
-        a.job_id, a.token, t.state.value, t.result.body if t.result else None, t.error,
-        t.traceback, t.reason.value if t.reason else None,
-        t.delay if t.state == State.PENDING else None, None, int(t.give_back_attempt),
-        int(t.yields_to_cancel), int(t.state == State.DONE),
-    )  # fmt: skip
+        a.job_id,
+        a.token,
+        t.state.value,
+        t.result.body if t.result else None,
+        t.error,
+        t.traceback,
+        t.reason.value if t.reason else None,
+        t.delay if t.state == State.PENDING else None,
+        None,
+        int(t.give_back_attempt),
+        int(t.yields_to_cancel),
+        int(t.state == State.DONE),
+    )
 
 
 class DatabaseBackend(ChildOps, FlowOps):
     """The local backend: SQLite or PostgreSQL, through Django's own connections."""
 
+    supports_flows = True
+
     # -- enqueue ---------------------------------------------------------------------------
     def enqueue_many(
-        self, jobs: Sequence[NewJob], now: datetime | None = None, *, events: Sequence[audit.Event] = ()
+        self,
+        jobs: Sequence[NewJob],
+        now: datetime | None = None,
+        *,
+        events: Sequence[audit.Event] = (),
     ) -> list[EnqueuedJob]:
         if not jobs:
             return []
@@ -96,22 +131,29 @@ class DatabaseBackend(ChildOps, FlowOps):
             inserted = [j for j in jobs if not answer[j.job_id].deduplicated]
             edges = [
                 FlowDependency(
-                    flow_id=j.flow_id or "", kind=FlowDependency.KIND_DAG, job_id=j.job_id,
+                    flow_id=j.flow_id or "",
+                    kind=FlowDependency.KIND_DAG,
+                    job_id=j.job_id,
                     depends_on_id=dep,
                 )
                 for j in inserted
                 for dep in j.depends_on
-            ]  # fmt: skip
+            ]
             if edges:
                 FlowDependency.objects.using(self.db).bulk_create(edges, ignore_conflicts=True)
             self._notify([j.queue for j in inserted if not j.blocked and self._due(j, now)])
             evs = list(events)
             if audit.needed(audit.ENQUEUE):
                 evs += [
-                    audit.Event(action=audit.ENQUEUE, job_id=j.job_id, queue=j.queue,
-                                backend=self.alias, data={"name": j.name})
+                    audit.Event(
+                        action=audit.ENQUEUE,
+                        job_id=j.job_id,
+                        queue=j.queue,
+                        backend=self.alias,
+                        data={"name": j.name},
+                    )
                     for j in inserted
-                ]  # fmt: skip
+                ]
             audit.record(evs, using=self.db)
         return [answer[j.job_id] for j in jobs]
 
@@ -126,12 +168,30 @@ class DatabaseBackend(ChildOps, FlowOps):
         """A new row's values, in the order of ``_INSERT_COLUMNS``."""
         available = j.run_at or (now + timedelta(seconds=j.delay) if j.delay else now)
         return (
-            j.job_id, j.queue, j.name, _BLOCKED if j.blocked else _PENDING, j.payload.body,
-            j.payload.content_type, j.payload.content_encoding, j.priority, available,
-            j.max_attempts, j.timeout, j.classification, j.trace_id, j.dedupe_key, j.flow_id,
-            j.parent_id, j.flow_key, j.flow_phase, j.flow_mode, j.parent_backend, j.flow_depth,
-            now, now,
-        )  # fmt: skip
+            j.job_id,
+            j.queue,
+            j.name,
+            _BLOCKED if j.blocked else _PENDING,
+            j.payload.body,
+            j.payload.content_type,
+            j.payload.content_encoding,
+            j.priority,
+            available,
+            j.max_attempts,
+            j.timeout,
+            j.classification,
+            j.trace_id,
+            j.dedupe_key,
+            j.flow_id,
+            j.parent_id,
+            j.flow_key,
+            j.flow_phase,
+            j.flow_mode,
+            j.parent_backend,
+            j.flow_depth,
+            now,
+            now,
+        )
 
     def _insert_rows(self, jobs: Sequence[NewJob], now: datetime) -> set[str]:
         """Insert ``jobs`` (conflicting ones are skipped); answer the ids inserted.
@@ -145,8 +205,8 @@ class DatabaseBackend(ChildOps, FlowOps):
         inserted: set[str] = set()
         with self.connection.cursor() as cur:
             if self.is_postgres:
-                varying, params = sql.unnest_params(list(zip(*rows)))
-                cur.execute(sql.insert_jobs_postgresql(columns, varying), params)
+                varying, arrays = sql.unnest_params(list(zip(*rows, strict=True)))
+                cur.execute(sql.insert_jobs_postgresql(columns, varying), arrays)
                 inserted.update(r[0] for r in cur.fetchall())
                 return inserted
             names = [c for c, _ in columns]
@@ -178,7 +238,9 @@ class DatabaseBackend(ChildOps, FlowOps):
             retry: list[NewJob] = []
             for j in todo:
                 if not j.dedupe_key or j.job_id in present:
-                    answer[j.job_id] = EnqueuedJob(job_id=j.job_id, queue_name=j.queue, backend=self.alias)
+                    answer[j.job_id] = EnqueuedJob(
+                        job_id=j.job_id, queue_name=j.queue, backend=self.alias
+                    )
                     continue
                 holder = (
                     self.jobs()
@@ -231,24 +293,32 @@ class DatabaseBackend(ChildOps, FlowOps):
         qs = list(queues)
         with self.connection.cursor() as cur:
             if self.is_postgres:
-                cur.execute(sql.claim_postgresql(len(qs)), [*qs, now, limit, now, lease_s, now, now])
+                cur.execute(
+                    sql.claim_postgresql(len(qs)), [*qs, now, limit, now, lease_s, now, now]
+                )
             else:
                 t = self._now(now)
                 expires = t + timedelta(seconds=lease_s)
                 a = self._adapt
-                cur.execute(
-                    sql.claim_sqlite(len(qs)), [a(expires), a(t), a(t), *qs, a(t), limit]
-                )
+                cur.execute(sql.claim_sqlite(len(qs)), [a(expires), a(t), a(t), *qs, a(t), limit])
             rows = cur.fetchall()
             claimed = [claimed_from_row(r) for r in rows]
-            claimed.sort(key=lambda c: (-c.priority, c.available_at or c.lease_expires_at, c.job_id))
+            claimed.sort(
+                key=lambda c: (-c.priority, c.available_at or c.lease_expires_at, c.job_id)
+            )
             if claimed and audit.needed(audit.CONSUME_START):
                 audit.record(
                     [
-                        audit.Event(action=audit.CONSUME_START, job_id=c.job_id, queue=c.queue,
-                                    backend=self.alias, attempt=c.attempt, data={"name": c.name})
+                        audit.Event(
+                            action=audit.CONSUME_START,
+                            job_id=c.job_id,
+                            queue=c.queue,
+                            backend=self.alias,
+                            attempt=c.attempt,
+                            data={"name": c.name},
+                        )
                         for c in claimed
-                    ],  # fmt: skip
+                    ],
                     using=self.db,
                 )
         return claimed
@@ -266,14 +336,17 @@ class DatabaseBackend(ChildOps, FlowOps):
         plain = [a for a in acks if a.transition.state != State.WAITING_CHILDREN]
         if fan_outs or not self.is_postgres:
             now = self._now(now)  # PostgreSQL's plain acks read the clock in the statement
-        fanned: dict[str, State | None] = {
-            a.job_id: self.apply_fan_out(a, now) for a in fan_outs  # type: ignore[arg-type]
-        }
+        fanned: dict[str, State | None] = {}
+        if fan_outs:
+            clock = self._now(now)
+            fanned = {a.job_id: self.apply_fan_out(a, clock) for a in fan_outs}
         for start in range(0, len(plain), ACK_CHUNK):
             chunk = plain[start : start + ACK_CHUNK]
             with self.connection.cursor() as cur:
                 if self.is_postgres:
-                    varying, params = sql.unnest_params(list(zip(*map(_ack_row_pg, chunk))))
+                    varying, params = sql.unnest_params(
+                        list(zip(*map(_ack_row_pg, chunk), strict=False))
+                    )
                     cur.execute(sql.ack_many_postgresql(varying), [*params, now])
                 else:
                     assert now is not None
@@ -290,8 +363,11 @@ class DatabaseBackend(ChildOps, FlowOps):
                 answer.append(AckResult(job_id=a.job_id, ok=state is not None, state=state))
             else:
                 row = applied.get(a.job_id)
-                answer.append(AckResult(job_id=a.job_id, ok=row is not None,
-                                        state=State(row[1]) if row else None))  # fmt: skip
+                answer.append(
+                    AckResult(
+                        job_id=a.job_id, ok=row is not None, state=State(row[1]) if row else None
+                    )
+                )
         return answer
 
     def _ack_params(self, a: Ack, now: datetime, stamp: Any) -> list[Any]:
@@ -299,11 +375,19 @@ class DatabaseBackend(ChildOps, FlowOps):
         t = a.transition
         available = now + timedelta(seconds=t.delay) if t.state == State.PENDING else None
         return [
-            a.job_id, a.token, t.state.value, t.result.body if t.result else None,
-            t.error, t.traceback, t.reason.value if t.reason else None,
-            self._adapt(available) if available is not None else None, stamp,
-            int(t.give_back_attempt), int(t.yields_to_cancel), int(t.state == State.DONE),
-        ]  # fmt: skip
+            a.job_id,
+            a.token,
+            t.state.value,
+            t.result.body if t.result else None,
+            t.error,
+            t.traceback,
+            t.reason.value if t.reason else None,
+            self._adapt(available) if available is not None else None,
+            stamp,
+            int(t.give_back_attempt),
+            int(t.yields_to_cancel),
+            int(t.state == State.DONE),
+        ]
 
     def _after_acks(
         self, acks: Sequence[Ack], applied: dict[str, tuple[Any, ...]], now: datetime | None
@@ -312,19 +396,24 @@ class DatabaseBackend(ChildOps, FlowOps):
         # DAG nodes (a flow id, no parent) may have dependants; @flow children never do.
         done_in_flows = [r[0] for r in applied.values() if r[1] == State.DONE and r[3] and not r[4]]
         cancelled = [r[0] for r in applied.values() if r[1] == State.CANCELLED]
-        if (done_in_flows or cancelled) and now is None:
-            now = self._now(None)
-        if done_in_flows:
-            self.release_dependants(done_in_flows, now)
-        if cancelled:
-            self.cascade_cancel(cancelled, now)
+        if done_in_flows or cancelled:
+            clock = self._now(now)
+            if done_in_flows:
+                self.release_dependants(done_in_flows, clock)
+            if cancelled:
+                self.cascade_cancel(cancelled, clock)
         children = [r[0] for r in applied.values() if r[4] and r[1] in _TERMINAL_VALUES]
         if children:
             self.report_terminal(children)
         self._notify(
-            [r[2] for a in acks if (r := applied.get(a.job_id)) and r[1] == State.PENDING
-             and a.transition.delay == 0]
-        )  # fmt: skip
+            [
+                r[2]
+                for a in acks
+                if (r := applied.get(a.job_id))
+                and r[1] == State.PENDING
+                and a.transition.delay == 0
+            ]
+        )
         success = audit.needed(audit.CONSUME_SUCCESS)
         events = [ev for a in acks for ev in self._ack_events(a, applied.get(a.job_id), success)]
         audit.record(events, using=self.db)
@@ -334,23 +423,40 @@ class DatabaseBackend(ChildOps, FlowOps):
     ) -> list[audit.Event]:
         """The audit events of one ack; ``success``: is a done ack's event wanted at all."""
         if row is None:
-            return [audit.Event(action=audit.LOCK_LOST, job_id=a.job_id, backend=self.alias,
-                                data={"wanted": a.transition.state.value})]  # fmt: skip
+            return [
+                audit.Event(
+                    action=audit.LOCK_LOST,
+                    job_id=a.job_id,
+                    backend=self.alias,
+                    data={"wanted": a.transition.state.value},
+                )
+            ]
         _, state, queue, _flow, _parent, attempts, name = row
         t = a.transition
-        base: dict[str, Any] = {"job_id": a.job_id, "queue": queue, "backend": self.alias,
-                                "attempt": attempts}  # fmt: skip
+        base: dict[str, Any] = {
+            "job_id": a.job_id,
+            "queue": queue,
+            "backend": self.alias,
+            "attempt": attempts,
+        }
         if state == State.DONE:
             if not success:
                 return []
             return [audit.Event(action=audit.CONSUME_SUCCESS, data={"name": name}, **base)]
         if state == State.CANCELLED:
-            return [audit.Event(action=audit.CANCEL, data={"name": name, "while": "running"}, **base)]
+            return [
+                audit.Event(action=audit.CANCEL, data={"name": name, "while": "running"}, **base)
+            ]
         if state == State.PENDING and t.give_back_attempt:
             return [audit.Event(action=audit.RELEASE, data={"name": name}, **base)]
         data = {"name": name, "error": t.error, "reason": t.reason.value if t.reason else None}
-        events = [audit.Event(action=audit.CONSUME_FAILURE, data={**data, "retry_in": t.delay}
-                              if state == State.PENDING else data, **base)]  # fmt: skip
+        events = [
+            audit.Event(
+                action=audit.CONSUME_FAILURE,
+                data={**data, "retry_in": t.delay} if state == State.PENDING else data,
+                **base,
+            )
+        ]
         if state == State.FAILED:
             events.append(audit.Event(action=audit.DLQ_WRITE, data=data, **base))
         return events
@@ -363,12 +469,24 @@ class DatabaseBackend(ChildOps, FlowOps):
             n = (
                 self.jobs()
                 .filter(id=job_id, lease_token=token, state=State.INFLIGHT)
-                .update(lease_expires_at=Greatest(F("lease_expires_at"), Value(t + timedelta(seconds=seconds))))
+                .update(
+                    lease_expires_at=Greatest(
+                        F("lease_expires_at"), Value(t + timedelta(seconds=seconds))
+                    )
+                )
             )
             if n and audit.needed(audit.LEASE_EXTENDED):
-                audit.record([audit.Event(action=audit.LEASE_EXTENDED, job_id=job_id,
-                                          backend=self.alias, data={"seconds": seconds})],
-                             using=self.db)  # fmt: skip
+                audit.record(
+                    [
+                        audit.Event(
+                            action=audit.LEASE_EXTENDED,
+                            job_id=job_id,
+                            backend=self.alias,
+                            data={"seconds": seconds},
+                        )
+                    ],
+                    using=self.db,
+                )
         return bool(n)
 
     def renew_leases(
@@ -394,8 +512,10 @@ class DatabaseBackend(ChildOps, FlowOps):
         if not leases:
             return LeaseSignals()
         held = dict(leases)
-        rows = self.jobs().filter(id__in=list(held)).values_list(
-            "id", "lease_token", "state", "cancel_requested"
+        rows = (
+            self.jobs()
+            .filter(id__in=list(held))
+            .values_list("id", "lease_token", "state", "cancel_requested")
         )
         seen: set[str] = set()
         lost: set[str] = set()
@@ -411,12 +531,23 @@ class DatabaseBackend(ChildOps, FlowOps):
 
     def set_progress(self, job_id: str, token: str, progress: int) -> bool:
         with transaction.atomic(using=self.db):
-            n = self.jobs().filter(id=job_id, lease_token=token, state=State.INFLIGHT).update(
-                progress=progress
+            n = (
+                self.jobs()
+                .filter(id=job_id, lease_token=token, state=State.INFLIGHT)
+                .update(progress=progress)
             )
             if n and audit.needed(audit.PROGRESS):
-                audit.record([audit.Event(action=audit.PROGRESS, job_id=job_id, backend=self.alias,
-                                          data={"progress": progress})], using=self.db)  # fmt: skip
+                audit.record(
+                    [
+                        audit.Event(
+                            action=audit.PROGRESS,
+                            job_id=job_id,
+                            backend=self.alias,
+                            data={"progress": progress},
+                        )
+                    ],
+                    using=self.db,
+                )
         return bool(n)
 
     def rescue_expired(
@@ -431,43 +562,71 @@ class DatabaseBackend(ChildOps, FlowOps):
             if self.is_postgres:
                 qs = qs.select_for_update(skip_locked=True)
             rows = list(
-                qs.values_list("id", "attempts", "max_attempts", "stalls", "cancel_requested",
-                               "queue")[:limit]
-            )  # fmt: skip
+                qs.values_list(
+                    "id", "attempts", "max_attempts", "stalls", "cancel_requested", "queue"
+                )[:limit]
+            )
             groups: dict[State, list[tuple[Any, ...]]] = {s: [] for s in State}
             for row in rows:
-                job_id, attempts, max_attempts, stalls, cancel_requested, _q = row
-                to = State.CANCELLED if cancel_requested else rescue(
-                    attempts=attempts, max_attempts=max_attempts, stalls=stalls + 1,
-                    max_stalled=max_stalled)  # fmt: skip
+                _job_id, attempts, max_attempts, stalls, cancel_requested, _q = row
+                to = (
+                    State.CANCELLED
+                    if cancel_requested
+                    else rescue(
+                        attempts=attempts,
+                        max_attempts=max_attempts,
+                        stalls=stalls + 1,
+                        max_stalled=max_stalled,
+                    )
+                )
                 groups[to].append(row)
             fence = {"state": State.INFLIGHT, "lease_expires_at__lt": t}
-            common = {"stalls": F("stalls") + 1, "lease_token": None, "lease_expires_at": None,
-                      "updated_at": t}  # fmt: skip
+            common = {
+                "stalls": F("stalls") + 1,
+                "lease_token": None,
+                "lease_expires_at": None,
+                "updated_at": t,
+            }
             msg = "the lease expired before the worker acked (worker crashed or stalled)"
             if groups[State.PENDING]:
                 self.jobs().filter(id__in=[r[0] for r in groups[State.PENDING]], **fence).update(
-                    state=State.PENDING, available_at=t, error=msg, reason="stalled", **common)
+                    state=State.PENDING, available_at=t, error=msg, reason="stalled", **common
+                )
             if groups[State.FAILED]:
                 self.jobs().filter(id__in=[r[0] for r in groups[State.FAILED]], **fence).update(
-                    state=State.FAILED, finished_at=t, error=msg, reason="stalled", **common)
+                    state=State.FAILED, finished_at=t, error=msg, reason="stalled", **common
+                )
                 self.report_terminal([r[0] for r in groups[State.FAILED]])
             if groups[State.CANCELLED]:
                 ids = [r[0] for r in groups[State.CANCELLED]]
                 self.jobs().filter(id__in=ids, **fence).update(
-                    state=State.CANCELLED, finished_at=t, reason="cancelled", **common)
+                    state=State.CANCELLED, finished_at=t, reason="cancelled", **common
+                )
                 self.report_terminal(ids)
                 self.cascade_cancel(ids, t)
             self._notify([r[5] for r in groups[State.PENDING]])
             events = [
-                audit.Event(action=audit.STALLED, job_id=r[0], queue=r[5], backend=self.alias,
-                            attempt=r[1], data={"to": to.value, "stalls": r[3] + 1})
-                for to, grp in groups.items() for r in grp
+                audit.Event(
+                    action=audit.STALLED,
+                    job_id=r[0],
+                    queue=r[5],
+                    backend=self.alias,
+                    attempt=r[1],
+                    data={"to": to.value, "stalls": r[3] + 1},
+                )
+                for to, grp in groups.items()
+                for r in grp
             ] + [
-                audit.Event(action=audit.DLQ_WRITE, job_id=r[0], queue=r[5], backend=self.alias,
-                            attempt=r[1], data={"reason": "stalled", "error": msg})
+                audit.Event(
+                    action=audit.DLQ_WRITE,
+                    job_id=r[0],
+                    queue=r[5],
+                    backend=self.alias,
+                    attempt=r[1],
+                    data={"reason": "stalled", "error": msg},
+                )
                 for r in groups[State.FAILED]
-            ]  # fmt: skip
+            ]
             audit.record(events, using=self.db)
         return RescueReport(
             repended=len(groups[State.PENDING]),
@@ -479,15 +638,25 @@ class DatabaseBackend(ChildOps, FlowOps):
     def purge(self, queue: str) -> int:
         with transaction.atomic(using=self.db):
             ids = list(
-                self.jobs().filter(queue=queue, state__in=[s.value for s in WAITING])
+                self.jobs()
+                .filter(queue=queue, state__in=[s.value for s in WAITING])
                 .values_list("id", flat=True)
-            )  # fmt: skip
+            )
             for start in range(0, len(ids), 5000):
                 chunk = ids[start : start + 5000]
                 FlowDependency.objects.using(self.db).filter(job_id__in=chunk).delete()
                 self.jobs().filter(id__in=chunk, state__in=[s.value for s in WAITING]).delete()
-            audit.record([audit.Event(action=audit.PURGE, queue=queue, backend=self.alias,
-                                      data={"count": len(ids)})], using=self.db)  # fmt: skip
+            audit.record(
+                [
+                    audit.Event(
+                        action=audit.PURGE,
+                        queue=queue,
+                        backend=self.alias,
+                        data={"count": len(ids)},
+                    )
+                ],
+                using=self.db,
+            )
         return len(ids)
 
     def get(self, job_id: str) -> JobInfo | None:
@@ -526,12 +695,28 @@ class DatabaseBackend(ChildOps, FlowOps):
             ids = [r[0] for r in rows]
             n = 0
             for start in range(0, len(ids), 5000):
-                n += self.jobs().filter(id__in=ids[start : start + 5000], state=State.FAILED).update(
-                    state=State.PENDING, attempts=0, stalls=0, available_at=t, finished_at=None,
-                    cancel_requested=False, progress=0, updated_at=t)  # fmt: skip
+                n += (
+                    self.jobs()
+                    .filter(id__in=ids[start : start + 5000], state=State.FAILED)
+                    .update(
+                        state=State.PENDING,
+                        attempts=0,
+                        stalls=0,
+                        available_at=t,
+                        finished_at=None,
+                        cancel_requested=False,
+                        progress=0,
+                        updated_at=t,
+                    )
+                )
             self._notify([r[1] for r in rows])
-            audit.record([audit.Event(action=audit.DLQ_RETRY, job_id=r[0], queue=r[1],
-                                      backend=self.alias) for r in rows], using=self.db)  # fmt: skip
+            audit.record(
+                [
+                    audit.Event(action=audit.DLQ_RETRY, job_id=r[0], queue=r[1], backend=self.alias)
+                    for r in rows
+                ],
+                using=self.db,
+            )
         return n
 
     def _held_keys(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
@@ -546,10 +731,14 @@ class DatabaseBackend(ChildOps, FlowOps):
         and unsent outbox rows (flow reports on their way)."""
         from ...models import OutboxEntry
 
-        n: int = self.jobs().filter(
-            queue__in=list(queues),
-            state__in=[State.PENDING, State.INFLIGHT, State.WAITING_CHILDREN],
-        ).count()
+        n: int = (
+            self.jobs()
+            .filter(
+                queue__in=list(queues),
+                state__in=[State.PENDING, State.INFLIGHT, State.WAITING_CHILDREN],
+            )
+            .count()
+        )
         return n + OutboxEntry.objects.using(self.db).filter(sent_at__isnull=True).count()
 
     def stats(self) -> list[QueueStats]:
@@ -561,25 +750,35 @@ class DatabaseBackend(ChildOps, FlowOps):
         ):
             counts.setdefault(queue, {s.value: 0 for s in State})[state] = n
         oldest = dict(
-            self.jobs().filter(state=State.PENDING).order_by().values_list("queue")
-            .annotate(m=Min("available_at")).values_list("queue", "m")
-        )  # fmt: skip
+            self.jobs()
+            .filter(state=State.PENDING)
+            .order_by()
+            .values_list("queue")
+            .annotate(m=Min("available_at"))
+            .values_list("queue", "m")
+        )
         now = self.now()
         recent: dict[tuple[str, str], int] = {
             (q, s): n
-            for q, s, n in self.jobs().filter(
-                state__in=[State.DONE, State.FAILED], finished_at__gte=now - timedelta(hours=1)
-            ).order_by().values_list("queue", "state").annotate(n=Count("id"))
-        }  # fmt: skip
+            for q, s, n in self.jobs()
+            .filter(state__in=[State.DONE, State.FAILED], finished_at__gte=now - timedelta(hours=1))
+            .order_by()
+            .values_list("queue", "state")
+            .annotate(n=Count("id"))
+        }
         return [
             QueueStats(
-                backend=self.alias, queue=q, counts=c,
-                oldest_pending_age=max(0.0, (now - oldest[q]).total_seconds()) if oldest.get(q) else None,
+                backend=self.alias,
+                queue=q,
+                counts=c,
+                oldest_pending_age=max(0.0, (now - oldest[q]).total_seconds())
+                if oldest.get(q)
+                else None,
                 done_last_hour=recent.get((q, State.DONE), 0),
                 failed_last_hour=recent.get((q, State.FAILED), 0),
             )
             for q, c in sorted(counts.items())
-        ]  # fmt: skip
+        ]
 
     def prune(
         self,
@@ -599,9 +798,11 @@ class DatabaseBackend(ChildOps, FlowOps):
                 continue
             with transaction.atomic(using=self.db):
                 ids = list(
-                    self.jobs().filter(state=state, finished_at__lt=before)
-                    .order_by().values_list("id", flat=True)[:limit]
-                )  # fmt: skip
+                    self.jobs()
+                    .filter(state=state, finished_at__lt=before)
+                    .order_by()
+                    .values_list("id", flat=True)[:limit]
+                )
                 if ids:
                     deps = FlowDependency.objects.using(self.db)
                     deps.filter(job_id__in=ids).delete()

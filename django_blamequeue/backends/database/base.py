@@ -20,7 +20,6 @@ CHANNEL = "blamequeue"
 class LocalBase(Backend):
     """State and helpers shared by the local backend's parts (verbs live in the mixins)."""
 
-
     protocol = "local"
     transactional_enqueue = True
     unavailable_errors: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
@@ -81,11 +80,7 @@ class LocalBase(Backend):
         if not conn.in_atomic_block:
             conn.close()
 
-
     # -- implemented by the mixins, declared here so each part type-checks alone ----------
-    def report_terminal(self, ids: Sequence[str]) -> int:
-        raise NotImplementedError
-
     def cascade_cancel(self, ids: Sequence[str], now: datetime) -> int:
         raise NotImplementedError
 

@@ -42,17 +42,38 @@ class ChildOps(LocalBase):
             return None
         cancel_requested, queue, attempts = row
         if cancel_requested:
-            jobs.update(state=State.CANCELLED, finished_at=now, updated_at=now, reason="cancelled",
-                        lease_token=None, lease_expires_at=None)  # fmt: skip
+            jobs.update(
+                state=State.CANCELLED,
+                finished_at=now,
+                updated_at=now,
+                reason="cancelled",
+                lease_token=None,
+                lease_expires_at=None,
+            )
             self.report_terminal([ack.job_id])
             return State.CANCELLED
         children = ack.transition.children
-        jobs.update(state=State.WAITING_CHILDREN, flow_phase="collect", lease_token=None,
-                    lease_expires_at=None, updated_at=now)  # fmt: skip
+        jobs.update(
+            state=State.WAITING_CHILDREN,
+            flow_phase="collect",
+            lease_token=None,
+            lease_expires_at=None,
+            updated_at=now,
+        )
         self._store_manifest(ack.job_id, children)
-        audit.record([audit.Event(action=FAN_OUT, job_id=ack.job_id, queue=queue,
-                                  backend=self.alias, attempt=attempts,
-                                  data={"children": len(children)})], using=self.db)  # fmt: skip
+        audit.record(
+            [
+                audit.Event(
+                    action=FAN_OUT,
+                    job_id=ack.job_id,
+                    queue=queue,
+                    backend=self.alias,
+                    attempt=attempts,
+                    data={"children": len(children)},
+                )
+            ],
+            using=self.db,
+        )
         if not children:
             self.settle([ack.job_id], now)
         return State.WAITING_CHILDREN
@@ -61,11 +82,16 @@ class ChildOps(LocalBase):
         flow_id = children[0].job.flow_id if children else parent_id
         FlowDependency.objects.using(self.db).bulk_create(
             [
-                FlowDependency(flow_id=flow_id or parent_id, kind=FlowDependency.KIND_CHILD,
-                               job_id=parent_id, depends_on_id=c.job.job_id, key=c.key,
-                               spec={"backend": c.backend, "job": outbox.job_to_body(c.job)})
+                FlowDependency(
+                    flow_id=flow_id or parent_id,
+                    kind=FlowDependency.KIND_CHILD,
+                    job_id=parent_id,
+                    depends_on_id=c.job.job_id,
+                    key=c.key,
+                    spec={"backend": c.backend, "job": outbox.job_to_body(c.job)},
+                )
                 for c in children
-            ],  # fmt: skip
+            ],
             ignore_conflicts=True,
         )
         self._land(children)
@@ -76,27 +102,47 @@ class ChildOps(LocalBase):
         if here:
             self.enqueue_many(here)
         outbox.write_many(
-            [("enqueue", c.backend, c.job.job_id, outbox.job_to_body(c.job))
-             for c in children if c.backend != self.alias],
+            [
+                ("enqueue", c.backend, c.job.job_id, outbox.job_to_body(c.job))
+                for c in children
+                if c.backend != self.alias
+            ],
             using=self.db,
-        )  # fmt: skip
+        )
 
     # -- reports ---------------------------------------------------------------------------
     def report_terminal(self, ids: Sequence[str]) -> int:
         """Outbox a report for each terminal child among ``ids`` (same transaction)."""
         rows = list(
-            self.jobs().filter(id__in=list(ids), parent_id__isnull=False, state__in=_TERMINAL)
-            .values_list("id", "parent_id", "parent_backend", "state", "result", "content_type",
-                         "error")
-        )  # fmt: skip
+            self.jobs()
+            .filter(id__in=list(ids), parent_id__isnull=False, state__in=_TERMINAL)
+            .values_list(
+                "id", "parent_id", "parent_backend", "state", "result", "content_type", "error"
+            )
+        )
         outbox.write_many(
-            [("report", parent_backend or self.alias, job_id, outbox.report_to_body(Report(
-                parent_id=parent_id, child_id=job_id, state=state,
-                result=bytes(result) if result is not None and state == State.DONE else None,
-                result_type=ctype, error=error if state != State.DONE else None)))
-             for job_id, parent_id, parent_backend, state, result, ctype, error in rows],
+            [
+                (
+                    "report",
+                    parent_backend or self.alias,
+                    job_id,
+                    outbox.report_to_body(
+                        Report(
+                            parent_id=parent_id,
+                            child_id=job_id,
+                            state=state,
+                            result=bytes(result)
+                            if result is not None and state == State.DONE
+                            else None,
+                            result_type=ctype,
+                            error=error if state != State.DONE else None,
+                        )
+                    ),
+                )
+                for job_id, parent_id, parent_backend, state, result, ctype, error in rows
+            ],
             using=self.db,
-        )  # fmt: skip
+        )
         return len(rows)
 
     def deliver_reports(self, reports: Sequence[Report], now: datetime | None = None) -> int:
@@ -106,8 +152,13 @@ class ChildOps(LocalBase):
             t = self._now(now)
             parents = sorted({r.parent_id for r in reports})
             if self.is_postgres:  # serialise settles of one parent across relays
-                list(self.jobs().filter(id__in=parents).select_for_update().order_by("id")
-                     .values_list("id", flat=True))  # fmt: skip
+                list(
+                    self.jobs()
+                    .filter(id__in=parents)
+                    .select_for_update()
+                    .order_by("id")
+                    .values_list("id", flat=True)
+                )
             unique = {(r.parent_id, r.child_id): r for r in reversed(reports)}  # first one wins
             changed: set[str] = set()
             events: list[audit.Event] = []
@@ -124,8 +175,9 @@ class ChildOps(LocalBase):
                 for parent_id, child_id, state in rows:  # a duplicate changed nothing: no event
                     changed.add(parent_id)
                     data = {"parent_id": parent_id, "state": state}
-                    events.append(audit.Event(action=REPORT, job_id=child_id, backend=self.alias,
-                                              data=data))
+                    events.append(
+                        audit.Event(action=REPORT, job_id=child_id, backend=self.alias, data=data)
+                    )
             audit.record(events, using=self.db)
             if changed:
                 self.settle(sorted(changed), t)
@@ -136,29 +188,41 @@ class ChildOps(LocalBase):
         deps = FlowDependency.objects.using(self.db).filter(job_id=OuterRef("id"), kind="child")
         # EXISTS stops at the first row: a wide flow is not counted on every report batch.
         due = [
-            p for p, mode, pending, failed in
-            self.jobs().filter(id__in=list(parent_ids), state=State.WAITING_CHILDREN)
-            .annotate(pending=Exists(deps.filter(status="pending")),
-                      failed=Exists(deps.filter(status="failed")))
+            p
+            for p, mode, pending, failed in self.jobs()
+            .filter(id__in=list(parent_ids), state=State.WAITING_CHILDREN)
+            .annotate(
+                pending=Exists(deps.filter(status="pending")),
+                failed=Exists(deps.filter(status="failed")),
+            )
             .values_list("id", "flow_mode", "pending", "failed")
             if not pending or (mode != "continue" and failed)
-        ]  # fmt: skip
+        ]
         if not due:
             return []
         self.jobs().filter(id__in=due, state=State.WAITING_CHILDREN).update(
-            state=State.PENDING, available_at=now, updated_at=now)  # fmt: skip
+            state=State.PENDING, available_at=now, updated_at=now
+        )
         tally: dict[str, dict[str, int]] = {p: {} for p in due}  # for the settle's audit event
         for job_id, status, n in (
-            FlowDependency.objects.using(self.db).filter(job_id__in=due, kind="child")
-            .values_list("job_id", "status").annotate(n=Count("id")).order_by()
-        ):  # fmt: skip
+            FlowDependency.objects.using(self.db)
+            .filter(job_id__in=due, kind="child")
+            .values_list("job_id", "status")
+            .annotate(n=Count("id"))
+            .order_by()
+        ):
             tally[job_id][status] = n
         fail_fast = [p for p in due if tally[p].get("pending")]
         rows = dict(self.jobs().filter(id__in=due).values_list("id", "queue"))
         self._notify(list(rows.values()))
         settled = [
-            audit.Event(action=audit.FLOW_SETTLE, job_id=p, queue=rows.get(p), backend=self.alias,
-                        data={"children": tally[p], "fail_fast": p in fail_fast})
+            audit.Event(
+                action=audit.FLOW_SETTLE,
+                job_id=p,
+                queue=rows.get(p),
+                backend=self.alias,
+                data={"children": tally[p], "fail_fast": p in fail_fast},
+            )
             for p in due
         ]
         audit.record(settled, using=self.db)
@@ -177,8 +241,10 @@ class ChildOps(LocalBase):
         if remote:
             transaction.on_commit(lambda: _cancel_remote(remote), using=self.db)
         if n or remote:
-            audit.record([audit.Event(action=CASCADE, job_id=p, backend=self.alias)
-                          for p in parent_ids], using=self.db)  # fmt: skip
+            audit.record(
+                [audit.Event(action=CASCADE, job_id=p, backend=self.alias) for p in parent_ids],
+                using=self.db,
+            )
         return n + len(remote)
 
     def _remote_unreported(self, parent_ids: Sequence[str]) -> list[tuple[str, str]]:
@@ -186,31 +252,35 @@ class ChildOps(LocalBase):
         return list(
             FlowDependency.objects.using(self.db)
             .filter(job_id__in=list(parent_ids), kind="child", status="pending")
-            .exclude(spec__backend=self.alias).values_list("spec__backend", "depends_on_id")
-        )  # fmt: skip
+            .exclude(spec__backend=self.alias)
+            .values_list("spec__backend", "depends_on_id")
+        )
 
     def flow_state(self, parent_id: str) -> FlowState:
         from ...fanout import state_from_rows
 
         rows = list(
-            FlowDependency.objects.using(self.db).filter(job_id=parent_id, kind="child")
+            FlowDependency.objects.using(self.db)
+            .filter(job_id=parent_id, kind="child")
             .values("key", "status", "result", "result_type", "error")
-        )  # fmt: skip
+        )
         return state_from_rows([dict(r) for r in rows])
 
     def children_tally(self, parent_id: str) -> dict[str, int]:
         return dict(
-            FlowDependency.objects.using(self.db).filter(job_id=parent_id, kind="child")
-            .values_list("status").annotate(n=Count("id")).order_by()
-        )  # fmt: skip
+            FlowDependency.objects.using(self.db)
+            .filter(job_id=parent_id, kind="child")
+            .values_list("status")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
 
     def unsent_for(self, job_ids: Sequence[str], kind: str) -> set[str]:
         return set(
-            OutboxEntry.objects.using(self.db).filter(job_id__in=list(job_ids), kind=kind,
-                                                      sent_at__isnull=True)
+            OutboxEntry.objects.using(self.db)
+            .filter(job_id__in=list(job_ids), kind=kind, sent_at__isnull=True)
             .values_list("job_id", flat=True)
-        )  # fmt: skip
-
+        )
 
     # -- repair (the flow sweeper) -----------------------------------------------------------
     def repair_flows(self, now: datetime | None = None, limit: int = 500) -> dict[str, int]:
@@ -226,9 +296,11 @@ class ChildOps(LocalBase):
         cursor = ""
         while True:
             waiting = list(
-                self.jobs().filter(state=State.WAITING_CHILDREN, id__gt=cursor).order_by("id")
+                self.jobs()
+                .filter(state=State.WAITING_CHILDREN, id__gt=cursor)
+                .order_by("id")
                 .values_list("id", flat=True)[:limit]
-            )  # fmt: skip
+            )
             for parent_id in waiting:
                 try:
                     with transaction.atomic(using=self.db):
@@ -271,14 +343,20 @@ class ChildOps(LocalBase):
             missing = [j for j in ids if j not in found and j not in in_flight]
             if missing:
                 specs = deps.filter(depends_on_id__in=missing).values_list("key", "spec")
-                self._land([ChildSpec(key=key, job=outbox.job_from_body((spec or {})["job"]),
-                                      backend=alias) for key, spec in specs])  # fmt: skip
+                self._land(
+                    [
+                        ChildSpec(
+                            key=key, job=outbox.job_from_body((spec or {})["job"]), backend=alias
+                        )
+                        for key, spec in specs
+                    ]
+                )
                 counts["relanded"] += len(missing)
             terminal = [j for j, st in found.items() if st in _TERMINAL]
             if terminal:
-                lost = sorted(set(terminal) - target.unsent_for(terminal, "report"))  # type: ignore[attr-defined]
+                lost = sorted(set(terminal) - target.unsent_for(terminal, "report"))
                 if lost:
-                    counts["synthesized"] += target.report_terminal(lost)  # type: ignore[attr-defined]
+                    counts["synthesized"] += target.report_terminal(lost)
 
     def child_states(self, ids: Sequence[str]) -> dict[str, str]:
         """The state of each of these jobs that exists here, in one query."""
@@ -292,27 +370,34 @@ class ChildOps(LocalBase):
         """
         waiting = self.jobs().filter(state=State.WAITING_CHILDREN).values("id")
         parent_ids = set(
-            self.jobs().filter(parent_id__isnull=False, parent_backend=self.alias)
-            .exclude(state__in=_TERMINAL).exclude(parent_id__in=waiting)
-            .values_list("parent_id", flat=True).distinct()[:limit]
-        )  # fmt: skip
+            self.jobs()
+            .filter(parent_id__isnull=False, parent_backend=self.alias)
+            .exclude(state__in=_TERMINAL)
+            .exclude(parent_id__in=waiting)
+            .values_list("parent_id", flat=True)
+            .distinct()[:limit]
+        )
         parent_ids |= set(  # children on other backends that have not reported yet
-            FlowDependency.objects.using(self.db).filter(kind="child", status="pending")
-            .exclude(spec__backend=self.alias).exclude(job_id__in=waiting)
-            .values_list("job_id", flat=True).distinct()[:limit]
-        )  # fmt: skip
+            FlowDependency.objects.using(self.db)
+            .filter(kind="child", status="pending")
+            .exclude(spec__backend=self.alias)
+            .exclude(job_id__in=waiting)
+            .values_list("job_id", flat=True)
+            .distinct()[:limit]
+        )
         if not parent_ids:
             return []
         rows = self.jobs().filter(id__in=parent_ids)
         failed = set(
-            FlowDependency.objects.using(self.db).filter(job_id__in=parent_ids, kind="child",
-                                                         status="failed")
+            FlowDependency.objects.using(self.db)
+            .filter(job_id__in=parent_ids, kind="child", status="failed")
             .values_list("job_id", flat=True)
-        )  # fmt: skip
+        )
         return [
-            pid for pid, state, mode in rows.values_list("id", "state", "flow_mode")
+            pid
+            for pid, state, mode in rows.values_list("id", "state", "flow_mode")
             if state == State.CANCELLED or (mode != "continue" and pid in failed)
-        ]  # fmt: skip
+        ]
 
 
 def _states(target: Any, ids: Sequence[str]) -> dict[str, str]:

@@ -36,7 +36,9 @@ class FlowOps(LocalBase):
                     # Two dependencies finishing at once must not both miss the release.
                     cur.execute(sql.lock_dependants(len(chunk)), chunk)
                 a = self._adapt(now)
-                cur.execute(sql.release_dependants(self.connection.vendor, len(chunk)), [a, a, *chunk])
+                cur.execute(
+                    sql.release_dependants(self.connection.vendor, len(chunk)), [a, a, *chunk]
+                )
                 for job_id, queue in cur.fetchall():
                     released.append(job_id)
                     queues.append(queue)
@@ -67,9 +69,11 @@ class FlowOps(LocalBase):
 
     def _cancel_ids(self, ids: Sequence[str], now: datetime) -> int:
         rows = list(
-            self.jobs().filter(id__in=ids).exclude(state__in=_TERMINAL)
+            self.jobs()
+            .filter(id__in=ids)
+            .exclude(state__in=_TERMINAL)
             .values_list("id", "state", "queue")
-        )  # fmt: skip
+        )
         waiting = [r for r in rows if r[1] in _WAITING]
         if waiting:
             self.jobs().filter(id__in=[r[0] for r in waiting], state__in=_WAITING).update(
@@ -86,12 +90,15 @@ class FlowOps(LocalBase):
             [
                 audit.Event(
                     action=audit.CANCEL if r[1] != State.INFLIGHT else audit.CANCEL_REQUESTED,
-                    job_id=r[0], queue=r[2], backend=self.alias, data={"cascade": True},
+                    job_id=r[0],
+                    queue=r[2],
+                    backend=self.alias,
+                    data={"cascade": True},
                 )
                 for r in rows
             ],
             using=self.db,
-        )  # fmt: skip
+        )
         return len(rows)
 
     def cancel(self, job_id: str, now: datetime | None = None) -> CancelResult:
@@ -124,29 +131,45 @@ class FlowOps(LocalBase):
         with transaction.atomic(using=self.db):
             t = self._now(now)
             ids = list(
-                self.jobs().filter(flow_id=flow_id).exclude(state__in=_TERMINAL)
+                self.jobs()
+                .filter(flow_id=flow_id)
+                .exclude(state__in=_TERMINAL)
                 .values_list("id", flat=True)
-            )  # fmt: skip
+            )
             n = self._cancel_ids(ids, t) if ids else 0
-            audit.record([audit.Event(action=audit.FLOW_CANCEL, backend=self.alias,
-                                      data={"flow_id": flow_id, "count": n})], using=self.db)  # fmt: skip
+            audit.record(
+                [
+                    audit.Event(
+                        action=audit.FLOW_CANCEL,
+                        backend=self.alias,
+                        data={"flow_id": flow_id, "count": n},
+                    )
+                ],
+                using=self.db,
+            )
         return n
 
     def flow_jobs(self, flow_id: str) -> list[JobInfo]:
         edges: dict[str, list[str]] = {}
-        for job_id, dep in FlowDependency.objects.using(self.db).filter(
-            flow_id=flow_id, kind="dag"
-        ).values_list("job_id", "depends_on_id"):
+        for job_id, dep in (
+            FlowDependency.objects.using(self.db)
+            .filter(flow_id=flow_id, kind="dag")
+            .values_list("job_id", "depends_on_id")
+        ):
             edges.setdefault(job_id, []).append(dep)
         tallies: dict[str, dict[str, int]] = {}
         for job_id, status, n in (
-            FlowDependency.objects.using(self.db).filter(flow_id=flow_id, kind="child")
-            .values_list("job_id", "status").annotate(n=Count("id")).order_by()
-        ):  # fmt: skip
+            FlowDependency.objects.using(self.db)
+            .filter(flow_id=flow_id, kind="child")
+            .values_list("job_id", "status")
+            .annotate(n=Count("id"))
+            .order_by()
+        ):
             tallies.setdefault(job_id, {})[status] = n
         jobs: Any = self.jobs().filter(flow_id=flow_id).order_by("id")
         return [
-            info_from_model(j, self.alias, edges.get(j.id, ()),
-                            tallies.get(j.id, {}) if j.flow_phase else None)
+            info_from_model(
+                j, self.alias, edges.get(j.id, ()), tallies.get(j.id, {}) if j.flow_phase else None
+            )
             for j in jobs
-        ]  # fmt: skip
+        ]

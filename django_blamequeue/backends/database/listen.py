@@ -9,6 +9,7 @@ worker polls until the LISTEN is re-established.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -40,10 +41,8 @@ class PgListener:
         self._stop.set()
         conn = self._conn
         if conn is not None:
-            try:
+            with contextlib.suppress(Exception):  # a broken connection is gone either way
                 conn.close()
-            except Exception:  # closing a broken connection may raise; it is gone either way
-                pass
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -82,7 +81,5 @@ class PgListener:
                 self.listening = False
                 conn, self._conn = self._conn, None
                 if conn is not None:
-                    try:
+                    with contextlib.suppress(Exception):
                         conn.close()
-                    except Exception:
-                        pass

@@ -28,9 +28,29 @@ def to_bytes(value: Any) -> bytes:
 
 
 def claimed_from_row(row: Sequence[Any]) -> Claimed:
-    (job_id, queue, name, payload, ctype, cenc, token, attempts, max_attempts, expires,
-     priority, timeout, trace_id, classification, flow_id, parent_id, available_at,
-     created_at, flow_phase, flow_mode, flow_depth) = row  # fmt: skip
+    (
+        job_id,
+        queue,
+        name,
+        payload,
+        ctype,
+        cenc,
+        token,
+        attempts,
+        max_attempts,
+        expires,
+        priority,
+        timeout,
+        trace_id,
+        classification,
+        flow_id,
+        parent_id,
+        available_at,
+        created_at,
+        flow_phase,
+        flow_mode,
+        flow_depth,
+    ) = row
     expires_at = to_dt(expires)
     assert expires_at is not None
     return Claimed(

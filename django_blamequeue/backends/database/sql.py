@@ -26,7 +26,8 @@ def claim_postgresql(n_queues: int) -> str:
     return f"""
 WITH picked AS (
     SELECT id FROM {JOB}
-    WHERE state = 'pending' AND queue IN ({queues}) AND available_at <= COALESCE(%s, statement_timestamp())
+    WHERE state = 'pending' AND queue IN ({queues})
+      AND available_at <= COALESCE(%s, statement_timestamp())
     ORDER BY priority DESC, available_at, id
     LIMIT %s
     FOR UPDATE SKIP LOCKED
@@ -66,8 +67,8 @@ def unnest_params(columns: Sequence[tuple[Any, ...]]) -> tuple[list[bool], list[
     """``varying`` and the params of :func:`unnest_rows` for column-wise values."""
     varying = [col.count(col[0]) != len(col) for col in columns]
     varying[0] = True  # at least one array: it sets the number of rows
-    scalars = [col[0] for col, varies in zip(columns, varying) if not varies]
-    arrays = [list(col) for col, varies in zip(columns, varying) if varies]
+    scalars = [col[0] for col, varies in zip(columns, varying, strict=False) if not varies]
+    arrays = [list(col) for col, varies in zip(columns, varying, strict=False) if varies]
     return varying, scalars + arrays
 
 
@@ -117,28 +118,38 @@ RETURNING {CLAIM_COLUMNS}
 # finished_at, give_back (0/1), yields_to_cancel (0/1), progress_done (0/1).
 ACK_COLUMNS = 12
 _PG_CASTS = (
-    "varchar", "varchar", "varchar", "bytea", "text", "text", "varchar",
-    "timestamptz", "timestamptz", "integer", "integer", "integer",
-)  # fmt: skip
+    "varchar",
+    "varchar",
+    "varchar",
+    "bytea",
+    "text",
+    "text",
+    "varchar",
+    "timestamptz",
+    "timestamptz",
+    "integer",
+    "integer",
+    "integer",
+)
 
-_ACK_SET = """
-SET state = CASE WHEN v.column11 = 1 AND {job}.cancel_requested THEN 'cancelled'
+_ACK_SET = f"""
+SET state = CASE WHEN v.column11 = 1 AND {JOB}.cancel_requested THEN 'cancelled'
                  ELSE v.column3 END,
-    attempts = {job}.attempts - v.column10,
-    result = CASE WHEN v.column3 = 'done' THEN v.column4 ELSE {job}.result END,
-    error = COALESCE(v.column5, {job}.error),
-    traceback = CASE WHEN v.column5 IS NULL THEN {job}.traceback ELSE v.column6 END,
-    reason = CASE WHEN v.column11 = 1 AND {job}.cancel_requested THEN 'cancelled'
-                  ELSE COALESCE(v.column7, {job}.reason) END,
-    available_at = COALESCE(v.column8, {job}.available_at),
+    attempts = {JOB}.attempts - v.column10,
+    result = CASE WHEN v.column3 = 'done' THEN v.column4 ELSE {JOB}.result END,
+    error = COALESCE(v.column5, {JOB}.error),
+    traceback = CASE WHEN v.column5 IS NULL THEN {JOB}.traceback ELSE v.column6 END,
+    reason = CASE WHEN v.column11 = 1 AND {JOB}.cancel_requested THEN 'cancelled'
+                  ELSE COALESCE(v.column7, {JOB}.reason) END,
+    available_at = COALESCE(v.column8, {JOB}.available_at),
     finished_at = CASE WHEN v.column3 = 'pending'
-                            AND NOT (v.column11 = 1 AND {job}.cancel_requested)
+                            AND NOT (v.column11 = 1 AND {JOB}.cancel_requested)
                        THEN NULL ELSE v.column9 END,
-    progress = CASE WHEN v.column12 = 1 THEN 100 ELSE {job}.progress END,
+    progress = CASE WHEN v.column12 = 1 THEN 100 ELSE {JOB}.progress END,
     lease_token = NULL,
     lease_expires_at = NULL,
     updated_at = v.column9
-""".format(job=JOB)
+"""
 
 
 def ack_many_postgresql(varying: Sequence[bool]) -> str:

@@ -15,9 +15,14 @@ from ...exceptions import QueueError
 from ...records import JobInfo
 
 STATE_MARK = {
-    "pending": "·", "blocked": "⏸", "inflight": "▶", "waiting_children": "⋯",
-    "done": "✓", "failed": "✗", "cancelled": "⊘",
-}  # fmt: skip
+    "pending": "·",
+    "blocked": "⏸",
+    "inflight": "▶",
+    "waiting_children": "⋯",
+    "done": "✓",
+    "failed": "✗",
+    "cancelled": "⊘",
+}
 
 
 class Command(BaseCommand):
@@ -30,7 +35,9 @@ class Command(BaseCommand):
         parser.add_argument("--backend", default=None, help="backend alias")
         sub = parser.add_subparsers(dest="action", required=True)
         sub.add_parser("stats", help="counts per queue and state, breaker state per backend")
-        dlq = sub.add_parser("dlq", help="the dead-letter queue").add_subparsers(dest="dlq_action", required=True)
+        dlq = sub.add_parser("dlq", help="the dead-letter queue").add_subparsers(
+            dest="dlq_action", required=True
+        )
         lst = dlq.add_parser("list")
         lst.add_argument("queue")
         lst.add_argument("--limit", type=int, default=50)
@@ -63,9 +70,22 @@ class Command(BaseCommand):
 
     def do_stats(self, options: dict[str, Any]) -> None:
         backends = {b["name"]: b for b in queue.list_backends()}
-        header = f"{'backend':<12} {'queue':<20} " + " ".join(
-            f"{s:>9}" for s in ("pending", "blocked", "inflight", "waiting", "done", "failed", "cancelled")
-        ) + "  oldest pending"  # fmt: skip
+        header = (
+            f"{'backend':<12} {'queue':<20} "
+            + " ".join(
+                f"{s:>9}"
+                for s in (
+                    "pending",
+                    "blocked",
+                    "inflight",
+                    "waiting",
+                    "done",
+                    "failed",
+                    "cancelled",
+                )
+            )
+            + "  oldest pending"
+        )
         self.stdout.write(header)
         for b in all_backends():
             if options["backend"] and b.alias != options["backend"]:
@@ -74,12 +94,21 @@ class Command(BaseCommand):
                 c = st.counts
                 age = f"{st.oldest_pending_age:.0f} s" if st.oldest_pending_age is not None else "-"
                 self.stdout.write(
-                    f"{b.alias:<12} {st.queue:<20} " + " ".join(
-                        f"{c.get(s, 0):>9,}" for s in ("pending", "blocked", "inflight",
-                                                         "waiting_children", "done", "failed",
-                                                         "cancelled")
-                    ) + f"  {age}"
-                )  # fmt: skip
+                    f"{b.alias:<12} {st.queue:<20} "
+                    + " ".join(
+                        f"{c.get(s, 0):>9,}"
+                        for s in (
+                            "pending",
+                            "blocked",
+                            "inflight",
+                            "waiting_children",
+                            "done",
+                            "failed",
+                            "cancelled",
+                        )
+                    )
+                    + f"  {age}"
+                )
         for name, entry in backends.items():
             self.stdout.write(
                 f"backend {name}: {entry['protocol']}, breaker {entry['breaker_state']}"
@@ -87,16 +116,21 @@ class Command(BaseCommand):
 
     def do_dlq(self, options: dict[str, Any]) -> None:
         if options["dlq_action"] == "list":
-            jobs = queue.dlq_list(options["queue"], limit=options["limit"], offset=options["offset"],
-                                  backend=options["backend"])  # fmt: skip
+            jobs = queue.dlq_list(
+                options["queue"],
+                limit=options["limit"],
+                offset=options["offset"],
+                backend=options["backend"],
+            )
             total = queue.dlq_size(options["queue"], backend=options["backend"])
             self.stdout.write(f"{total} job(s) in the DLQ of {options['queue']!r}")
             for j in jobs:
                 self.stdout.write(
                     f"{j.job_id}  {j.name}  attempts {j.attempts}/{j.max_attempts}  "
                     f"{j.reason or ''}  {j.finished_at:%Y-%m-%d %H:%M:%S}  {j.error or ''}"
-                    if j.finished_at else f"{j.job_id}  {j.name}  {j.error or ''}"
-                )  # fmt: skip
+                    if j.finished_at
+                    else f"{j.job_id}  {j.name}  {j.error or ''}"
+                )
             return
         if options["all"]:
             n = queue.dlq_retry_all(options["target"], backend=options["backend"])
@@ -109,7 +143,9 @@ class Command(BaseCommand):
     def do_purge(self, options: dict[str, Any]) -> None:
         name = options["queue"]
         if not options["yes"] and sys.stdin.isatty():
-            answer = input(f"Delete every waiting job of {name!r}? Type the queue name to confirm: ")
+            answer = input(
+                f"Delete every waiting job of {name!r}? Type the queue name to confirm: "
+            )
             if answer.strip() != name:
                 raise CommandError("not confirmed; nothing deleted")
         n = queue.purge(name, backend=options["backend"])
@@ -144,10 +180,14 @@ class Command(BaseCommand):
         except json.JSONDecodeError as exc:
             raise CommandError(f"--payload is not JSON: {exc}") from exc
         job = queue.enqueue(
-            options["queue"] or definition.queue, payload, name=definition.name,
-            delay=options["delay"], priority=options["priority"],
-            dedupe_key=options["dedupe_key"], backend=options["backend"] or definition.backend,
-        )  # fmt: skip
+            options["queue"] or definition.queue,
+            payload,
+            name=definition.name,
+            delay=options["delay"],
+            priority=options["priority"],
+            dedupe_key=options["dedupe_key"],
+            backend=options["backend"] or definition.backend,
+        )
         note = " (deduplicated: existing job)" if job.deduplicated else ""
         self.stdout.write(f"enqueued {job.job_id} on {job.queue_name!r}{note}")
 
@@ -158,8 +198,10 @@ def render_flow(flow_id: str, jobs: list[JobInfo]) -> list[str]:
     counts: dict[str, int] = {}
     for j in jobs:
         counts[j.state] = counts.get(j.state, 0) + 1
-    lines = [f"flow {flow_id}: {len(jobs)} job(s) · "
-             + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]  # fmt: skip
+    lines = [
+        f"flow {flow_id}: {len(jobs)} job(s) · "
+        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    ]
     depth: dict[str, int] = {}
 
     def level(job_id: str, seen: frozenset[str] = frozenset()) -> int:

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand
 
 from ...backends import all_backends
 from ...console import banner, worker_identity
-from ...sweeper import SweepReport, Sweeper, services_for
+from ...sweeper import Sweeper, SweepReport, services_for
 
 
 def describe(report: SweepReport) -> str:
@@ -48,10 +48,18 @@ class Command(BaseCommand):
             for name, err in report.errors.items():
                 self.stderr.write(f"{name} FAILED: {err}")
             return
-        self.stdout.write(banner("django-blamequeue · runsweeper", [
-            ("sweeper", worker_identity()),
-            ("services", ", ".join(f"{s.name} every {s.period:g} s" for s in sweeper.services)),
-        ]))  # fmt: skip
+        self.stdout.write(
+            banner(
+                "django-blamequeue · runsweeper",
+                [
+                    ("sweeper", worker_identity()),
+                    (
+                        "services",
+                        ", ".join(f"{s.name} every {s.period:g} s" for s in sweeper.services),
+                    ),
+                ],
+            )
+        )
         stop = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:

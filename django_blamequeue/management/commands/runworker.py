@@ -73,7 +73,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("queues", nargs="*", metavar="QUEUE")
-        parser.add_argument("--backend", default=None, help="backend alias (default: DEFAULT_BACKEND)")
+        parser.add_argument(
+            "--backend", default=None, help="backend alias (default: DEFAULT_BACKEND)"
+        )
         parser.add_argument("--concurrency", type=positive_int, default=1, help="handler slots")
         parser.add_argument("--lease", type=positive_float, default=None, help="lease seconds")
         parser.add_argument("--poll", type=positive_float, default=1.0, help="idle poll seconds")
@@ -81,14 +83,29 @@ class Command(BaseCommand):
         parser.add_argument("--rate-limit", type=rate_limit, default=None, metavar="MAX/SECONDS")
         parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
         parser.add_argument("--no-sweep", action="store_true", help="do not run the sweepers")
-        parser.add_argument("--grace", type=non_negative_float, default=None,
-                            help="seconds in-flight handlers get at shutdown (SHUTDOWN_GRACE)")
-        parser.add_argument("--metrics-port", type=port, default=None,
-                            help="serve Prometheus /metrics on this port (prometheus extra)")
-        parser.add_argument("--metrics-address", default="0.0.0.0",
-                            help="address --metrics-port binds (default 0.0.0.0)")
-        parser.add_argument("--progress-interval", type=positive_float, default=None,
-                            help="seconds between progress lines when not on a terminal")
+        parser.add_argument(
+            "--grace",
+            type=non_negative_float,
+            default=None,
+            help="seconds in-flight handlers get at shutdown (SHUTDOWN_GRACE)",
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            default=None,
+            help="serve Prometheus /metrics on this port (prometheus extra)",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            default="0.0.0.0",
+            help="address --metrics-port binds (default 0.0.0.0)",
+        )
+        parser.add_argument(
+            "--progress-interval",
+            type=positive_float,
+            default=None,
+            help="seconds between progress lines when not on a terminal",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         queues = options["queues"] or registry.queues()
@@ -130,8 +147,10 @@ class Command(BaseCommand):
         def on_signal(signum: int, frame: FrameType | None) -> None:
             signals["count"] += 1
             if signals["count"] == 1:
-                self.stderr.write(f"\n{signal.Signals(signum).name}: stopping (grace {grace:g} s); "
-                                  "signal again to stop now")  # fmt: skip
+                self.stderr.write(
+                    f"\n{signal.Signals(signum).name}: stopping (grace {grace:g} s); "
+                    "signal again to stop now"
+                )
                 consumer.cancel(grace=grace)
             else:
                 self.stderr.write("stopping now: releasing in-flight jobs")
@@ -183,18 +202,30 @@ class Command(BaseCommand):
         b = consumer.backend
         engine = getattr(b, "connection", None)
         vendor = engine.vendor if engine is not None else b.protocol
-        wake = ("LISTEN/NOTIFY" if b.supports_listen else
-                f"polling every {consumer.options.fast_poll if b.cheap_polling else consumer.options.poll_interval:g} s")  # fmt: skip
+        opts = consumer.options
+        poll = opts.fast_poll if b.cheap_polling else opts.poll_interval
+        wake = "LISTEN/NOTIFY" if b.supports_listen else f"polling every {poll:g} s"
         rows = [
             ("worker", worker_identity()),
             ("backend", f"{b.alias} ({b.protocol}, {vendor})"),
             ("queues", ", ".join(queues)),
             ("concurrency", str(consumer.options.concurrency)),
-            ("lease", f"{consumer.options.lease:g} s (renewed every {consumer.options.lease / 2:g} s)"),
+            (
+                "lease",
+                f"{consumer.options.lease:g} s (renewed every {consumer.options.lease / 2:g} s)",
+            ),
             ("wake-up", wake),
-            ("rate limit", "%d per %g s" % consumer.options.rate_limit if consumer.options.rate_limit else "none"),
+            (
+                "rate limit",
+                "{} per {:g} s".format(*consumer.options.rate_limit)
+                if consumer.options.rate_limit
+                else "none",
+            ),
             ("shutdown grace", f"{grace:g} s"),
             ("sweeper", "on" if sweeping else "off (--no-sweep)"),
-            ("mode", "burst (exit when empty)" if consumer.options.burst else "run until signalled"),
-        ]  # fmt: skip
+            (
+                "mode",
+                "burst (exit when empty)" if consumer.options.burst else "run until signalled",
+            ),
+        ]
         self.stdout.write(banner(f"django-blamequeue {ver} · runworker", rows))

@@ -28,18 +28,36 @@ class Command(BaseCommand):
             "reports",
             [
                 {"name": "extract", "job": jobs.render_report.name, "payload": {"step": "extract"}},
-                {"name": "transform", "job": jobs.render_report.name,
-                 "payload": {"step": "transform"}, "depends_on": ["extract"]},
-                {"name": "load", "job": jobs.render_report.name, "payload": {"step": "load"},
-                 "depends_on": ["transform"]},
+                {
+                    "name": "transform",
+                    "job": jobs.render_report.name,
+                    "payload": {"step": "transform"},
+                    "depends_on": ["extract"],
+                },
+                {
+                    "name": "load",
+                    "job": jobs.render_report.name,
+                    "payload": {"step": "load"},
+                    "depends_on": ["transform"],
+                },
             ],
-        )  # fmt: skip
+        )
         self.stdout.write(
             f"enqueued {len(emails)} emails, 1 webhook that always fails, "
             f"and flow {flow['flow_id']} (extract → transform → load)\n"
         )
-        call_command("runworker", "emails", "reports", "--burst", "--concurrency", "8", "--progress-interval", "0.5",
-                     stdout=self.stdout._out, stderr=self.stderr._out)  # fmt: skip
+        call_command(
+            "runworker",
+            "emails",
+            "reports",
+            "--burst",
+            "--concurrency",
+            "8",
+            "--progress-interval",
+            "0.5",
+            stdout=self.stdout._out,
+            stderr=self.stderr._out,
+        )
 
         done = sum(1 for e in emails if (j := queue.get_job(e.job_id)) and j.state == "done")
         self.stdout.write("\nsummary")
@@ -61,5 +79,6 @@ class Command(BaseCommand):
             "                 .venv/bin/python testproject/manage.py runserver\n"
             "                 → http://127.0.0.1:8000/admin/django_blamequeue/job/\n"
             "Inspect:         .venv/bin/python testproject/manage.py blamequeue stats\n"
-            f"                 .venv/bin/python testproject/manage.py blamequeue flow show {flow['flow_id']}"
+            "                 .venv/bin/python testproject/manage.py blamequeue flow show "
+            f"{flow['flow_id']}"
         )

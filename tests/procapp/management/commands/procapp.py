@@ -30,7 +30,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         payload = json.loads(options["payload"])
         jobs = queue.enqueue_many(
-            QUEUE, [payload] * options["count"], name="procapp.effect",
-            backend=options["backend"], max_attempts=options["max_attempts"],
-        )  # fmt: skip
+            QUEUE,
+            [payload] * options["count"],
+            name="procapp.effect",
+            backend=options["backend"],
+            max_attempts=options["max_attempts"],
+        )
         self.stdout.write(f"enqueued {len(jobs)}")
