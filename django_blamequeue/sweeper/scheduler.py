@@ -9,6 +9,7 @@ Elsewhere the job carries the dedupe key ``schedule:NAME:TIME``, which an active
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -28,12 +29,15 @@ class Scheduler:
         self.period = period
         self.database = database
         self.name = "scheduler"
+        self._synced: Mapping[str, Any] | None = None
 
     def sync_settings(self, now: datetime) -> None:
         """Mirror ``SCHEDULES`` into the table (anchored at now: the first fire is the next)."""
         from ..models import Schedule
 
         wanted = get_settings().schedules
+        if wanted is self._synced:  # settings only change through a reset: once per change
+            return
         schedules = Schedule.objects.using(self.database)
         schedules.filter(source="settings").exclude(name__in=list(wanted)).delete()
         for name, entry in wanted.items():
@@ -51,6 +55,7 @@ class Scheduler:
             updated = schedules.filter(name=name).update(**fields)
             if not updated:
                 schedules.get_or_create(name=name, defaults={**fields, "last_fired_at": now})
+        self._synced = wanted
 
     def run_once(self, now: datetime | None = None) -> dict[str, int]:
         from ..backends import get_backend

@@ -465,29 +465,26 @@ class DatabaseBackend(ChildOps, FlowOps):
         self, job_id: str, token: str, seconds: float, now: datetime | None = None
     ) -> bool:
         with transaction.atomic(using=self.db):
-            t = self._now(now)
-            n = (
-                self.jobs()
-                .filter(id=job_id, lease_token=token, state=State.INFLIGHT)
-                .update(
-                    lease_expires_at=Greatest(
-                        F("lease_expires_at"), Value(t + timedelta(seconds=seconds))
-                    )
-                )
+            until = self._now(now) + timedelta(seconds=seconds)
+            return self._fenced_update(
+                job_id,
+                token,
+                audit.LEASE_EXTENDED,
+                {"seconds": seconds},
+                lease_expires_at=Greatest(F("lease_expires_at"), Value(until)),
             )
-            if n and audit.needed(audit.LEASE_EXTENDED):
-                audit.record(
-                    [
-                        audit.Event(
-                            action=audit.LEASE_EXTENDED,
-                            job_id=job_id,
-                            backend=self.alias,
-                            data={"seconds": seconds},
-                        )
-                    ],
-                    using=self.db,
-                )
-        return bool(n)
+
+    def _fenced_update(
+        self, job_id: str, token: str, action: str, data: dict[str, Any], **fields: Any
+    ) -> bool:
+        """Update a held lease's row (only with the right token); audit it if it changed."""
+        with transaction.atomic(using=self.db):
+            held = self.jobs().filter(id=job_id, lease_token=token, state=State.INFLIGHT)
+            changed = bool(held.update(**fields))
+            if changed and audit.needed(action):
+                event = audit.Event(action=action, job_id=job_id, backend=self.alias, data=data)
+                audit.record([event], using=self.db)
+        return changed
 
     def renew_leases(
         self, leases: Sequence[tuple[str, str]], seconds: float, now: datetime | None = None
@@ -530,25 +527,9 @@ class DatabaseBackend(ChildOps, FlowOps):
         return LeaseSignals(lost=frozenset(lost), cancel_requested=frozenset(cancel))
 
     def set_progress(self, job_id: str, token: str, progress: int) -> bool:
-        with transaction.atomic(using=self.db):
-            n = (
-                self.jobs()
-                .filter(id=job_id, lease_token=token, state=State.INFLIGHT)
-                .update(progress=progress)
-            )
-            if n and audit.needed(audit.PROGRESS):
-                audit.record(
-                    [
-                        audit.Event(
-                            action=audit.PROGRESS,
-                            job_id=job_id,
-                            backend=self.alias,
-                            data={"progress": progress},
-                        )
-                    ],
-                    using=self.db,
-                )
-        return bool(n)
+        return self._fenced_update(
+            job_id, token, audit.PROGRESS, {"progress": progress}, progress=progress
+        )
 
     def rescue_expired(
         self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
