@@ -456,8 +456,8 @@ class Child:
 
     @staticmethod
     def _claim_probe() -> str:
-        # The row selection of the claim (sql.claim_postgresql); run in autocommit, its row
-        # locks end with the statement.
+        # The row selection of the claim for one queue (sql.claim_postgresql runs one such
+        # scan per queue); run in autocommit, its row locks end with the statement.
         return (
             "SELECT id FROM blamequeue_job WHERE state = 'pending' AND queue IN ('bench') "
             "AND available_at <= statement_timestamp() ORDER BY priority DESC, available_at, id "

@@ -137,6 +137,17 @@ def test_higher_priority_is_claimed_first_then_earlier_available_at_then_fifo(
     assert claimed == [urgent, older, first_in, second_in, low]
 
 
+def test_a_claim_over_several_queues_takes_the_best_jobs_of_all_and_at_most_its_limit(
+    backend: str, engine: Backend
+) -> None:
+    low = queue.enqueue_many("mq-a", ["a0", "a1", "a2"], backend=backend)
+    high = queue.enqueue_many("mq-b", ["b0", "b1"], priority=3, backend=backend)
+    claimed = engine.claim(["mq-a", "mq-b"], 3, 30)
+    assert [c.job_id for c in claimed] == [high[0].job_id, high[1].job_id, low[0].job_id]
+    rest = engine.claim(["mq-a", "mq-b"], 10, 30)
+    assert sorted(c.job_id for c in rest) == sorted([low[1].job_id, low[2].job_id])
+
+
 def test_fifo_holds_across_a_large_batch(backend: str, engine: Backend) -> None:
     ids = [e.job_id for e in queue.enqueue_many("fifo", range(50), backend=backend)]
     claimed = [

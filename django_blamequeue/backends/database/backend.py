@@ -293,9 +293,7 @@ class DatabaseBackend(ChildOps, FlowOps):
         qs = list(queues)
         with self.connection.cursor() as cur:
             if self.is_postgres:
-                cur.execute(
-                    sql.claim_postgresql(len(qs)), [*qs, now, limit, now, lease_s, now, now]
-                )
+                cur.execute(sql.claim_postgresql(), [qs, now, limit, limit, now, lease_s, now, now])
             else:
                 t = self._now(now)
                 expires = t + timedelta(seconds=lease_s)

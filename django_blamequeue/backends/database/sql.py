@@ -20,17 +20,27 @@ CLAIM_COLUMNS = (
 )
 
 
-def claim_postgresql(n_queues: int) -> str:
-    """Params: *queues, now, limit, now, lease_seconds, now, now."""
-    queues = ", ".join(["%s"] * n_queues)
+def claim_postgresql() -> str:
+    """Params: queues (a list), now, limit, limit, now, lease_seconds, now, now.
+
+    One ordered index scan per queue (``LATERAL``): ``queue IN (…)`` over several queues
+    cannot use the claim index's order and sorts every ready row. Each queue locks at most
+    ``limit`` rows; the best ``limit`` of them are claimed, and the other locks end with the
+    transaction (with one queue, exactly ``limit`` rows are locked).
+    """
     return f"""
 WITH picked AS (
-    SELECT id FROM {JOB}
-    WHERE state = 'pending' AND queue IN ({queues})
-      AND available_at <= COALESCE(%s, statement_timestamp())
-    ORDER BY priority DESC, available_at, id
+    SELECT c.id FROM unnest(%s::varchar[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, available_at FROM {JOB}
+        WHERE state = 'pending' AND queue = q.name
+          AND available_at <= COALESCE(%s, statement_timestamp())
+        ORDER BY priority DESC, available_at, id
+        LIMIT %s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority DESC, c.available_at, c.id
     LIMIT %s
-    FOR UPDATE SKIP LOCKED
 )
 UPDATE {JOB} AS j
 SET state = 'inflight',
