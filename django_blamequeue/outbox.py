@@ -190,6 +190,7 @@ def nudge() -> None:
 
 
 def _relay_loop() -> None:
+    global _nudge_thread
     from django.db import connections
 
     relay = Relay()
@@ -199,7 +200,10 @@ def _relay_loop() -> None:
         if not _nudge_event.wait(timeout=1.0):
             connections.close_all()
             if not _nudge_event.wait(timeout=29.0):
-                return
+                with _nudge_lock:  # a nudge racing our exit must not find us "alive"
+                    if not _nudge_event.is_set():
+                        _nudge_thread = None
+                        return
         _nudge_event.clear()
         try:
             relay.run_once()

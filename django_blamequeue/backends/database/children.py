@@ -35,31 +35,22 @@ REPORT_CHUNK = 500
 class ChildOps(LocalBase):
     # -- fan-out ---------------------------------------------------------------------------
     def apply_fan_out(self, ack: Ack, now: datetime) -> State | None:
-        """Park the parent and store its manifest atomically; None if the token is stale."""
-        jobs = self.jobs().filter(id=ack.job_id, lease_token=ack.token, state=State.INFLIGHT)
-        row = jobs.values_list("cancel_requested", "queue", "attempts").first()
-        if row is None:
-            return None
-        cancel_requested, queue, attempts = row
-        if cancel_requested:
-            jobs.update(
-                state=State.CANCELLED,
-                finished_at=now,
-                updated_at=now,
-                reason="cancelled",
-                lease_token=None,
-                lease_expires_at=None,
-            )
+        """Park the parent and store its manifest atomically; None if the token is stale.
+
+        Each UPDATE is its own fence (id, token, inflight): nothing is read first and
+        written later, so a lease taken over in between changes nothing here.
+        """
+        held = self.jobs().filter(id=ack.job_id, lease_token=ack.token, state=State.INFLIGHT)
+        released = {"lease_token": None, "lease_expires_at": None, "updated_at": now}
+        if held.filter(cancel_requested=True).update(
+            state=State.CANCELLED, finished_at=now, reason="cancelled", **released
+        ):
             self.report_terminal([ack.job_id])
             return State.CANCELLED
+        if not held.update(state=State.WAITING_CHILDREN, flow_phase="collect", **released):
+            return None
+        queue, attempts = self.jobs().filter(id=ack.job_id).values_list("queue", "attempts")[0]
         children = ack.transition.children
-        jobs.update(
-            state=State.WAITING_CHILDREN,
-            flow_phase="collect",
-            lease_token=None,
-            lease_expires_at=None,
-            updated_at=now,
-        )
         self._store_manifest(ack.job_id, children)
         audit.record(
             [
