@@ -20,7 +20,7 @@ from .context import JobContext, _current
 from .core import lifecycle
 from .exceptions import JobInterrupted
 from .interrupt import Guard
-from .records import Claimed
+from .records import Claimed, Transition
 from .serializers import decode, encode
 
 logger = logging.getLogger("django_blamequeue.worker")
@@ -146,6 +146,25 @@ def _flow_phase(run: Run, spec: Any, payload: Any) -> lifecycle.Outcome:
     except BaseException as exc:
         return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
     return lifecycle.FannedOut(children)
+
+
+def transition_for(
+    claimed: Claimed, definition: registry.JobDefinition | None, outcome: lifecycle.Outcome
+) -> Transition:
+    """The lifecycle's decision for one attempt, with the settings' backoff and the job's
+    ``retryable`` predicate (the worker and ``testing`` both decide through here)."""
+    from .conf import get_settings
+
+    settings = get_settings()
+    policy = lifecycle.Policy(
+        backoff_base=settings.backoff_base,
+        backoff_max=settings.backoff_max,
+        backoff_jitter=settings.backoff_jitter,
+        retryable=definition.retryable if definition else None,
+    )
+    return lifecycle.decide(
+        outcome, attempt=claimed.attempt, max_attempts=claimed.max_attempts, policy=policy
+    )
 
 
 def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]) -> None:

@@ -252,12 +252,9 @@ class CapturedJobs:
 
     def _run(self, c: Claimed, handler: Handler | None) -> Attempt:
         from . import registry
-        from .conf import get_settings
         from .context import JobContext, _current
-        from .core import lifecycle
-        from .runner import Run, invoke
+        from .runner import Run, invoke, transition_for
 
-        settings = get_settings()
         definition = registry.get(c.name)
         ctx = JobContext(
             job_id=c.job_id,
@@ -288,15 +285,7 @@ class CapturedJobs:
             )
         finally:
             _current.reset(token)
-        policy = lifecycle.Policy(
-            backoff_base=settings.backoff_base,
-            backoff_max=settings.backoff_max,
-            backoff_jitter=settings.backoff_jitter,
-            retryable=definition.retryable if definition else None,
-        )
-        transition = lifecycle.decide(
-            outcome, attempt=c.attempt, max_attempts=c.max_attempts, policy=policy
-        )
+        transition = transition_for(c, definition, outcome)
         [ack] = self.backend.apply_many(
             [Ack(job_id=c.job_id, token=c.token, transition=transition)], self.now()
         )

@@ -21,7 +21,7 @@ from .core import lifecycle
 from .core.states import State
 from .exceptions import ErrorCode, JobCancelled, JobTimeout, LeaseLost, QueueError, WorkerShutdown
 from .records import Ack, AckResult, Claimed, Transition
-from .runner import Handler, Run, SlotPool
+from .runner import Handler, Run, SlotPool, transition_for
 
 logger = logging.getLogger("django_blamequeue.worker")
 
@@ -291,16 +291,7 @@ class Consumer:
 
     def _decide(self, run: Run, outcome: lifecycle.Outcome) -> None:
         c = run.claimed
-        definition = run.definition
-        policy = lifecycle.Policy(
-            backoff_base=self._settings.backoff_base,
-            backoff_max=self._settings.backoff_max,
-            backoff_jitter=self._settings.backoff_jitter,
-            retryable=definition.retryable if definition else None,
-        )
-        transition = lifecycle.decide(
-            outcome, attempt=c.attempt, max_attempts=c.max_attempts, policy=policy
-        )
+        transition = transition_for(c, run.definition, outcome)
         self._running.pop(c.job_id, None)
         self._acks.append(Ack(job_id=c.job_id, token=c.token, transition=transition))
         self._ack_runs[c.job_id] = (run, transition)
