@@ -7,7 +7,7 @@ a refused payload leaves no trace in any backend.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from kombu.serialization import registry
 from django_blamequeue.conf import content_type_of, get_settings
 from django_blamequeue.exceptions import ErrorCode, QueueError
 
-__all__ = ["Encoded", "accepted_content_types", "decode", "encode", "size_of"]
+__all__ = ["Encoded", "accepted_content_types", "decode", "encode", "encode_many", "size_of"]
 
 # kombu's functions are untyped; these names give them the signatures used here.
 _dumps: Callable[..., tuple[str, str, str | bytes]] = _kombu_dumps
@@ -64,6 +64,13 @@ def encode(obj: Any, *, serializer: str | None = None, max_bytes: int | None = N
     accepted, ``BAD_PAYLOAD`` if it cannot encode ``obj``, ``PAYLOAD_TOO_LARGE`` over the cap,
     ``BAD_ARGUMENT`` for a serializer kombu does not have.
     """
+    return encode_many([obj], serializer=serializer, max_bytes=max_bytes)[0]
+
+
+def encode_many(
+    objs: Sequence[Any], *, serializer: str | None = None, max_bytes: int | None = None
+) -> list[Encoded]:
+    """``encode`` for a batch: the serializer and ``ACCEPT_CONTENT`` are checked once."""
     current = get_settings()
     name = _serializer_name(serializer or current.serializer)
     content_type = registry.name_to_type[name]
@@ -73,6 +80,10 @@ def encode(obj: Any, *, serializer: str | None = None, max_bytes: int | None = N
             f"({', '.join(current.accept_content)})"
         )
         raise QueueError(ErrorCode.CONTENT_DISALLOWED, message)
+    return [_encode(obj, name, current.max_payload_bytes, max_bytes) for obj in objs]
+
+
+def _encode(obj: Any, name: str, configured: int, max_bytes: int | None) -> Encoded:
     try:
         content_type, content_encoding, body = _dumps(obj, serializer=name)
     except SerializerNotInstalled as exc:
@@ -84,7 +95,7 @@ def encode(obj: Any, *, serializer: str | None = None, max_bytes: int | None = N
     if isinstance(body, str):
         body = body.encode("utf-8" if content_encoding in _BINARY else content_encoding)
     encoded = Encoded(content_type, content_encoding, bytes(body))
-    _check_size(encoded, current.max_payload_bytes, max_bytes)
+    _check_size(encoded, configured, max_bytes)
     return encoded
 
 
