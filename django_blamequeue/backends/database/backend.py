@@ -14,7 +14,7 @@ from django.db import OperationalError, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Greatest
 
-from ... import audit
+from ... import audit, wakeup
 from ...core.states import ACTIVE, TERMINAL, WAITING, State
 from ...models import FlowDependency, Job
 from ...records import (
@@ -125,12 +125,18 @@ class DatabaseBackend(ChildOps, FlowOps):
     ) -> list[EnqueuedJob]:
         if not jobs:
             return []
+        # Jobs neither blocked nor delayed wake idle workers at commit. A job deduplicated
+        # away, or one whose run_at is still ahead, makes that one empty claim.
+        wake = sorted({j.queue for j in jobs if not (j.blocked or j.delay)})
+        if self._one_statement(jobs, events):
+            self._insert_rows(jobs, now, wake)  # autocommit: the INSERT is the transaction
+            wakeup.notify(wake)
+            return [
+                EnqueuedJob(job_id=j.job_id, queue_name=j.queue, backend=self.alias) for j in jobs
+            ]
         with transaction.atomic(using=self.db, savepoint=False):
-            # Jobs due at once wake idle workers, announced with the clock read. Should all
-            # of a queue's jobs turn out deduplicated, the wake-up costs one empty claim.
-            at_once = [j.queue for j in jobs if not (j.blocked or j.delay or j.run_at)]
-            now = self._now(now, notify=at_once)
-            answer = self._insert(jobs, now)
+            answer = self._insert(jobs, now, wake)
+            transaction.on_commit(lambda: wakeup.notify(wake), using=self.db)
             inserted = [j for j in jobs if not answer[j.job_id].deduplicated]
             edges = [
                 FlowDependency(
@@ -144,8 +150,6 @@ class DatabaseBackend(ChildOps, FlowOps):
             ]
             if edges:
                 FlowDependency.objects.using(self.db).bulk_create(edges, ignore_conflicts=True)
-            due_by_run_at = [j for j in inserted if not j.blocked and j.run_at and j.run_at <= now]
-            self._notify([j.queue for j in due_by_run_at])
             evs = list(events)
             if audit.needed(audit.ENQUEUE):
                 evs += [
@@ -161,10 +165,25 @@ class DatabaseBackend(ChildOps, FlowOps):
             audit.record(evs, using=self.db)
         return [answer[j.job_id] for j in jobs]
 
+    def _one_statement(self, jobs: Sequence[NewJob], events: Sequence[audit.Event]) -> bool:
+        """Can this enqueue be a single autocommit INSERT (PostgreSQL, nothing else to write,
+        not inside the caller's transaction)? Then it costs one round trip and one commit."""
+        return (
+            self.is_postgres
+            and not self.connection.in_atomic_block
+            and not events
+            and not any(j.dedupe_key or j.depends_on for j in jobs)
+            and not audit.needed(audit.ENQUEUE)
+        )
+
     @staticmethod
-    def _values(j: NewJob, now: datetime) -> tuple[Any, ...]:
-        """A new row's values, in the order of ``_INSERT_COLUMNS``."""
-        available = j.run_at or (now + timedelta(seconds=j.delay) if j.delay else now)
+    def _values(j: NewJob, now: datetime | None) -> tuple[Any, ...]:
+        """A new row's values, in the order of ``_INSERT_COLUMNS``. With ``now`` None (the
+        PostgreSQL statement reads the clock), ``available_at`` is the ``run_at`` or None."""
+        if now is None:
+            available = j.run_at
+        else:
+            available = j.run_at or (now + timedelta(seconds=j.delay) if j.delay else now)
         return (
             j.job_id,
             j.queue,
@@ -191,22 +210,28 @@ class DatabaseBackend(ChildOps, FlowOps):
             now,
         )
 
-    def _insert_rows(self, jobs: Sequence[NewJob], now: datetime) -> set[str]:
+    def _insert_rows(
+        self, jobs: Sequence[NewJob], now: datetime | None, notify: Sequence[str] = ()
+    ) -> set[str]:
         """Insert ``jobs`` (conflicting ones are skipped); answer the ids inserted.
 
-        PostgreSQL: one ``INSERT … SELECT FROM unnest(…)`` per batch. SQLite: multi-row
-        ``INSERT … VALUES`` within its variable limit. Either way a handful of statements
-        instead of the ORM's per-field preparation of every row.
+        PostgreSQL: one ``INSERT … SELECT FROM unnest(…)`` per batch, which also reads the
+        clock and sends the NOTIFYs for ``notify``. SQLite: multi-row ``INSERT … VALUES``
+        within its variable limit (in-process wake-ups are the caller's). Either way a handful
+        of statements instead of the ORM's per-field preparation of every row.
         """
         columns, defaults = _insert_layout(self.connection)
-        rows = [self._values(j, now) + defaults for j in jobs]
         inserted: set[str] = set()
         with self.connection.cursor() as cur:
             if self.is_postgres:
+                rows = [(*self._values(j, None), *defaults, j.delay or 0.0) for j in jobs]
                 varying, arrays = sql.unnest_params(list(zip(*rows, strict=True)))
-                cur.execute(sql.insert_jobs_postgresql(columns, varying), arrays)
+                statement = sql.insert_jobs_postgresql(columns, varying, len(notify))
+                cur.execute(statement, [now, *(a for q in notify for a in (CHANNEL, q)), *arrays])
                 inserted.update(r[0] for r in cur.fetchall())
                 return inserted
+            clock = self._now(now)
+            rows = [self._values(j, clock) + defaults for j in jobs]
             names = [c for c, _ in columns]
             a = self._adapt
             dt = {i for i, (c, _) in enumerate(columns) if c in _DATETIME_COLUMNS}
@@ -220,12 +245,15 @@ class DatabaseBackend(ChildOps, FlowOps):
                 inserted.update(r[0] for r in cur.fetchall())
         return inserted
 
-    def _insert(self, jobs: Sequence[NewJob], now: datetime) -> dict[str, EnqueuedJob]:
+    def _insert(
+        self, jobs: Sequence[NewJob], now: datetime | None, notify: Sequence[str] = ()
+    ) -> dict[str, EnqueuedJob]:
         """Insert ignoring conflicts; a dedupe-key conflict answers the holder of the key."""
         answer: dict[str, EnqueuedJob] = {}
         todo = list(jobs)
         for _ in range(5):  # the holder may turn terminal between our insert and our look-up
-            inserted = self._insert_rows(todo, now)
+            inserted = self._insert_rows(todo, now, notify)
+            notify = ()  # sent with the first statement
             keyed = [j.job_id for j in todo if j.dedupe_key and j.job_id not in inserted]
             # A keyed job not inserted: its key is held, or its id exists (a re-enqueued child).
             present = (

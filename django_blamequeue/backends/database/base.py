@@ -47,25 +47,16 @@ class LocalBase(Backend):
     def now(self) -> datetime:
         return self._now(None)
 
-    def _now(self, now: datetime | None, *, notify: Sequence[str] = ()) -> datetime:
-        """The engine's clock. On SQLite the database lives on this host: its clock is ours.
-
-        ``notify``: queues to wake on commit, sent with the clock read on PostgreSQL (one
-        round trip for both; a NOTIFY is delivered at commit, whatever its place in the
-        transaction)."""
-        queues = sorted(set(notify))
-        if now is not None or not self.is_postgres:
-            self._notify(queues)
-            return now if now is not None else timezone.now()
-        calls = "".join(", pg_notify(%s, %s)" for _ in queues)
-        with self.connection.cursor() as cur:
-            cur.execute(
-                f"SELECT statement_timestamp(){calls}", [a for q in queues for a in (CHANNEL, q)]
-            )
-            value: datetime = cur.fetchone()[0]
-        if queues:
-            transaction.on_commit(lambda: wakeup.notify(queues), using=self.db)
-        return value
+    def _now(self, now: datetime | None) -> datetime:
+        """The engine's clock. On SQLite the database lives on this host: its clock is ours."""
+        if now is not None:
+            return now
+        if self.is_postgres:
+            with self.connection.cursor() as cur:
+                cur.execute("SELECT statement_timestamp()")
+                value: datetime = cur.fetchone()[0]
+                return value
+        return timezone.now()
 
     def _adapt(self, value: datetime | None) -> Any:
         if value is None:

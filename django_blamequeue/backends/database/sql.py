@@ -82,13 +82,31 @@ def unnest_params(columns: Sequence[tuple[Any, ...]]) -> tuple[list[bool], list[
     return varying, scalars + arrays
 
 
-def insert_jobs_postgresql(columns: Sequence[tuple[str, str]], varying: Sequence[bool]) -> str:
-    """One INSERT per batch of any size (see :func:`unnest_rows`). Conflicts (id, dedupe key)
-    insert nothing; RETURNING answers the ids that were inserted."""
+def insert_jobs_postgresql(
+    columns: Sequence[tuple[str, str]], varying: Sequence[bool], notifies: int
+) -> str:
+    """One INSERT per batch of any size (see :func:`unnest_rows`) that also reads the clock
+    and sends ``notifies`` NOTIFYs (delivered at commit), so an enqueue in autocommit mode is
+    one statement. The rows carry ``available_at`` = their ``run_at`` or NULL and a last
+    column ``bq_delay`` (seconds); the clock fills ``created_at``, ``updated_at`` and a
+    delayed ``available_at``. Conflicts (id, dedupe key) insert nothing; RETURNING answers
+    the ids inserted. Params: ``now`` (NULL: ``statement_timestamp()``), a (channel, queue)
+    pair per NOTIFY, then :func:`unnest_params` of the rows."""
     names = [c for c, _ in columns]
-    rows = unnest_rows(names, [t for _, t in columns], varying)
+    rows = unnest_rows([*names, "bq_delay"], [*(t for _, t in columns), "float8"], varying)
+    picked = [
+        "t.now"
+        if name in ("created_at", "updated_at")
+        else "COALESCE(v.available_at, t.now + make_interval(secs => v.bq_delay))"
+        if name == "available_at"
+        else f"v.{name}"
+        for name in names
+    ]
+    clock = "SELECT COALESCE(%s::timestamptz, statement_timestamp()) AS now"
+    clock += "".join(f", pg_notify(%s, %s) AS n{i}" for i in range(notifies))
     return (
-        f"INSERT INTO {JOB} ({', '.join(names)}) SELECT * FROM {rows} AS v "
+        f"INSERT INTO {JOB} ({', '.join(names)}) "
+        f"SELECT {', '.join(picked)} FROM ({clock}) AS t CROSS JOIN {rows} AS v "
         "ON CONFLICT DO NOTHING RETURNING id"
     )
 
