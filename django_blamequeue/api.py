@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import audit, registry, tracing, validation
+from . import audit, outbox, registry, tracing, validation
 from .backends import all_backends, get_backend
 from .backends.base import Backend
 from .conf import get_settings
@@ -206,7 +206,6 @@ class Queue:
                 trace_id=trace_id,
                 dedupe_keys=dedupe_keys if dedupe_keys is not None else [dedupe_key] * len(items),
             )
-            self._require_transactional(target)
             flows = [  # a @flow's root: audited as a flow enqueue, with the insert
                 audit.Event(
                     action=audit.FLOW_ENQUEUE,
@@ -218,18 +217,9 @@ class Queue:
                 for j in jobs
                 if j.flow_phase
             ]
-            enqueued = _call(target, lambda: target.enqueue_many(jobs, events=flows))
+            enqueued = _store(target, jobs, flows)
             tracing.enqueued(span, enqueued)
             return enqueued
-
-    @staticmethod
-    def _require_transactional(target: Backend) -> None:
-        if not target.transactional_enqueue:
-            raise QueueError(
-                ErrorCode.PROTOCOL_UNAVAILABLE,
-                f"backend {target.alias!r} ({target.protocol}) enqueues through the outbox, "
-                "which is not available yet",
-            )
 
     def enqueue_flow(
         self, queue_name: str, children: Sequence[Mapping[str, Any]], *, backend: str | None = None
@@ -265,14 +255,13 @@ class Queue:
                     "depends_on": depends,
                 }
                 jobs.append(NewJob(**{**_fields(job), **node}))
-            self._require_transactional(target)
             event = audit.Event(
                 action=audit.FLOW_ENQUEUE,
                 queue=queue_name,
                 backend=target.alias,
                 data={"flow_id": flow_id, "jobs": len(jobs)},
             )
-            tracing.enqueued(span, _call(target, lambda: target.enqueue_many(jobs, events=[event])))
+            tracing.enqueued(span, _store(target, jobs, [event]))
         return {
             "flow_id": flow_id,
             "jobs": [{"name": c["name"], "job_id": by_name[c["name"]]} for c in children],
@@ -426,6 +415,31 @@ class Queue:
             }
             for b in all_backends()
         ]
+
+
+def _store(target: Backend, jobs: list[NewJob], events: list[audit.Event]) -> list[EnqueuedJob]:
+    """Hand validated jobs to their backend, transactionally on every backend (SPEC §3).
+
+    A local backend's enqueue is a row of the caller's transaction by itself. For an engine
+    outside the database (redis, sqs), an enqueue inside ``transaction.atomic()`` on the
+    backend's Django database is written to the outbox in that transaction and relayed after
+    commit (nothing is sent on rollback, nothing lost between COMMIT and the send); the job id
+    is fixed here, so a relay that sends twice creates one job. A dedupe key is then resolved
+    by the engine when the relay delivers: the answer is the new id, not yet the holder's.
+    Outside a transaction the jobs go straight to the engine.
+    """
+    from django.db import connections
+
+    if not target.transactional_enqueue:
+        db = outbox.database_of(target)
+        if connections[db].in_atomic_block:
+            entries = [("enqueue", target.alias, j.job_id, outbox.job_to_body(j)) for j in jobs]
+            outbox.write_many(entries, using=db)
+            audit.record(events, using=db)
+            return [
+                EnqueuedJob(job_id=j.job_id, queue_name=j.queue, backend=target.alias) for j in jobs
+            ]
+    return _call(target, lambda: target.enqueue_many(jobs, events=events))
 
 
 def _fields(job: NewJob) -> dict[str, Any]:

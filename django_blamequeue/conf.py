@@ -46,8 +46,10 @@ BACKEND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
         "USERNAME": None,
         "TLS": False,
         "KEY_PREFIX": "blamequeue",
+        "DATABASE": "default",  # the Django database of its outbox and audit rows
     },
     "sqs": {
+        "DATABASE": "default",  # the Django database that holds the job records (ledger)
         "REGION": None,
         "ENDPOINT_URL": None,
         "QUEUE_PREFIX": "",

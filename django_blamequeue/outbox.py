@@ -70,14 +70,19 @@ class RelayReport:
         return bool(self.sent or self.skipped)
 
 
+def database_of(backend: Any) -> str:
+    """The Django database that holds ``backend``'s outbox rows: its ``DATABASE`` option."""
+    return str(backend.config.options.get("DATABASE") or "default")
+
+
 def outbox_databases() -> list[str]:
-    """Every database that may hold outbox rows: the default and each local backend's."""
+    """Every database that may hold outbox rows: the default and each backend's."""
     from .backends import all_backends
 
     dbs = ["default"]
     for b in all_backends():
-        db = getattr(b, "db", None)
-        if db and db not in dbs:
+        db = database_of(b)
+        if db not in dbs:
             dbs.append(db)
     return dbs
 
@@ -90,11 +95,20 @@ class Relay:
         self.period = 1.0
 
     def run_once(self) -> RelayReport:
+        """Drain the outbox table of every database, then the engines' own outboxes."""
+        from .backends import all_backends
+
         total = RelayReport()
         for db in self.databases or outbox_databases():
             part = self._drain(db)
             total.sent += part.sent
             total.skipped += part.skipped
+        if self.databases is None:
+            for backend in all_backends():
+                if backend.has_outbox:
+                    sent, skipped = backend.drain_outbox(self.batch)
+                    total.sent += sent
+                    total.skipped += skipped
         return total
 
     def _drain(self, db: str) -> RelayReport:

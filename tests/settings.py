@@ -47,6 +47,32 @@ if POSTGRES_URL:
     DATABASES["postgres"] = _pg
     BACKENDS["postgres"] = {"PROTOCOL": "local", "DATABASE": "postgres"}
 
+# Redis and SQS (moto_server) exist only when `make test` started them.
+REDIS_URL = os.environ.get("BLAMEQUEUE_TEST_REDIS_URL", "")
+SQS_URL = os.environ.get("BLAMEQUEUE_TEST_SQS_URL", "")
+# Each test process (and its workers) gets its own key prefix / queue prefix, so two runs on one
+# server never meet.
+_RUN = os.environ.setdefault("BLAMEQUEUE_TEST_RUN", f"t{os.getpid()}")
+if REDIS_URL:
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "redis": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+        },
+    }
+    BACKENDS["redis"] = {"PROTOCOL": "redis", "CONNECTION": "redis", "KEY_PREFIX": f"bq-{_RUN}"}
+if SQS_URL:
+    BACKENDS["sqs"] = {
+        "PROTOCOL": "sqs",
+        "REGION": "us-east-1",
+        "ENDPOINT_URL": SQS_URL,
+        "QUEUE_PREFIX": f"bq-{_RUN}-",
+        "ACCESS_KEY_ID": "testing",
+        "SECRET_ACCESS_KEY": "testing",
+    }
+
 BLAMEQUEUE = {
     "BACKENDS": BACKENDS,
     "DEFAULT_BACKEND": "default",

@@ -27,9 +27,13 @@ def _build(alias: str) -> Backend:
 
         backend = DatabaseBackend(config)
     elif config.protocol == "redis":
-        raise QueueError(ErrorCode.PROTOCOL_UNAVAILABLE, "the redis backend is not built yet")
+        from .redis import RedisBackend
+
+        backend = RedisBackend(config)
     elif config.protocol == "sqs":
-        raise QueueError(ErrorCode.PROTOCOL_UNAVAILABLE, "the sqs backend is not built yet")
+        from .sqs import SqsBackend
+
+        backend = SqsBackend(config)
     else:
         raise QueueError(ErrorCode.UNKNOWN_BACKEND, f"unknown protocol {config.protocol!r}")
     backend.resilience = Resilience(backend)

@@ -54,6 +54,15 @@ class Backend(metaclass=ABCMeta):
     cheap_polling = False
     #: ``apply_and_claim`` acks and leases in one transaction: one commit per worker round.
     supports_apply_and_claim = False
+    #: Jobs are claimed in priority order (SQS delivers in its own order: False there).
+    supports_priority = True
+    #: Verbs honour a ``now`` passed in for every rule, delivery included, so tests can move
+    #: time instead of waiting. False where the engine's delivery clock cannot be overridden
+    #: (SQS: visibility timeouts and message delays run on AWS's clock).
+    supports_time_travel = True
+    #: The engine keeps its own outbox (flow reports and cross-backend enqueues written
+    #: atomically with its transitions, e.g. inside a Redis script): ``drain_outbox`` relays it.
+    has_outbox = False
     #: Engine errors that mean "unavailable" (mapped to ``BACKEND_UNAVAILABLE``).
     unavailable_errors: tuple[type[BaseException], ...] = ()
     #: The Django database alias that holds this backend's jobs and audit rows (the local
@@ -201,6 +210,11 @@ class Backend(metaclass=ABCMeta):
 
     def repair_flows(self, now: datetime | None = None, limit: int = 500) -> dict[str, int]:
         """The flow sweeper's pass: re-land, synthesize, settle, cascade (counts by kind)."""
+        raise NotImplementedError
+
+    def drain_outbox(self, limit: int = 500) -> tuple[int, int]:
+        """With ``has_outbox``: deliver the engine's unsent outbox entries to their targets
+        (at least once; targets record them once) and answer (sent, skipped)."""
         raise NotImplementedError
 
     def outstanding(self, queues: Sequence[str]) -> int:
