@@ -71,8 +71,10 @@ class RelayReport:
 
 
 def database_of(backend: Any) -> str:
-    """The Django database that holds ``backend``'s outbox rows: its ``DATABASE`` option."""
-    return str(backend.config.options.get("DATABASE") or "default")
+    """The Django database that holds ``backend``'s outbox and audit rows: its ``DATABASE``
+    option (``backend`` is a ``Backend`` or its ``BackendConfig``)."""
+    config = getattr(backend, "config", backend)
+    return str(config.options.get("DATABASE") or "default")
 
 
 def outbox_databases() -> list[str]:

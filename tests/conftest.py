@@ -13,31 +13,44 @@ for _name in list(os.environ):
         del os.environ[_name]
 
 LOCAL_BACKENDS = ["default", "postgres"]  # default = SQLite
+ALL_BACKENDS = [*LOCAL_BACKENDS, "redis", "sqs"]
+#: Backend alias → the server it needs: (test id, env var of its URL, env var that requires it).
+SERVERS = {
+    "postgres": ("postgres", "BLAMEQUEUE_TEST_POSTGRES_URL", "BLAMEQUEUE_TEST_REQUIRE_POSTGRES"),
+    "redis": ("redis", "BLAMEQUEUE_TEST_REDIS_URL", "BLAMEQUEUE_TEST_REQUIRE_REDIS"),
+    "sqs": ("sqs", "BLAMEQUEUE_TEST_SQS_URL", "BLAMEQUEUE_TEST_REQUIRE_SQS"),
+}
 
 
 def postgres_available() -> bool:
     return "postgres" in settings.DATABASES
 
 
+def backend_available(alias: str) -> bool:
+    return alias in settings.BLAMEQUEUE["BACKENDS"]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if postgres_available():
-        return
-    required = os.environ.get("BLAMEQUEUE_TEST_REQUIRE_POSTGRES") == "1"
+    """A backend whose server is not running skips; where `make test` started it, its tests
+    must run (a missing server is then a failure, not a silent skip)."""
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and callspec.params.get("backend") == "postgres":
-            if required:
-                item.add_marker(pytest.mark.xfail(reason="PostgreSQL required", strict=True))
-            else:
-                item.add_marker(pytest.mark.skip(reason="no BLAMEQUEUE_TEST_POSTGRES_URL"))
+        alias = callspec.params.get("backend") if callspec is not None else None
+        if alias not in SERVERS or backend_available(alias):
+            continue
+        name, url_var, require_var = SERVERS[alias]
+        if os.environ.get(require_var) == "1":
+            item.add_marker(pytest.mark.xfail(reason=f"{name} required", strict=True))
+        else:
+            item.add_marker(pytest.mark.skip(reason=f"no {url_var}"))
 
 
 @pytest.fixture(params=LOCAL_BACKENDS, ids=["sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest) -> str:
     """The backend alias under test; the conformance suite runs once per value."""
     alias: str = request.param
-    if alias == "postgres" and not postgres_available():
-        pytest.skip("no BLAMEQUEUE_TEST_POSTGRES_URL")
+    if not backend_available(alias):
+        pytest.skip(f"no {SERVERS[alias][1]}")
     request.getfixturevalue("transactional_db")
     return alias
 

@@ -54,7 +54,8 @@ class Backend(metaclass=ABCMeta):
     cheap_polling = False
     #: ``apply_and_claim`` acks and leases in one transaction: one commit per worker round.
     supports_apply_and_claim = False
-    #: Jobs are claimed in priority order (SQS delivers in its own order: False there).
+    #: Claims follow priority, then ``available_at``, then FIFO (SQS delivers in its own
+    #: order: False there).
     supports_priority = True
     #: Verbs honour a ``now`` passed in for every rule, delivery included, so tests can move
     #: time instead of waiting. False where the engine's delivery clock cannot be overridden

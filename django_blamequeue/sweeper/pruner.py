@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 from ..backends.base import Backend
 from ..conf import Settings
+from ..outbox import database_of
 from ..records import PruneReport
 
 
@@ -43,10 +44,13 @@ class Pruner:
             if report.jobs < self.batch:
                 break
         audit_rows = 0
-        db = getattr(self.backend, "db", None)  # audit rows live beside local jobs
-        if s.retention_audit is not None and (db or self.backend.alias == s.default_backend):
+        # Audit rows live in each backend's database; the first backend (in settings order)
+        # of a database prunes them, so backends sharing it don't repeat the work.
+        db = database_of(self.backend)
+        owner = next(a for a, c in s.backends.items() if database_of(c) == db)
+        if s.retention_audit is not None and owner == self.backend.alias:
             before = cut(s.retention_audit)
-            rows = AuditEvent.objects.using(db or "default")
+            rows = AuditEvent.objects.using(db)
             while True:
                 ids = list(
                     rows.filter(created_at__lt=before)

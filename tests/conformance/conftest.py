@@ -14,6 +14,7 @@ from django_blamequeue import registry
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.registry import JobDefinition
+from tests.conftest import ALL_BACKENDS, SERVERS, backend_available
 
 _names = itertools.count()
 
@@ -46,6 +47,35 @@ def _database_of(alias: str) -> str:
     return str(settings.BLAMEQUEUE["BACKENDS"].get(alias, {}).get("DATABASE", "default"))
 
 
+@pytest.fixture(params=ALL_BACKENDS, ids=["sqlite", "postgres", "redis", "sqs"])
+def backend(request: pytest.FixtureRequest, settings: SettingsWrapper) -> str:
+    """The backend under test: every conformance test runs once per backend.
+
+    Redis and SQS keep their data outside the test databases, so each test gets a fresh key /
+    queue prefix instead of a flush. A test marked ``requires("flag")`` is skipped where the
+    backend's capability flag is False (e.g. SQS cannot move its delivery clock).
+    """
+    alias: str = request.param
+    if not backend_available(alias):
+        pytest.skip(f"no {SERVERS[alias][1]}")
+    options = dict(settings.BLAMEQUEUE["BACKENDS"][alias])
+    for key in ("KEY_PREFIX", "QUEUE_PREFIX"):
+        if key in options:
+            options[key] = f"{options[key]}c{next(_names)}{'-' if key == 'QUEUE_PREFIX' else ''}"
+    settings.BLAMEQUEUE = {
+        **settings.BLAMEQUEUE,
+        "BACKENDS": {**settings.BLAMEQUEUE["BACKENDS"], alias: options},
+    }
+    request.getfixturevalue("transactional_db")
+    for marker in request.node.iter_markers("requires"):
+        for flag in marker.args:
+            wanted = not flag.startswith("!")
+            value = bool(getattr(get_backend(alias), flag.lstrip("!")))
+            if value != wanted:
+                pytest.skip(f"backend {alias!r} has {flag.lstrip('!')} = {value}")
+    return alias
+
+
 @pytest.fixture
 def engine(backend: str) -> Backend:
     """The ``Backend`` object under test, for driving its verbs directly."""
@@ -72,9 +102,11 @@ def register() -> Iterator[Callable[..., JobDefinition]]:
 @pytest.fixture
 def configure(settings: SettingsWrapper) -> Callable[..., None]:
     """``configure(AUDIT="all", ...)``: the test ``BLAMEQUEUE`` with some keys replaced."""
-    base = dict(settings.BLAMEQUEUE)
+    base: dict[str, Any] = {}
 
     def apply(**overrides: Any) -> None:
+        if not base:  # read at first use: after the ``backend`` fixture set its prefix
+            base.update(settings.BLAMEQUEUE)
         settings.BLAMEQUEUE = {**base, **overrides}
 
     return apply
@@ -83,4 +115,7 @@ def configure(settings: SettingsWrapper) -> Callable[..., None]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "all_databases: the test may touch every configured database"
+    )
+    config.addinivalue_line(
+        "markers", "requires(*flags): skip where a backend's flag is False ('!flag': where True)"
     )

@@ -1,13 +1,21 @@
-"""Small helpers for driving a backend's verbs directly (claims, acks, moved clocks)."""
+"""Helpers for driving a backend's verbs directly (claims, acks, moved clocks).
+
+Everything here goes through the ``Backend`` interface, never a backend's own storage, so
+each helper means the same on SQLite, PostgreSQL, Redis and SQS.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connections
+
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import lifecycle
-from django_blamequeue.models import Job
+from django_blamequeue.models import AuditEvent
+from django_blamequeue.outbox import database_of
 from django_blamequeue.records import Ack, AckResult, Claimed, Transition
 
 
@@ -65,11 +73,46 @@ def to_dlq(engine: Backend, queue: str, payload: Any = None) -> str:
 
 
 def row(engine: Backend, job_id: str) -> dict[str, Any]:
-    """Every column of a job, for "changes nothing" comparisons."""
-    values: dict[str, Any] = Job.objects.using(engine.db).filter(id=job_id).values().get()  # type: ignore[attr-defined]
-    return values
+    """Everything the backend tells about a job, for "changes nothing" comparisons."""
+    info = engine.get(job_id)
+    assert info is not None, f"job {job_id} not found on {engine.alias}"
+    return dataclasses.asdict(info)
 
 
 def jobs_in(engine: Backend, queue: str) -> int:
-    n: int = Job.objects.using(engine.db).filter(queue=queue).count()  # type: ignore[attr-defined]
-    return n
+    """How many jobs the queue holds, in any state."""
+    return sum(sum(s.counts.values()) for s in engine.stats() if s.queue == queue)
+
+
+def audit_db(engine: Backend) -> str:
+    """The Django database that holds the backend's audit rows."""
+    return engine.database or database_of(engine)
+
+
+def audit_rows(engine: Backend) -> Any:
+    return AuditEvent.objects.using(audit_db(engine))
+
+
+def nothing_written(engine: Backend) -> bool:
+    """No job on the backend and no audit row (nothing half-written by a refusal)."""
+    jobs = sum(sum(s.counts.values()) for s in engine.stats())
+    return jobs == 0 and not audit_rows(engine).exists()
+
+
+def in_transaction(engine: Backend) -> Any:
+    """``transaction.atomic()`` on the database an enqueue to ``engine`` joins."""
+    from django.db import transaction
+
+    return transaction.atomic(using=audit_db(engine))
+
+
+def relay(engine: Backend) -> None:
+    """One pass of the outbox relay over the database ``engine``'s enqueues go through
+    (whatever was committed there is delivered when this returns)."""
+    from django_blamequeue.outbox import Relay
+
+    Relay(databases=[audit_db(engine)]).run_once()
+
+
+def close_connections() -> None:
+    connections.close_all()

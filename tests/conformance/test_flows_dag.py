@@ -13,10 +13,9 @@ from django_blamequeue import ErrorCode, QueueError, queue
 from django_blamequeue.audit import FLOW_ENQUEUE
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import lifecycle
-from django_blamequeue.models import AuditEvent, FlowDependency, Job
 from django_blamequeue.testing import capture_events, wait_until
 
-from .support import ack, claim_one, fail, outcome, succeed
+from .support import ack, claim_one, fail, nothing_written, outcome, succeed
 
 
 def flow(backend: str, *children: dict[str, Any], queue_name: str = "dag") -> dict[str, str]:
@@ -69,9 +68,7 @@ def test_a_bad_child_writes_nothing(
     with pytest.raises(QueueError) as caught:
         queue.enqueue_flow("dag", children, backend=backend)
     assert caught.value.code == code
-    assert not Job.objects.using(engine.db).exists()
-    assert not FlowDependency.objects.using(engine.db).exists()
-    assert not AuditEvent.objects.using(engine.db).exists()
+    assert nothing_written(engine)
 
 
 def test_a_cycle_writes_nothing_and_shows_its_path(backend: str, engine: Backend) -> None:
@@ -82,7 +79,7 @@ def test_a_cycle_writes_nothing_and_shows_its_path(backend: str, engine: Backend
             backend=backend,
         )
     assert caught.value.code == ErrorCode.FLOW_CYCLE and "a → b → a" in caught.value.message
-    assert not Job.objects.using(engine.db).exists()
+    assert nothing_written(engine)
 
 
 def test_the_flow_is_registered_with_one_audit_event(backend: str) -> None:

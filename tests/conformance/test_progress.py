@@ -13,10 +13,9 @@ from django_blamequeue import ErrorCode, QueueError, context, queue
 from django_blamequeue.audit import PROGRESS
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import get_settings
-from django_blamequeue.models import AuditEvent
 from django_blamequeue.testing import wait_until
 
-from .support import row
+from .support import audit_rows, row
 
 
 class Clock:
@@ -37,7 +36,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 
 
 def recorded(engine: Backend, job_id: str) -> list[int]:
-    rows = AuditEvent.objects.using(engine.db).filter(action=PROGRESS, job_id=job_id).order_by("id")  # type: ignore[attr-defined]
+    rows = audit_rows(engine).filter(action=PROGRESS, job_id=job_id).order_by("id")
     return [r.data["progress"] for r in rows]
 
 

@@ -30,7 +30,7 @@ def test_an_expired_lease_is_re_pended_with_stall_plus_one(backend: str, engine:
         report = rescuer(engine).run_once(later(engine, 31, t))
     assert report == RescueReport(repended=1)
     r = row(engine, job_id)
-    assert (r["state"], r["stalls"], r["lease_token"], r["reason"]) == (
+    assert (r["state"], r["stalls"], r["lease_expires_at"], r["reason"]) == (
         "pending",
         1,
         None,

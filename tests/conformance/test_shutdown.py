@@ -38,7 +38,7 @@ def test_a_graceful_release_gives_the_attempt_back(backend: str, engine: Backend
         consumer.cancel(grace=0.2)
         assert consumer.join(10)
     r = row(engine, job_id)
-    assert (r["state"], r["attempts"], r["lease_token"]) == ("pending", 0, None)
+    assert (r["state"], r["attempts"], r["lease_expires_at"]) == ("pending", 0, None)
     assert [(e.action, e.job_id) for e in events.events] == [(RELEASE, job_id)]
     assert wait_until(lambda: bool(saw), 5)  # the interrupt lands after the release is acked
     assert saw == [WorkerShutdown]
