@@ -15,6 +15,12 @@ process that made the change), so they count what really happened:
 ``blamequeue_jobs_stalled_total``          expired leases rescued by the sweeper
 ``blamequeue_jobs_cancelled_total``        jobs cancelled
 ``blamequeue_lock_lost_total``             acks refused and leases lost (another worker won)
+``blamequeue_flow_fan_outs_total``         flow parents that fanned out (manifest stored)
+``blamequeue_flow_child_reports_total``    child outcomes recorded on their parent (once each)
+``blamequeue_flow_settles_total``          flow parents settled (``collect`` is due)
+``blamequeue_flow_cascades_total``         cascading cancels of a settled/cancelled flow
+``blamequeue_schedule_fires_total``        schedule occurrences fired
+``blamequeue_outbox_skipped_total``        outbox rows a relay pass skipped (left for retry)
 ``blamequeue_job_run_seconds``             histogram: claim to ack, per attempt
 ``blamequeue_job_wait_seconds``            histogram: available to claimed (engine clock)
 ``blamequeue_queue_jobs``                  gauge: jobs per queue and state, read at scrape
@@ -71,6 +77,12 @@ class _Metrics:
     stalled: Any
     cancelled: Any
     lock_lost: Any
+    fan_outs: Any
+    child_reports: Any
+    settles: Any
+    cascades: Any
+    schedule_fires: Any
+    outbox_skipped: Any
     run_seconds: Any
     wait_seconds: Any
 
@@ -101,6 +113,14 @@ def _create() -> _Metrics:
         stalled=counter("jobs_stalled", "Expired leases rescued by the sweeper."),
         cancelled=counter("jobs_cancelled", "Jobs cancelled."),
         lock_lost=counter("lock_lost", "Acks refused and leases lost to another worker."),
+        fan_outs=counter("flow_fan_outs", "Flow parents that fanned out."),
+        child_reports=counter("flow_child_reports", "Child outcomes recorded on their parent."),
+        settles=counter("flow_settles", "Flow parents settled (collect due)."),
+        cascades=counter("flow_cascades", "Cascading cancels of unfinished children."),
+        schedule_fires=counter("schedule_fires", "Schedule occurrences fired."),
+        outbox_skipped=p.Counter(
+            "blamequeue_outbox_skipped", "Outbox rows skipped by a relay pass.", ("backend", "kind")
+        ),
         run_seconds=p.Histogram(
             "blamequeue_job_run_seconds", "Claim to ack, per attempt.", LABELS, buckets=RUN_BUCKETS
         ),
@@ -158,6 +178,17 @@ def _on_event(sender: Any, event: audit.Event, **kwargs: Any) -> None:
         m.cancelled.labels(*labels).inc()
     elif action == audit.LOCK_LOST:
         m.lock_lost.labels(*labels).inc()
+    elif action in _FLOW_COUNTERS:
+        getattr(m, _FLOW_COUNTERS[action]).labels(*labels).inc()
+
+
+_FLOW_COUNTERS = {
+    audit.FLOW_FAN_OUT: "fan_outs",
+    audit.FLOW_REPORT: "child_reports",
+    audit.FLOW_SETTLE: "settles",
+    audit.FLOW_CASCADE: "cascades",
+    audit.SCHEDULE_FIRE: "schedule_fires",
+}
 
 
 # -- worker hooks (what no audit event carries) ----------------------------------------------
@@ -173,6 +204,12 @@ def run_started(backend: str, claimed: Claimed, lease: float) -> None:
 def run_finished(backend: str, queue: str, seconds: float) -> None:
     if _m is not None:
         _m.run_seconds.labels(backend, queue).observe(max(0.0, seconds))
+
+
+def outbox_skipped(backend: str, kind: str, rows: int = 1) -> None:
+    """A relay pass left rows it could not deliver (no audit event: nothing changed)."""
+    if _m is not None:
+        _m.outbox_skipped.labels(backend, kind).inc(rows)
 
 
 def lease_lost(backend: str, queue: str) -> None:

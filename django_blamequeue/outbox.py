@@ -21,6 +21,7 @@ from typing import Any
 
 from django.db import transaction
 
+from . import metrics
 from .records import NewJob, Report
 from .serializers import Encoded
 
@@ -162,6 +163,7 @@ class Relay:
                 report.sent += 1
             except Exception as exc:
                 report.skipped += 1
+                metrics.outbox_skipped(alias, kind)
                 logger.warning("outbox row %s (%s → %s) skipped: %s", row.id, kind, alias, exc)
                 OutboxEntry.objects.using(db).filter(id=row.id).update(
                     attempts=row.attempts + 1, last_error=str(exc)[:2000]

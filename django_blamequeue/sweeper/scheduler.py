@@ -21,7 +21,7 @@ from ..conf import get_settings
 from ..schedules import latest_due
 
 logger = logging.getLogger("django_blamequeue.scheduler")
-FIRE = "system.queue.schedule.fire"
+FIRE = audit.SCHEDULE_FIRE
 
 
 class Scheduler:

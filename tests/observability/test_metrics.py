@@ -32,8 +32,10 @@ def value(name: str, backend: str, queue_name: str = "obs", registry: Any = REGI
 
 
 @contextmanager
-def worker(backend: str, queue_name: str = "obs") -> Iterator[None]:
-    consumer = queue.consume(queue_name, None, backend=backend, poll_interval=0.05)
+def worker(backend: str, queue_name: str = "obs", concurrency: int = 1) -> Iterator[None]:
+    consumer = queue.consume(
+        queue_name, None, backend=backend, poll_interval=0.05, concurrency=concurrency
+    )
     try:
         yield
     finally:
@@ -54,6 +56,52 @@ def counts(backend: str) -> dict[str, float]:
     found["run"] = value("blamequeue_job_run_seconds_count", backend)
     found["wait"] = value("blamequeue_job_wait_seconds_count", backend)
     return found
+
+
+def total(name: str, backend: str) -> float:
+    """A counter summed over every other label (flow events carry no queue)."""
+    return sum(
+        sample.value
+        for family in REGISTRY.collect()
+        for sample in family.samples
+        if sample.name == name and sample.labels.get("backend") == backend
+    )
+
+
+FLOW_NAMES = ["fan_outs", "child_reports", "settles", "cascades"]
+
+
+def test_flow_counters_follow_fan_out_reports_settle_and_cascade(
+    metrics: Any, backend: str
+) -> None:
+    """One parent, four children: a refused child settles the flow fail-fast, which cascades
+    a cancel to the child still running."""
+    before = {n: total(f"blamequeue_flow_{n}_total", backend) for n in FLOW_NAMES}
+    parent = handlers.Report.enqueue({}, backend=backend).job_id  # type: ignore[attr-defined]
+    with worker(backend, concurrency=4):
+        assert wait_until(
+            lambda: getattr(queue.get_job(parent, backend=backend), "state", "") == "done", 20
+        )
+    delta = {n: total(f"blamequeue_flow_{n}_total", backend) - before[n] for n in FLOW_NAMES}
+    info = queue.get_job(parent, backend=backend)
+    assert info is not None and info.result["failed"] == 1
+    assert (delta["fan_outs"], delta["settles"]) == (1, 1)
+    assert delta["cascades"] >= 1
+    assert 1 <= delta["child_reports"] <= 4  # the settle may come before the late reports
+
+
+def test_a_skipped_outbox_row_is_counted(metrics: Any, backend: str) -> None:
+    from django_blamequeue.backends import get_backend
+    from django_blamequeue.models import OutboxEntry
+    from django_blamequeue.outbox import Relay, database_of
+
+    db = database_of(get_backend(backend))
+    name = "blamequeue_outbox_skipped_total"
+    labels = {"backend": "nowhere", "kind": "report"}
+    before = REGISTRY.get_sample_value(name, labels) or 0.0
+    OutboxEntry.objects.using(db).create(kind="report", backend="nowhere", job_id="x", body={})
+    assert Relay(databases=[db]).run_once().skipped == 1
+    assert (REGISTRY.get_sample_value(name, labels) or 0.0) - before == 1
 
 
 def test_counters_and_histograms_follow_the_lifecycle(metrics: Any, backend: str) -> None:

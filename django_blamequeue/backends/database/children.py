@@ -26,9 +26,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_blamequeue.flows")
 _TERMINAL = [s.value for s in TERMINAL]
-FAN_OUT = "system.queue.flow.fan_out"
-REPORT = "system.queue.flow.report"
-CASCADE = "system.queue.flow.cascade"
+FAN_OUT = audit.FLOW_FAN_OUT
+REPORT = audit.FLOW_REPORT
+CASCADE = audit.FLOW_CASCADE
 REPORT_CHUNK = 500
 
 
