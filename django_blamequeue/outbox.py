@@ -102,16 +102,30 @@ class Relay:
         from .backends import all_backends
 
         total = RelayReport()
+        failures: list[BaseException] = []
         for db in self.databases or outbox_databases():
-            part = self._drain(db)
+            try:
+                part = self._drain(db)
+            except Exception as exc:  # one unreachable database must not stall the others
+                logger.warning("outbox relay: database %r failed: %s", db, exc)
+                failures.append(exc)
+                continue
             total.sent += part.sent
             total.skipped += part.skipped
         if self.databases is None:
             for backend in all_backends():
-                if backend.has_outbox:
+                if not backend.has_outbox:
+                    continue
+                try:
                     sent, skipped = backend.drain_outbox(self.batch)
-                    total.sent += sent
-                    total.skipped += skipped
+                except Exception as exc:
+                    logger.warning("outbox relay: backend %r failed: %s", backend.alias, exc)
+                    failures.append(exc)
+                    continue
+                total.sent += sent
+                total.skipped += skipped
+        if failures and not total:
+            raise failures[0]  # nothing got through: let the caller see the error
         return total
 
     def _drain(self, db: str) -> RelayReport:
