@@ -1,7 +1,7 @@
 # django-blamequeue: development tasks. Everything runs from the repository's own .venv.
 #
 #   make test [PYTEST_ARGS='-k lease -x'] [TEST_SERVERS='postgres']
-#   make demo | lint | typecheck | bench | screenshots | clean | distclean
+#   make demo | lint | typecheck | bench | docs | docs-serve | screenshots | clean | distclean
 
 SHELL := /bin/bash
 
@@ -23,7 +23,7 @@ TEST_SERVERS ?= postgres
 
 LINT_PATHS := $(wildcard django_blamequeue tests bench testproject)
 
-.PHONY: venv test demo lint typecheck bench clean distclean
+.PHONY: venv test demo lint typecheck bench docs docs-serve clean distclean
 
 venv: $(DEV_STAMP)
 
@@ -74,6 +74,14 @@ typecheck: $(DEV_STAMP)
 
 bench: $(DEV_STAMP)
 	$(PY) bench/throughput.py
+
+# The documentation site into build/site/ (mkdocs.yml; offline). Warnings are errors, as in
+# tests/docs. docs-serve rebuilds on save at http://127.0.0.1:8000/.
+docs: $(DEV_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(DEV_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 # Stops servers left running under .tmp before deleting their directories.
 clean:
