@@ -1,0 +1,260 @@
+"""The redis backend (SPEC §1): the job lifecycle on Redis ≥ 7, every multi-key step one Lua
+script, so each is atomic and a crash (of a worker, or of Redis itself) never half-applies one.
+
+Time is Redis ``TIME`` inside the scripts unless a verb is given ``now``. Enqueue is
+idempotent by job id (the outbox relay may send twice). Claims and acks are batched: one
+script call leases up to ``limit`` jobs, one applies a batch of acks, and ``apply_and_claim``
+does both in one call per worker round.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ... import audit
+from ...core.states import State
+from ...records import (
+    Ack,
+    AckResult,
+    Claimed,
+    EnqueuedJob,
+    LeaseSignals,
+    NewJob,
+    RescueReport,
+)
+from . import lua
+from .codec import ack_args, claimed_from, job_args
+from .flows import FlowOps
+from .operations import Operations
+
+ENQUEUE_CHUNK = 1000  # jobs per script call: keeps each call short (Redis runs one at a time)
+ACK_CHUNK = 500
+
+
+class RedisBackend(Operations, FlowOps):
+    """Jobs in Redis (through django-redis or a URL); outbox and audit rows in Django."""
+
+    # -- enqueue ---------------------------------------------------------------------------
+    def enqueue_many(
+        self,
+        jobs: Sequence[NewJob],
+        now: datetime | None = None,
+        *,
+        events: Sequence[audit.Event] = (),
+    ) -> list[EnqueuedJob]:
+        """All or none: batches over ``ENQUEUE_CHUNK`` go as several script calls inside one
+        MULTI/EXEC. An id that exists already is answered as it is (not re-inserted)."""
+        if not jobs:
+            return []
+        batches = []
+        for start in range(0, len(jobs), ENQUEUE_CHUNK):
+            chunk = jobs[start : start + ENQUEUE_CHUNK]
+            args: list[Any] = [len(chunk)]
+            for j in chunk:
+                args += job_args(j)
+            batches.append(args)
+        replies = self._run_many("enqueue", batches, now)
+        rows = [row for r in replies for row in r.result]
+        answers = [
+            EnqueuedJob(
+                job_id=row[0].decode(),
+                queue_name=j.queue,
+                backend=self.alias,
+                deduplicated=bool(int(row[1])),
+            )
+            for j, row in zip(jobs, rows, strict=True)
+        ]
+        self._after(replies, events)
+        return answers
+
+    # -- leasing ---------------------------------------------------------------------------
+    @staticmethod
+    def _claim_args(queues: Sequence[str], limit: int, lease_s: float) -> list[Any]:
+        tokens = os.urandom(16 * limit).hex()
+        return [
+            len(queues),
+            *queues,
+            limit,
+            round(lease_s * 1_000_000),
+            *(tokens[32 * i : 32 * (i + 1)] for i in range(limit)),
+        ]
+
+    def claim(
+        self, queues: Sequence[str], limit: int, lease_s: float, now: datetime | None = None
+    ) -> list[Claimed]:
+        if limit <= 0 or not queues:
+            return []
+        reply = self._run("claim", self._claim_args(queues, limit, lease_s), now, after=False)
+        claimed = [claimed_from(row) for row in reply.result]
+        self._after([reply], self._start_events(claimed))
+        return claimed
+
+    def _start_events(self, claimed: Sequence[Claimed]) -> list[audit.Event]:
+        if not claimed or not audit.needed(audit.CONSUME_START):
+            return []
+        return [
+            audit.Event(
+                action=audit.CONSUME_START,
+                job_id=c.job_id,
+                queue=c.queue,
+                backend=self.alias,
+                attempt=c.attempt,
+                data={"name": c.name},
+            )
+            for c in claimed
+        ]
+
+    @staticmethod
+    def _ack_batch(acks: Sequence[Ack]) -> list[Any]:
+        args: list[Any] = [len(acks)]
+        for a in acks:
+            args += ack_args(a)
+        return args
+
+    def apply_many(self, acks: Sequence[Ack], now: datetime | None = None) -> list[AckResult]:
+        results: list[AckResult] = []
+        for start in range(0, len(acks), ACK_CHUNK):
+            chunk = acks[start : start + ACK_CHUNK]
+            reply = self._run("ack", self._ack_batch(chunk), now, after=False)
+            results += self._acked(chunk, reply.result, reply)
+        return results
+
+    def apply_and_claim(
+        self,
+        acks: Sequence[Ack],
+        queues: Sequence[str],
+        limit: int,
+        lease_s: float,
+        now: datetime | None = None,
+    ) -> tuple[list[AckResult], list[Claimed]]:
+        """The acks and the next claim in one script: one round trip per worker round."""
+        if len(acks) > ACK_CHUNK:
+            return self.apply_many(acks, now), self.claim(queues, limit, lease_s, now)
+        if limit <= 0 or not queues:
+            return self.apply_many(acks, now), []
+        args = [*self._ack_batch(acks), *self._claim_args(queues, limit, lease_s)]
+        reply = self._run("ack_claim", args, now, after=False)
+        rows, claimed_rows = reply.result
+        claimed = [claimed_from(row) for row in claimed_rows]
+        return self._acked(acks, rows, reply, self._start_events(claimed)), claimed
+
+    def _acked(
+        self,
+        acks: Sequence[Ack],
+        rows: Sequence[Any],
+        reply: lua.Reply,
+        events: Sequence[audit.Event] = (),
+    ) -> list[AckResult]:
+        """AckResults of a batch, and its audit events (as the local backend records them)."""
+        results: list[AckResult] = []
+        evs = list(events)
+        success = audit.needed(audit.CONSUME_SUCCESS)
+        for a, row in zip(acks, rows, strict=True):
+            ok = bool(int(row[1]))
+            state = State(row[2].decode()) if ok else None
+            results.append(AckResult(job_id=a.job_id, ok=ok, state=state))
+            if not ok and a.transition.state != State.WAITING_CHILDREN:
+                evs.append(
+                    audit.Event(
+                        action=audit.LOCK_LOST,
+                        job_id=a.job_id,
+                        backend=self.alias,
+                        data={"wanted": a.transition.state.value},
+                    )
+                )
+            elif ok and not int(row[6]):
+                evs += self._ack_events(a, state, row[3].decode(), int(row[4]), row[5], success)
+        self._after([reply], evs)
+        return results
+
+    def _ack_events(
+        self, a: Ack, state: State | None, queue: str, attempts: int, name: Any, success: bool
+    ) -> list[audit.Event]:
+        t = a.transition
+        base: dict[str, Any] = {
+            "job_id": a.job_id,
+            "queue": queue,
+            "backend": self.alias,
+            "attempt": attempts,
+        }
+        label = name.decode() if isinstance(name, bytes) else name
+        if state == State.DONE:
+            if not success:
+                return []
+            return [audit.Event(action=audit.CONSUME_SUCCESS, data={"name": label}, **base)]
+        if state == State.CANCELLED:
+            data = {"name": label, "while": "running"}
+            return [audit.Event(action=audit.CANCEL, data=data, **base)]
+        if state == State.PENDING and t.give_back_attempt:
+            if not success:
+                return []
+            return [audit.Event(action=audit.RELEASE, data={"name": label}, **base)]
+        data = {"name": label, "error": t.error, "reason": t.reason.value if t.reason else None}
+        events = [
+            audit.Event(
+                action=audit.CONSUME_FAILURE,
+                data={**data, "retry_in": t.delay} if state == State.PENDING else data,
+                **base,
+            )
+        ]
+        if state == State.FAILED:
+            events.append(audit.Event(action=audit.DLQ_WRITE, data=data, **base))
+        return events
+
+    def extend_lease(
+        self, job_id: str, token: str, seconds: float, now: datetime | None = None
+    ) -> bool:
+        reply = self._run("extend", [job_id, token, round(seconds * 1_000_000)], now)
+        changed = bool(int(reply.result))
+        if changed and audit.needed(audit.LEASE_EXTENDED):
+            data = {"seconds": seconds}
+            event = audit.Event(
+                action=audit.LEASE_EXTENDED, job_id=job_id, backend=self.alias, data=data
+            )
+            audit.record([event], using=self.audit_db)
+        return changed
+
+    def set_progress(self, job_id: str, token: str, progress: int) -> bool:
+        changed = bool(int(self._run("progress", [job_id, token, int(progress)]).result))
+        if changed and audit.needed(audit.PROGRESS):
+            data = {"progress": progress}
+            event = audit.Event(action=audit.PROGRESS, job_id=job_id, backend=self.alias, data=data)
+            audit.record([event], using=self.audit_db)
+        return changed
+
+    def renew_leases(
+        self, leases: Sequence[tuple[str, str]], seconds: float, now: datetime | None = None
+    ) -> frozenset[str]:
+        if not leases:
+            return frozenset()
+        args: list[Any] = [round(seconds * 1_000_000)]
+        for job_id, token in leases:
+            args += [job_id, token]
+        return frozenset(x.decode() for x in self._run("renew", args, now).result)
+
+    def lease_signals(self, leases: Sequence[tuple[str, str]]) -> LeaseSignals:
+        if not leases:
+            return LeaseSignals()
+        pipe = self.client.pipeline(transaction=False)
+        for job_id, _ in leases:
+            pipe.hmget(self.keys.job(job_id), "token", "state", "cancel_req")
+        lost: set[str] = set()
+        cancel: set[str] = set()
+        for (job_id, token), (held, state, requested) in zip(leases, pipe.execute(), strict=True):
+            if held is None or held.decode() != token or state != b"inflight":
+                lost.add(job_id)
+            elif requested == b"1":
+                cancel.add(job_id)
+        return LeaseSignals(lost=frozenset(lost), cancel_requested=frozenset(cancel))
+
+    def rescue_expired(
+        self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
+    ) -> RescueReport:
+        repended, failed, cancelled = self._run("rescue", [limit, max_stalled], now).result
+        return RescueReport(repended=repended, failed=failed, cancelled=cancelled)
+
+
+__all__ = ["RedisBackend"]

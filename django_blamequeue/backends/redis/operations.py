@@ -1,0 +1,158 @@
+"""Operations and inspection on the redis backend: cancel, purge, the DLQ, look-ups, stats,
+retention. Reads that need no atomicity are pipelines; every write is a script."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ... import audit
+from ...core.states import State
+from ...records import CancelResult, JobInfo, PruneReport, QueueStats
+from .base import RedisBase
+from .codec import info_from
+from .keys import from_us, to_us
+
+PURGE_CHUNK = 5000
+RETRY_CHUNK = 1000
+
+
+class Operations(RedisBase):
+    def cancel(self, job_id: str, now: datetime | None = None) -> CancelResult:
+        found, cancelled, requested, state = self._run("cancel", [job_id], now).result
+        if not int(found):
+            return CancelResult(found=False)
+        return CancelResult(
+            found=True,
+            cancelled=bool(int(cancelled)),
+            requested=bool(int(requested)),
+            state=State(state.decode()),
+        )
+
+    def cancel_flow(self, flow_id: str, now: datetime | None = None) -> int:
+        return int(self._run("cancel_flow", [flow_id], now).result)
+
+    def purge(self, queue: str) -> int:
+        """Waiting jobs are deleted ``PURGE_CHUNK`` per script call (each call atomic)."""
+        total = 0
+        while True:
+            n = int(self._run("purge", [queue, PURGE_CHUNK]).result)
+            total += n
+            if n < PURGE_CHUNK:
+                break
+        event = audit.Event(
+            action=audit.PURGE, queue=queue, backend=self.alias, data={"count": total}
+        )
+        audit.record([event], using=self.audit_db)
+        return total
+
+    def _hashes(self, ids: Sequence[str]) -> list[JobInfo]:
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.keys.job(job_id))
+        return [info_from(raw, self.alias) for raw in pipe.execute() if raw]
+
+    def get(self, job_id: str) -> JobInfo | None:
+        raw = self.client.hgetall(self.keys.job(job_id))
+        return info_from(raw, self.alias) if raw else None
+
+    def size(self, queue: str) -> int:
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(k.queue(queue, "ready"))
+        pipe.zcard(k.queue(queue, "delayed"))
+        pipe.scard(k.queue(queue, "inflight"))
+        return sum(pipe.execute())
+
+    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        ids = self.client.zrange(self.keys.queue(queue, "dlq"), offset, offset + limit - 1)
+        return self._hashes([i.decode() for i in ids])
+
+    def dlq_size(self, queue: str) -> int:
+        return int(self.client.zcard(self.keys.queue(queue, "dlq")))
+
+    def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
+        retried, _, _ = self._run("dlq_retry", ["ids", job_id], now).result
+        return bool(retried)
+
+    def dlq_retry_all(self, queue: str, now: datetime | None = None) -> int:
+        total, offset = 0, 0
+        while True:
+            args = ["queue", queue, offset, RETRY_CHUNK]
+            retried, skipped, seen = (int(n) for n in self._run("dlq_retry", args, now).result)
+            total += retried
+            offset += skipped  # held by a newer live job: stays in the DLQ, step over it
+            if seen < RETRY_CHUNK:
+                return total
+
+    def flow_jobs(self, flow_id: str) -> list[JobInfo]:
+        ids = sorted(i.decode() for i in self.client.smembers(self.keys.flow(flow_id)))
+        return self._hashes(ids)
+
+    def stats(self) -> list[QueueStats]:
+        now = self.now()
+        rows = self._run("stats", [], now).result
+        out = []
+        states = [s.value for s in State]
+        for row in sorted(rows, key=lambda r: r[0]):
+            queue, *numbers = row
+            pending, blocked, inflight, waiting, done, failed, cancelled = numbers[:7]
+            counts = dict.fromkeys(states, 0)
+            counts.update(
+                pending=pending,
+                blocked=blocked,
+                inflight=inflight,
+                waiting_children=waiting,
+                done=done,
+                failed=failed,
+                cancelled=cancelled,
+            )
+            if not any(counts.values()):
+                continue
+            oldest = from_us(numbers[7])
+            out.append(
+                QueueStats(
+                    backend=self.alias,
+                    queue=queue.decode(),
+                    counts=counts,
+                    oldest_pending_age=max(0.0, (now - oldest).total_seconds()) if oldest else None,
+                    done_last_hour=numbers[8],
+                    failed_last_hour=numbers[9],
+                )
+            )
+        return out
+
+    def prune(
+        self,
+        *,
+        done_before: datetime | None,
+        cancelled_before: datetime | None,
+        failed_before: datetime | None,
+        limit: int = 5000,
+    ) -> PruneReport:
+        def cut(value: datetime | None) -> Any:
+            return "" if value is None else to_us(value)
+
+        args = [cut(done_before), cut(cancelled_before), cut(failed_before), limit]
+        return PruneReport(jobs=int(self._run("prune", args).result))
+
+    def outstanding(self, queues: Sequence[str]) -> int:
+        """What a burst worker waits for: pending, in flight, parked parents, and outbox
+        entries on their way (this Redis's own, and the outbox table's rows bound here)."""
+        from ...models import OutboxEntry
+
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        for q in queues:
+            pipe.zcard(k.queue(q, "ready"))
+            pipe.zcard(k.queue(q, "delayed"))
+            pipe.scard(k.queue(q, "inflight"))
+            pipe.scard(k.queue(q, "waiting"))
+        pipe.zcard(k.outbox)
+        pipe.zcard(k.leased)
+        here = sum(int(n) for n in pipe.execute())
+        rows = OutboxEntry.objects.using(self.audit_db).filter(
+            sent_at__isnull=True, backend=self.alias
+        )
+        return here + rows.count()

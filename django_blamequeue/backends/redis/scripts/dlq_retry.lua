@@ -1,0 +1,36 @@
+-- ARGV[4..]: mode ("ids" or "queue"), then ids..., or queue, offset, limit. A failed job goes
+-- back to pending with a fresh budget, unless its dedupe key is now held by another live job
+-- (it stays in the DLQ: no duplicate run). Reply: {retried, skipped}.
+local function retry(id)
+  local k = jk(id)
+  local h = redis.call('HMGET', k, 'state', 'queue', 'dedupe_key', 'priority')
+  if h[1] ~= 'failed' then return 0 end
+  local q, key = h[2], h[3]
+  if key then
+    local holder = redis.call('HGET', qk(q, 'dedupe'), key)
+    if holder and holder ~= id and active(holder) then return -1 end
+    redis.call('HSET', qk(q, 'dedupe'), key, id)
+  end
+  redis.call('ZREM', qk(q, 'failed'), id)
+  redis.call('ZREM', qk(q, 'dlq'), id)
+  redis.call('HSET', k, 'attempts', '0', 'stalls', '0', 'cancel_req', '0', 'progress', '0',
+             'updated', fmt(NOW))
+  redis.call('HDEL', k, 'finished')
+  make_pending(id, q, num(h[4], 0), NOW)
+  emit('system.queue.dlq.retry', id, q, nil, nil)
+  return 1
+end
+local ids
+if ARGV[4] == 'ids' then
+  ids = {}
+  for j = 5, #ARGV do ids[#ids + 1] = ARGV[j] end
+else
+  local offset, limit = tonumber(ARGV[6]), tonumber(ARGV[7])
+  ids = redis.call('ZRANGE', qk(ARGV[5], 'dlq'), offset, offset + limit - 1)
+end
+local retried, skipped = 0, 0
+for _, id in ipairs(ids) do
+  local r = retry(id)
+  if r == 1 then retried = retried + 1 elseif r == -1 then skipped = skipped + 1 end
+end
+return finish({retried, skipped, #ids})

@@ -1,0 +1,336 @@
+-- lib.lua: prepended to every script of the redis backend (see ../lua.py).
+--
+-- Every key lives under one hash tag, KEYS[1] (e.g. "{blamequeue}"), so each script touches a
+-- single slot and runs unchanged on Redis Cluster. The header every script receives:
+--   ARGV[1]  now in microseconds since the epoch, or "" for Redis TIME
+--   ARGV[2]  this backend's alias (a child whose parent_backend is it reports in-script)
+--   ARGV[3]  "1" when high-volume audit events (enqueue, ...) are wanted
+-- A script's own arguments start at ARGV[4]. Optional strings arrive as "" (None) or "+value".
+-- Times are integer microseconds, written with fmt(): Lua numbers are doubles, exact below 2^53.
+-- Every script ends with `return finish(result)`: {result, events, remote, outboxed, woken}.
+
+local P = KEYS[1]
+local NOW
+if ARGV[1] ~= '' then
+  NOW = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local ALIAS = ARGV[2]
+local HV = ARGV[3] == '1'
+local EV = {}        -- audit events: {action, job_id, queue, attempt, data_json}
+local WAKE = {}      -- queue -> true: jobs became ready there
+local REMOTE = {}    -- {backend, child_id}: unfinished children elsewhere, to cancel after
+local OUTBOXED = 0   -- outbox entries written (the caller nudges its relay)
+
+local function fmt(n) return string.format('%.0f', n) end
+local function jk(id) return P .. ':job:' .. id end
+local function qk(q, s) return P .. ':q:' .. q .. ':' .. s end
+local function mk(parent) return P .. ':m:' .. parent end
+local function opt(s)
+  if s == nil or s == '' then return false end
+  return string.sub(s, 2)
+end
+local function num(v, default)
+  if v == false or v == nil or v == '' then return default end
+  return tonumber(v)
+end
+local function terminal_state(s) return s == 'done' or s == 'failed' or s == 'cancelled' end
+local function active(id)
+  local s = redis.call('HGET', jk(id), 'state')
+  return s ~= false and not terminal_state(s)
+end
+
+local function emit(action, id, q, attempt, data)
+  EV[#EV + 1] = {action, id or '', q or '', attempt and fmt(attempt) or '',
+                 data and cjson.encode(data) or ''}
+end
+
+local function finish(result)
+  local woken = {}
+  for q, _ in pairs(WAKE) do
+    woken[#woken + 1] = q
+    redis.call('PUBLISH', P .. ':wake', q)
+  end
+  return {result, EV, REMOTE, OUTBOXED, woken}
+end
+
+-- Ready jobs of a queue sort by score = -priority, then by member: available_at as 16 digits
+-- followed by the id, so equal priorities order by available_at, then id (FIFO), exactly.
+local function make_pending(id, q, prio, avail)
+  local k = jk(id)
+  if avail <= NOW then
+    local m = string.format('%016.0f', avail) .. id
+    redis.call('ZADD', qk(q, 'ready'), -prio, m)
+    redis.call('HSET', k, 'state', 'pending', 'avail', fmt(avail), 'rm', m)
+    WAKE[q] = true
+  else
+    redis.call('ZADD', qk(q, 'delayed'), fmt(avail), id)
+    redis.call('HSET', k, 'state', 'pending', 'avail', fmt(avail))
+    redis.call('HDEL', k, 'rm')
+  end
+end
+
+-- Take a job out of the index of the (non-terminal) state it is leaving.
+local function unindex(id, q, state, rm)
+  if state == 'pending' then
+    if rm then redis.call('ZREM', qk(q, 'ready'), rm) end
+    redis.call('ZREM', qk(q, 'delayed'), id)
+  elseif state == 'blocked' then
+    redis.call('SREM', qk(q, 'blocked'), id)
+  elseif state == 'waiting_children' then
+    redis.call('SREM', qk(q, 'waiting'), id)
+    redis.call('ZREM', P .. ':waiting', id)
+  elseif state == 'inflight' then
+    redis.call('ZREM', P .. ':inflight', id)
+    redis.call('SREM', qk(q, 'inflight'), id)
+  end
+end
+
+local function outbox_add(kind, backend, job_id, fields)
+  local eid = redis.call('INCR', P .. ':outbox:seq')
+  local args = {'HSET', P .. ':ob:' .. eid, 'kind', kind, 'backend', backend, 'job_id', job_id}
+  for i = 1, #fields, 2 do
+    if fields[i + 1] then
+      args[#args + 1] = fields[i]
+      args[#args + 1] = fields[i + 1]
+    end
+  end
+  redis.call(unpack(args))
+  redis.call('ZADD', P .. ':outbox', eid, eid)
+  redis.call('HINCRBY', P .. ':outbox:n:' .. kind, job_id, 1)
+  OUTBOXED = OUTBOXED + 1
+end
+
+local report, settle, cascade_cancel, cancel_ids
+
+-- Into a terminal state: indexes, the dedupe key freed, the report to a flow parent.
+local function terminal(id, q, state)
+  local k = jk(id)
+  redis.call('HSET', k, 'state', state, 'finished', fmt(NOW), 'updated', fmt(NOW))
+  redis.call('HDEL', k, 'token', 'expires', 'rm')
+  redis.call('ZADD', qk(q, state), fmt(NOW), id)
+  if state == 'failed' then redis.call('ZADD', qk(q, 'dlq'), 0, id) end
+  local key = redis.call('HGET', k, 'dedupe_key')
+  if key and redis.call('HGET', qk(q, 'dedupe'), key) == id then
+    redis.call('HDEL', qk(q, 'dedupe'), key)
+  end
+  report(id)
+end
+
+-- A child's outcome on its parent's manifest, once: only a pending entry changes.
+local function record(parent, child, state, result, rtype, err)
+  local m = mk(parent)
+  if redis.call('HGET', m, 's:' .. child) ~= 'pending' then return false end
+  local args = {'HSET', m, 's:' .. child, state}
+  if result then args[#args + 1] = 'r:' .. child; args[#args + 1] = result end
+  if rtype then args[#args + 1] = 't:' .. child; args[#args + 1] = rtype end
+  if err then args[#args + 1] = 'e:' .. child; args[#args + 1] = err end
+  redis.call(unpack(args))
+  local pk = jk(parent)
+  redis.call('HINCRBY', pk, 'kp', -1)
+  local counter = ({done = 'kd', failed = 'kf', cancelled = 'kc'})[state]
+  if counter then redis.call('HINCRBY', pk, counter, 1) end
+  emit('system.queue.flow.report', child, nil, nil, {parent_id = parent, state = state})
+  return true
+end
+
+-- A terminal child reports: on its parent's manifest here (and settles it), or through the
+-- outbox to the backend that holds its parent; either way in this script.
+report = function(id)
+  local h = redis.call('HMGET', jk(id), 'parent_id', 'parent_backend', 'state', 'result',
+                       'ctype', 'error')
+  local parent = h[1]
+  if not parent then return false end
+  local state = h[3]
+  local result = state == 'done' and h[4]
+  local err = state ~= 'done' and h[6]
+  if (h[2] or ALIAS) == ALIAS then
+    if record(parent, id, state, result, h[5], err) then settle(parent) end
+  else
+    outbox_add('report', h[2], id, {'parent_id', parent, 'child_id', id, 'state', state,
+                                    'result', result, 'result_type', h[5], 'error', err})
+  end
+  return true
+end
+
+-- The unfinished children of a parent that live on other backends: cancelled by the caller
+-- once this script returned, and again by the flow sweeper (the cascade set) after a crash.
+local function remote_children(parent)
+  local m = redis.call('HGETALL', mk(parent))
+  local fields = {}
+  for i = 1, #m, 2 do fields[m[i]] = m[i + 1] end
+  local here, n = {}, 0
+  for f, backend in pairs(fields) do
+    if string.sub(f, 1, 2) == 'b:' then
+      local child = string.sub(f, 3)
+      if backend == ALIAS then
+        here[#here + 1] = child
+      elseif fields['s:' .. child] == 'pending' then
+        REMOTE[#REMOTE + 1] = {backend, child}
+        n = n + 1
+      end
+    end
+  end
+  if n > 0 then redis.call('SADD', P .. ':cascade', parent) end
+  return here, n
+end
+
+-- Cancel what can no longer run: blocked DAG dependants and children, transitively.
+cascade_cancel = function(ids)
+  local seen, frontier, total, remote = {}, ids, 0, 0
+  for _, id in ipairs(ids) do seen[id] = true end
+  while #frontier > 0 do
+    local nxt = {}
+    for _, id in ipairs(frontier) do
+      for _, d in ipairs(redis.call('SMEMBERS', P .. ':dependants:' .. id)) do
+        if not seen[d] then seen[d] = true; nxt[#nxt + 1] = d end
+      end
+      local here, n = remote_children(id)
+      remote = remote + n
+      for _, c in ipairs(here) do
+        if not seen[c] then seen[c] = true; nxt[#nxt + 1] = c end
+      end
+    end
+    total = total + cancel_ids(nxt)
+    frontier = nxt
+  end
+  return total, remote
+end
+
+-- Waiting jobs (pending, blocked, waiting_children) are cancelled at once, running ones get a
+-- cancel request; terminal and unknown ids are skipped.
+cancel_ids = function(ids)
+  local n = 0
+  for _, id in ipairs(ids) do
+    local k = jk(id)
+    local h = redis.call('HMGET', k, 'state', 'queue', 'rm')
+    if h[1] and not terminal_state(h[1]) then
+      n = n + 1
+      if h[1] == 'inflight' then
+        redis.call('HSET', k, 'cancel_req', '1', 'updated', fmt(NOW))
+        emit('system.queue.cancel.requested', id, h[2], nil, {cascade = true})
+      else
+        unindex(id, h[2], h[1], h[3])
+        redis.call('HSET', k, 'reason', 'cancelled')
+        terminal(id, h[2], 'cancelled')
+        emit('system.queue.cancel', id, h[2], nil, {cascade = true})
+      end
+    end
+  end
+  return n
+end
+
+local function cascade_children(parent)
+  local n, remote = cascade_cancel({parent})
+  if n > 0 or remote > 0 then emit('system.queue.flow.cascade', parent, nil, nil, {}) end
+  return n + remote
+end
+
+-- Re-pend a parked parent when no child is pending, or at a failure under "fail" (then the
+-- unfinished children are cancelled). Counters on the parent make this O(1).
+settle = function(parent)
+  local pk = jk(parent)
+  local h = redis.call('HMGET', pk, 'state', 'flow_mode', 'kp', 'kf', 'kd', 'kc', 'queue',
+                       'priority')
+  if h[1] ~= 'waiting_children' then return false end
+  local pending, failed = num(h[3], 0), num(h[4], 0)
+  if pending > 0 and not (h[2] ~= 'continue' and failed > 0) then return false end
+  local q = h[7]
+  unindex(parent, q, 'waiting_children')
+  redis.call('HSET', pk, 'updated', fmt(NOW))
+  make_pending(parent, q, num(h[8], 0), NOW)
+  local tally = {}
+  local counts = {pending = pending, failed = failed, done = num(h[5], 0), cancelled = num(h[6], 0)}
+  for name, v in pairs(counts) do
+    if v > 0 then tally[name] = v end
+  end
+  emit('system.queue.flow.settle', parent, q, nil, {children = tally, fail_fast = pending > 0})
+  if pending > 0 then cascade_children(parent) end
+  return true
+end
+
+-- Blocked DAG jobs whose last unfinished dependency just finished become pending.
+local function release_dependants(id)
+  local key = P .. ':dependants:' .. id
+  for _, d in ipairs(redis.call('SMEMBERS', key)) do
+    local deps = P .. ':deps:' .. d
+    redis.call('SREM', deps, id)
+    if redis.call('SCARD', deps) == 0 then
+      local h = redis.call('HMGET', jk(d), 'state', 'queue', 'priority')
+      if h[1] == 'blocked' then
+        redis.call('SREM', qk(h[2], 'blocked'), d)
+        redis.call('HSET', jk(d), 'updated', fmt(NOW))
+        make_pending(d, h[2], num(h[3], 0), NOW)
+      end
+    end
+  end
+  redis.call('DEL', key)
+end
+
+-- A new job from 23 arguments at a[i] (see codec.job_args). An existing id is answered as it
+-- is (the relay may send twice); a held dedupe key answers its holder. Returns the id
+-- answered, 1 if deduplicated else 0, and whether a job was inserted.
+local JOB_ARGS = 23
+local OPTIONAL = {[11] = 'timeout', [12] = 'classification', [13] = 'trace_id',
+                  [14] = 'dedupe_key', [15] = 'flow_id', [16] = 'parent_id', [17] = 'flow_key',
+                  [18] = 'flow_phase', [19] = 'flow_mode', [20] = 'parent_backend'}
+local function insert_job(a, i)
+  local id, q, name = a[i], a[i + 1], a[i + 2]
+  local k = jk(id)
+  if redis.call('EXISTS', k) == 1 then return id, 0, false end
+  local key = opt(a[i + 13])
+  if key then
+    local holder = redis.call('HGET', qk(q, 'dedupe'), key)
+    if holder and active(holder) then return holder, 1, false end
+  end
+  local prio = tonumber(a[i + 6])
+  local f = {'HSET', k, 'id', id, 'queue', q, 'name', name, 'payload', a[i + 3],
+             'ctype', a[i + 4], 'cenc', a[i + 5], 'priority', a[i + 6], 'attempts', '0',
+             'max_attempts', a[i + 9], 'stalls', '0', 'progress', '0', 'created', fmt(NOW),
+             'updated', fmt(NOW), 'flow_depth', a[i + 20], 'state', 'pending'}
+  for offset, field in pairs(OPTIONAL) do
+    local v = opt(a[i + offset - 1])
+    if v then f[#f + 1] = field; f[#f + 1] = v end
+  end
+  local deps = a[i + 22]
+  if deps ~= '' then f[#f + 1] = 'depends_on'; f[#f + 1] = deps end
+  redis.call(unpack(f))
+  redis.call('SADD', P .. ':queues', q)
+  local flow = opt(a[i + 14])
+  if flow then redis.call('SADD', P .. ':flow:' .. flow, id) end
+  if key then redis.call('HSET', qk(q, 'dedupe'), key, id) end
+  local run_at = opt(a[i + 7])
+  local avail = run_at and tonumber(run_at) or NOW + tonumber(a[i + 8])
+  if HV then emit('system.queue.enqueue', id, q, nil, {name = name}) end
+  if a[i + 21] ~= '1' then
+    make_pending(id, q, prio, avail)
+    return id, 0, true
+  end
+  -- Only unfinished dependencies count; one not inserted yet counts as unfinished (a relay
+  -- may deliver a big flow in pages). A cancelled dependency cancels this job at once.
+  local open, dead = 0, false
+  for dep in string.gmatch(deps, '%S+') do
+    local s = redis.call('HGET', jk(dep), 'state')
+    if s == 'cancelled' then
+      dead = true
+    elseif s ~= 'done' then
+      redis.call('SADD', P .. ':deps:' .. id, dep)
+      redis.call('SADD', P .. ':dependants:' .. dep, id)
+      open = open + 1
+    end
+  end
+  if dead then
+    redis.call('HSET', k, 'reason', 'cancelled', 'avail', fmt(avail))
+    terminal(id, q, 'cancelled')
+    emit('system.queue.cancel', id, q, nil, {cascade = true})
+  elseif open > 0 then
+    redis.call('HSET', k, 'state', 'blocked', 'avail', fmt(avail))
+    redis.call('SADD', qk(q, 'blocked'), id)
+  else
+    make_pending(id, q, prio, avail)
+  end
+  return id, 0, true
+end
+

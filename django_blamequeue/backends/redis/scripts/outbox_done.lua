@@ -1,0 +1,22 @@
+-- ARGV[4..]: mode ("done" or "failed"), then (eid, error) pairs. Delivered entries are
+-- deleted; failed ones are visible again at once, their attempts counted, the error kept.
+local done = ARGV[4] == 'done'
+for j = 5, #ARGV, 2 do
+  local eid = ARGV[j]
+  local k = P .. ':ob:' .. eid
+  redis.call('ZREM', P .. ':outbox:leased', eid)
+  local h = redis.call('HMGET', k, 'kind', 'job_id')
+  if h[1] then
+    if done then
+      redis.call('DEL', k)
+      redis.call('ZREM', P .. ':outbox', eid)
+      local count = P .. ':outbox:n:' .. h[1]
+      if redis.call('HINCRBY', count, h[2], -1) <= 0 then redis.call('HDEL', count, h[2]) end
+    else
+      redis.call('HINCRBY', k, 'attempts', 1)
+      redis.call('HSET', k, 'last_error', ARGV[j + 1])
+      redis.call('ZADD', P .. ':outbox', eid, eid)
+    end
+  end
+end
+return finish(0)

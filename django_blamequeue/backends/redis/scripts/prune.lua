@@ -1,0 +1,31 @@
+-- ARGV[4..]: done_before?, cancelled_before?, failed_before? (microseconds, "" keeps that
+-- state), limit. Deletes old terminal jobs with their flow keys. Reply: how many.
+local limit = tonumber(ARGV[7])
+local n = 0
+local function forget(id, q)
+  local k = jk(id)
+  local h = redis.call('HMGET', k, 'flow_id', 'dedupe_key')
+  if h[1] then redis.call('SREM', P .. ':flow:' .. h[1], id) end
+  if h[2] and redis.call('HGET', qk(q, 'dedupe'), h[2]) == id then
+    redis.call('HDEL', qk(q, 'dedupe'), h[2])
+  end
+  redis.call('ZREM', P .. ':waiting', id)
+  redis.call('DEL', k, mk(id), P .. ':deps:' .. id, P .. ':dependants:' .. id)
+  redis.call('SREM', P .. ':cascade', id)
+end
+local states = {{'done', ARGV[4]}, {'cancelled', ARGV[5]}, {'failed', ARGV[6]}}
+for _, q in ipairs(redis.call('SMEMBERS', P .. ':queues')) do
+  for _, s in ipairs(states) do
+    if s[2] ~= '' and n < limit then
+      local key = qk(q, s[1])
+      local ids = redis.call('ZRANGEBYSCORE', key, '-inf', '(' .. s[2], 'LIMIT', 0, limit - n)
+      for _, id in ipairs(ids) do
+        forget(id, q)
+        redis.call('ZREM', key, id)
+        if s[1] == 'failed' then redis.call('ZREM', qk(q, 'dlq'), id) end
+      end
+      n = n + #ids
+    end
+  end
+end
+return finish(n)

@@ -1,0 +1,36 @@
+-- ARGV[4..]: queue, limit. Deletes up to `limit` waiting jobs (pending, delayed included, and
+-- blocked) of the queue with their flow keys. Reply: how many were deleted.
+local q, limit = ARGV[4], tonumber(ARGV[5])
+local ids = {}
+for _, m in ipairs(redis.call('ZRANGE', qk(q, 'ready'), 0, limit - 1)) do
+  ids[#ids + 1] = string.sub(m, 17)
+end
+local function more(list)
+  for _, id in ipairs(list) do
+    if #ids >= limit then return end
+    ids[#ids + 1] = id
+  end
+end
+more(redis.call('ZRANGE', qk(q, 'delayed'), 0, limit - 1))
+more(redis.call('SRANDMEMBER', qk(q, 'blocked'), limit))
+local n = 0
+for _, id in ipairs(ids) do
+  local k = jk(id)
+  local h = redis.call('HMGET', k, 'state', 'rm', 'dedupe_key', 'flow_id')
+  if h[1] == 'pending' or h[1] == 'blocked' then
+    unindex(id, q, h[1], h[2])
+    if h[3] and redis.call('HGET', qk(q, 'dedupe'), h[3]) == id then
+      redis.call('HDEL', qk(q, 'dedupe'), h[3])
+    end
+    if h[4] then redis.call('SREM', P .. ':flow:' .. h[4], id) end
+    for _, dep in ipairs(redis.call('SMEMBERS', P .. ':deps:' .. id)) do
+      redis.call('SREM', P .. ':dependants:' .. dep, id)
+    end
+    redis.call('DEL', k, P .. ':deps:' .. id)
+    n = n + 1
+  else  -- an index entry whose job moved on
+    redis.call('ZREM', qk(q, 'delayed'), id)
+    redis.call('SREM', qk(q, 'blocked'), id)
+  end
+end
+return finish(n)
