@@ -15,7 +15,7 @@ from django.core import checks
 
 from django_blamequeue import conf
 
-__all__ = ["check_settings"]
+__all__ = ["check_backends", "check_settings"]
 
 
 def check_settings(
@@ -28,4 +28,31 @@ def check_settings(
         messages.append(
             kind(problem.message, hint=problem.hint or None, id=f"blamequeue.{problem.id}")
         )
+    return messages
+
+
+def check_backends(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """``manage.py check --deploy``: each backend's own look at its engine (``Backend.check``),
+    e.g. a Redis that may evict jobs. An engine that cannot be reached is a warning, W006."""
+    from django_blamequeue.backends import get_backend
+    from django_blamequeue.exceptions import QueueError
+
+    try:
+        aliases = list(conf.get_settings().backends)
+    except QueueError:  # invalid settings: check_settings reports them
+        return []
+    messages: list[checks.CheckMessage] = []
+    for alias in aliases:
+        try:
+            messages += list(get_backend(alias).check())
+        except Exception as exc:
+            messages.append(
+                checks.Warning(
+                    f"backend {alias!r} could not be checked: {type(exc).__name__}: {exc}",
+                    hint="Run the deployment checks where the engine is reachable.",
+                    id="blamequeue.W006",
+                )
+            )
     return messages

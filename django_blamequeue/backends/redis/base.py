@@ -30,6 +30,8 @@ class RedisBase(Backend):
     supports_flows = True
     supports_apply_and_claim = True
     has_outbox = True
+    #: How idle workers are woken (the worker's banner shows it).
+    wake_up = "pub/sub (SUBSCRIBE)"
     unavailable_errors: tuple[type[BaseException], ...] = UNAVAILABLE
 
     def __init__(self, config: BackendConfig) -> None:
