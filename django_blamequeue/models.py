@@ -34,7 +34,10 @@ class JobQuerySet(models.QuerySet["Job"]):
         return self.filter(state__in=ACTIVE_STATES)
 
 
-class Job(models.Model):
+class JobFields(models.Model):
+    """The columns of a job, shared by ``Job`` (the local backend) and ``SqsJob`` (the SQS
+    backend's ledger), so one body of code reads and writes both tables."""
+
     id = models.CharField(primary_key=True, max_length=26, editable=False)
     queue = models.CharField(max_length=200)
     name = models.CharField(max_length=255)
@@ -77,6 +80,20 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.name} [{self.id}] {self.state}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self._state.adding or kwargs.pop("lifecycle", False):
+            super().save(*args, **kwargs)
+            return
+        raise TypeError("jobs change state through django_blamequeue.queue, not Job.save()")
+
+
+class Job(JobFields):
     objects = JobQuerySet.as_manager()
 
     class Meta:
@@ -121,14 +138,54 @@ class Job(models.Model):
             ),
         ]
 
-    def __str__(self) -> str:
-        return f"{self.name} [{self.id}] {self.state}"
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        if self._state.adding or kwargs.pop("lifecycle", False):
-            super().save(*args, **kwargs)
-            return
-        raise TypeError("jobs change state through django_blamequeue.queue, not Job.save()")
+class SqsJob(JobFields):
+    """The SQS backend's job record (its ledger; docs/backends/sqs.md says why it exists).
+
+    SQS carries the message and times the lease; this row answers what SQS cannot: look-up by
+    id, the DLQ listing, the lease token that fences acks, attempts, flows. ``receipt_handle``
+    and ``message_id`` are those of the message the current holder received; ``sent_at`` is
+    NULL while the job has no live message (not sent yet, parked past SQS's 15-minute delay,
+    or its message deleted), which is what the sweeper's send step looks for.
+    """
+
+    receipt_handle = models.TextField(null=True, blank=True)
+    message_id = models.CharField(max_length=100, null=True, blank=True)
+    receive_count = models.PositiveIntegerField(default=0)  # SQS's, at the holder's receive
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    objects: models.Manager[SqsJob] = models.Manager()
+
+    class Meta:
+        db_table = "blamequeue_sqs_job"
+        default_permissions = ()  # shown through the backend API, never as a model
+        ordering = ["-priority", "available_at", "id"]
+        indexes = [
+            # The rescuer: inflight rows by lease expiry.
+            models.Index("lease_expires_at", name="bq_sqs_lease", condition=Q(state="inflight")),
+            # The send step: pending rows with no live message, by due time.
+            models.Index(
+                "available_at",
+                name="bq_sqs_unsent",
+                condition=Q(state="pending") & Q(sent_at__isnull=True),
+            ),
+            models.Index("queue", "state", "id", name="bq_sqs_queue_state"),
+            models.Index("state", "finished_at", name="bq_sqs_finished"),
+            models.Index("flow_id", name="bq_sqs_flow", condition=Q(flow_id__isnull=False)),
+            models.Index("parent_id", name="bq_sqs_parent", condition=Q(parent_id__isnull=False)),
+            models.Index("trace_id", name="bq_sqs_trace", condition=Q(trace_id__isnull=False)),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                "queue",
+                "dedupe_key",
+                name="bq_sqs_dedupe",
+                condition=Q(dedupe_key__isnull=False) & Q(state__in=ACTIVE_STATES),
+            ),
+            models.CheckConstraint(
+                condition=Q(progress__gte=0) & Q(progress__lte=100), name="bq_sqs_progress"
+            ),
+        ]
 
 
 class FlowDependency(models.Model):

@@ -1,40 +1,45 @@
-"""The local backend's shared state: which database, which vendor, its clock, its wake-ups."""
+"""Shared state of the backends whose jobs are rows of a Django database.
+
+``LedgerBase``: which database, which vendor, which job table, its clock, its wake-ups. The
+local backend keeps its jobs in ``Job``; the SQS backend keeps its ledger in ``SqsJob`` with
+the same columns, and runs the same code over it (``model`` and ``table`` say which).
+``LocalBase`` adds what only the local backend is: transactional, LISTEN-able, cheap to poll.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import InterfaceError, OperationalError, connections, transaction
 from django.utils import timezone
 
 from ... import wakeup
 from ...conf import BackendConfig
-from ...models import Job
+from ...core.states import State
+from ...models import Job, JobFields
+from ...records import Ack
 from ..base import Backend
 
 CHANNEL = "blamequeue"
 
 
-class LocalBase(Backend):
-    """State and helpers shared by the local backend's parts (verbs live in the mixins)."""
+class LedgerBase(Backend):
+    """State and helpers shared by the parts that read and write a job table."""
 
-    protocol = "local"
-    transactional_enqueue = True
+    #: The job table's model: ``Job`` (local) or ``SqsJob`` (the SQS ledger).
+    model: ClassVar[type[JobFields]] = Job
     unavailable_errors: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
 
     def __init__(self, config: BackendConfig) -> None:
         super().__init__(config)
         self.db: str = str(config.options.get("DATABASE", "default"))
-        self.database = self.db
+        self.table: str = self.model._meta.db_table
         from django.conf import settings
 
         engine = str(settings.DATABASES.get(self.db, {}).get("ENGINE", ""))
         self.is_postgres = "postgresql" in engine
-        self.supports_listen = self.is_postgres and bool(config.options.get("LISTEN", True))
-        self.cheap_polling = not self.is_postgres
-        self.supports_apply_and_claim = True
 
     # -- helpers ---------------------------------------------------------------------------
     @property
@@ -42,7 +47,7 @@ class LocalBase(Backend):
         return connections[self.db]
 
     def jobs(self) -> Any:
-        return Job.objects.using(self.db)
+        return self.model._default_manager.using(self.db)
 
     def now(self) -> datetime:
         return self._now(None)
@@ -74,6 +79,12 @@ class LocalBase(Backend):
                     cur.execute("SELECT pg_notify(%s, %s)", [CHANNEL, q])
         transaction.on_commit(lambda: wakeup.notify(distinct), using=self.db)
 
+    def _made_pending(self, rows: Sequence[tuple[str, str]]) -> None:
+        """(job id, queue) of jobs this transaction made pending from a state that holds no
+        message (blocked, waiting_children, failed). The local backend wakes workers; the SQS
+        backend also sends their messages once the transaction commits."""
+        self._notify([queue for _, queue in rows])
+
     def on_unavailable(self) -> None:
         """After a connection error outside a transaction, drop the connection to reconnect."""
         conn = self.connection
@@ -86,3 +97,26 @@ class LocalBase(Backend):
 
     def cascade_children(self, parent_ids: Sequence[str], now: datetime) -> int:
         raise NotImplementedError
+
+    def release_dependants(self, done_ids: Sequence[str], now: datetime) -> list[str]:
+        raise NotImplementedError
+
+    def apply_fan_out(self, ack: Ack, now: datetime) -> State | None:
+        raise NotImplementedError
+
+    def children_tally(self, parent_id: str) -> dict[str, int]:
+        raise NotImplementedError
+
+
+class LocalBase(LedgerBase):
+    """The local backend: the job table is the queue itself."""
+
+    protocol = "local"
+    transactional_enqueue = True
+
+    def __init__(self, config: BackendConfig) -> None:
+        super().__init__(config)
+        self.database = self.db
+        self.supports_listen = self.is_postgres and bool(config.options.get("LISTEN", True))
+        self.cheap_polling = not self.is_postgres
+        self.supports_apply_and_claim = True

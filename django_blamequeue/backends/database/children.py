@@ -19,7 +19,7 @@ from ...core.states import TERMINAL, State
 from ...models import FlowDependency, OutboxEntry
 from ...records import Ack, ChildSpec, Report
 from . import sql
-from .base import LocalBase
+from .base import LedgerBase
 
 if TYPE_CHECKING:
     from ...fanout import FlowState
@@ -32,7 +32,7 @@ CASCADE = audit.FLOW_CASCADE
 REPORT_CHUNK = 500
 
 
-class ChildOps(LocalBase):
+class ChildOps(LedgerBase):
     # -- fan-out ---------------------------------------------------------------------------
     def apply_fan_out(self, ack: Ack, now: datetime) -> State | None:
         """Park the parent and store its manifest atomically; None if the token is stale.
@@ -205,7 +205,7 @@ class ChildOps(LocalBase):
             tally[job_id][status] = n
         fail_fast = [p for p in due if tally[p].get("pending")]
         rows = dict(self.jobs().filter(id__in=due).values_list("id", "queue"))
-        self._notify(list(rows.values()))
+        self._made_pending(list(rows.items()))
         settled = [
             audit.Event(
                 action=audit.FLOW_SETTLE,

@@ -17,33 +17,31 @@ from ...core.states import TERMINAL, WAITING, State
 from ...models import FlowDependency
 from ...records import CancelResult, JobInfo
 from . import sql
-from .base import LocalBase
+from .base import LedgerBase
 from .rows import info_from_model
 
 _WAITING = [s.value for s in WAITING] + [State.WAITING_CHILDREN.value]
 _TERMINAL = [s.value for s in TERMINAL]
 
 
-class FlowOps(LocalBase):
+class FlowOps(LedgerBase):
     def release_dependants(self, done_ids: Sequence[str], now: datetime) -> list[str]:
         """Blocked DAG jobs whose dependencies are now all done become pending."""
-        released: list[str] = []
-        queues: list[str] = []
+        released: list[tuple[str, str]] = []
         for start in range(0, len(done_ids), 500):
             chunk = list(done_ids[start : start + 500])
             with self.connection.cursor() as cur:
                 if self.is_postgres:
                     # Two dependencies finishing at once must not both miss the release.
-                    cur.execute(sql.lock_dependants(len(chunk)), chunk)
+                    cur.execute(sql.lock_dependants(len(chunk), self.table), chunk)
                 a = self._adapt(now)
                 cur.execute(
-                    sql.release_dependants(self.connection.vendor, len(chunk)), [a, a, *chunk]
+                    sql.release_dependants(self.connection.vendor, len(chunk), self.table),
+                    [a, a, *chunk],
                 )
-                for job_id, queue in cur.fetchall():
-                    released.append(job_id)
-                    queues.append(queue)
-        self._notify(queues)
-        return released
+                released += [(job_id, queue) for job_id, queue in cur.fetchall()]
+        self._made_pending(released)
+        return [job_id for job_id, _ in released]
 
     def cascade_cancel(self, ids: Sequence[str], now: datetime) -> int:
         """Cancel what can no longer run: blocked DAG dependants and children, transitively.

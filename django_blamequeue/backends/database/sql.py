@@ -8,10 +8,13 @@ PostgreSQL claims with a CTE so ``FOR UPDATE SKIP LOCKED`` locks exactly ``LIMIT
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 JOB = "blamequeue_job"
 DEP = "blamequeue_flow_dependency"
+# Statements that both job tables run take ``table``: the local backend's ``JOB`` (the
+# default, so its statements are unchanged) or the SQS ledger's.
 
 CLAIM_COLUMNS = (
     "id, queue, name, payload, content_type, content_encoding, lease_token, attempts, "
@@ -83,7 +86,7 @@ def unnest_params(columns: Sequence[tuple[Any, ...]]) -> tuple[list[bool], list[
 
 
 def insert_jobs_postgresql(
-    columns: Sequence[tuple[str, str]], varying: Sequence[bool], notifies: int
+    columns: Sequence[tuple[str, str]], varying: Sequence[bool], notifies: int, table: str = JOB
 ) -> str:
     """One INSERT per batch of any size (see :func:`unnest_rows`) that also reads the clock
     and sends ``notifies`` NOTIFYs (delivered at commit), so an enqueue in autocommit mode is
@@ -105,17 +108,17 @@ def insert_jobs_postgresql(
     clock = "SELECT COALESCE(%s::timestamptz, statement_timestamp()) AS now"
     clock += "".join(f", pg_notify(%s, %s) AS n{i}" for i in range(notifies))
     return (
-        f"INSERT INTO {JOB} ({', '.join(names)}) "
+        f"INSERT INTO {table} ({', '.join(names)}) "
         f"SELECT {', '.join(picked)} FROM ({clock}) AS t CROSS JOIN {rows} AS v "
         "ON CONFLICT DO NOTHING RETURNING id"
     )
 
 
-def insert_jobs_sqlite(columns: Sequence[str], n: int) -> str:
+def insert_jobs_sqlite(columns: Sequence[str], n: int, table: str = JOB) -> str:
     """Multi-row INSERT of ``n`` rows; conflicts insert nothing, RETURNING answers the rest."""
     row = "(" + ", ".join(["%s"] * len(columns)) + ")"
     return (
-        f"INSERT INTO {JOB} ({', '.join(columns)}) VALUES {', '.join([row] * n)} "
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row] * n)} "
         "ON CONFLICT DO NOTHING RETURNING id"
     )
 
@@ -160,27 +163,30 @@ _PG_CASTS = (
     "integer",
 )
 
-_ACK_SET = f"""
-SET state = CASE WHEN v.column11 = 1 AND {JOB}.cancel_requested THEN 'cancelled'
+
+@cache
+def _ack_set(table: str) -> str:
+    return f"""
+SET state = CASE WHEN v.column11 = 1 AND {table}.cancel_requested THEN 'cancelled'
                  ELSE v.column3 END,
-    attempts = {JOB}.attempts - v.column10,
-    result = CASE WHEN v.column3 = 'done' THEN v.column4 ELSE {JOB}.result END,
-    error = COALESCE(v.column5, {JOB}.error),
-    traceback = CASE WHEN v.column5 IS NULL THEN {JOB}.traceback ELSE v.column6 END,
-    reason = CASE WHEN v.column11 = 1 AND {JOB}.cancel_requested THEN 'cancelled'
-                  ELSE COALESCE(v.column7, {JOB}.reason) END,
-    available_at = COALESCE(v.column8, {JOB}.available_at),
+    attempts = {table}.attempts - v.column10,
+    result = CASE WHEN v.column3 = 'done' THEN v.column4 ELSE {table}.result END,
+    error = COALESCE(v.column5, {table}.error),
+    traceback = CASE WHEN v.column5 IS NULL THEN {table}.traceback ELSE v.column6 END,
+    reason = CASE WHEN v.column11 = 1 AND {table}.cancel_requested THEN 'cancelled'
+                  ELSE COALESCE(v.column7, {table}.reason) END,
+    available_at = COALESCE(v.column8, {table}.available_at),
     finished_at = CASE WHEN v.column3 = 'pending'
-                            AND NOT (v.column11 = 1 AND {JOB}.cancel_requested)
+                            AND NOT (v.column11 = 1 AND {table}.cancel_requested)
                        THEN NULL ELSE v.column9 END,
-    progress = CASE WHEN v.column12 = 1 THEN 100 ELSE {JOB}.progress END,
+    progress = CASE WHEN v.column12 = 1 THEN 100 ELSE {table}.progress END,
     lease_token = NULL,
     lease_expires_at = NULL,
     updated_at = v.column9
 """
 
 
-def ack_many_postgresql(varying: Sequence[bool]) -> str:
+def ack_many_postgresql(varying: Sequence[bool], table: str = JOB) -> str:
     """``ack_many`` for PostgreSQL with the rows as one ``unnest`` source (:func:`unnest_rows`):
     the same statement text for any batch size, and the clock read by the statement itself
     (no round trip for it). Column 8 carries the retry delay in seconds (NULL: leave
@@ -202,14 +208,14 @@ def ack_many_postgresql(varying: Sequence[bool]) -> str:
         "(SELECT COALESCE(%s::timestamptz, statement_timestamp()) AS now) AS t)"
     )
     return (
-        f"UPDATE {JOB} {_ACK_SET} FROM {rows} AS v "
-        f"WHERE {JOB}.id = v.column1 AND {JOB}.lease_token = v.column2 "
-        f"AND {JOB}.state = 'inflight' "
+        f"UPDATE {table} {_ack_set(table)} FROM {rows} AS v "
+        f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "
+        f"AND {table}.state = 'inflight' "
         "RETURNING id, state, queue, flow_id, parent_id, attempts, name"
     )
 
 
-def ack_many(vendor: str, n: int) -> str:
+def ack_many(vendor: str, n: int, table: str = JOB) -> str:
     if vendor == "postgresql":
         row = "(" + ", ".join(f"%s::{c}" for c in _PG_CASTS) + ")"
         alias = "v(" + ", ".join(f"column{i}" for i in range(1, ACK_COLUMNS + 1)) + ")"
@@ -218,14 +224,14 @@ def ack_many(vendor: str, n: int) -> str:
         alias = "v"
     values = ", ".join([row] * n)
     return (
-        f"UPDATE {JOB} {_ACK_SET} FROM (VALUES {values}) AS {alias} "
-        f"WHERE {JOB}.id = v.column1 AND {JOB}.lease_token = v.column2 "
-        f"AND {JOB}.state = 'inflight' "
+        f"UPDATE {table} {_ack_set(table)} FROM (VALUES {values}) AS {alias} "
+        f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "
+        f"AND {table}.state = 'inflight' "
         "RETURNING id, state, queue, flow_id, parent_id, attempts, name"
     )
 
 
-def renew_many(vendor: str, n: int) -> str:
+def renew_many(vendor: str, n: int, table: str = JOB, returning: str = "id") -> str:
     """Params per row: id, token; then the new expiry twice. Never shortens a lease."""
     if vendor == "postgresql":
         row, alias = "(%s::varchar, %s::varchar)", "v(column1, column2)"
@@ -233,33 +239,33 @@ def renew_many(vendor: str, n: int) -> str:
         row, alias = "(%s, %s)", "v"
     values = ", ".join([row] * n)
     return (
-        f"UPDATE {JOB} SET lease_expires_at = CASE WHEN {JOB}.lease_expires_at > %s "
-        f"THEN {JOB}.lease_expires_at ELSE %s END "
+        f"UPDATE {table} SET lease_expires_at = CASE WHEN {table}.lease_expires_at > %s "
+        f"THEN {table}.lease_expires_at ELSE %s END "
         f"FROM (VALUES {values}) AS {alias} "
-        f"WHERE {JOB}.id = v.column1 AND {JOB}.lease_token = v.column2 "
-        f"AND {JOB}.state = 'inflight' RETURNING id"
+        f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "
+        f"AND {table}.state = 'inflight' RETURNING {returning}"
     )
 
 
-def release_dependants(vendor: str, n: int) -> str:
+def release_dependants(vendor: str, n: int, table: str = JOB) -> str:
     """Blocked DAG jobs whose every dependency is done → pending. Params: now, now, *ids."""
     ids = ", ".join(["%s"] * n)
     return f"""
-UPDATE {JOB} SET state = 'pending', available_at = %s, updated_at = %s
+UPDATE {table} SET state = 'pending', available_at = %s, updated_at = %s
 WHERE state = 'blocked'
   AND id IN (SELECT job_id FROM {DEP} WHERE kind = 'dag' AND depends_on_id IN ({ids}))
   AND NOT EXISTS (
-      SELECT 1 FROM {DEP} d JOIN {JOB} dj ON dj.id = d.depends_on_id
-      WHERE d.job_id = {JOB}.id AND d.kind = 'dag' AND dj.state <> 'done')
+      SELECT 1 FROM {DEP} d JOIN {table} dj ON dj.id = d.depends_on_id
+      WHERE d.job_id = {table}.id AND d.kind = 'dag' AND dj.state <> 'done')
 RETURNING id, queue
 """
 
 
-def lock_dependants(n: int) -> str:
+def lock_dependants(n: int, table: str = JOB) -> str:
     """Serialise concurrent releases of the same dependant (PostgreSQL, READ COMMITTED)."""
     ids = ", ".join(["%s"] * n)
     return (
-        f"SELECT id FROM {JOB} WHERE state = 'blocked' AND id IN "
+        f"SELECT id FROM {table} WHERE state = 'blocked' AND id IN "
         f"(SELECT job_id FROM {DEP} WHERE kind = 'dag' AND depends_on_id IN ({ids})) "
         "ORDER BY id FOR UPDATE"
     )

@@ -1,0 +1,177 @@
+"""The fenced acks, shared by every backend whose jobs are rows of a Django database.
+
+One ``UPDATE … FROM (VALUES …)`` per 500 acks, fenced by (id, token, inflight): a stale token
+matches no row and changes nothing. DAG releases, cascades, child reports and audit rows are
+written in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from ... import audit
+from ...core.states import TERMINAL, State
+from ...records import Ack, AckResult
+from . import sql
+from .base import LedgerBase
+
+ACK_CHUNK = 500
+_TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
+
+
+def _ack_row_pg(a: Ack) -> tuple[Any, ...]:
+    """One row of ``sql.ack_many_postgresql``: column 8 is the retry delay, 9 unused (the
+    statement reads the clock)."""
+    t = a.transition
+    return (
+        a.job_id,
+        a.token,
+        t.state.value,
+        t.result.body if t.result else None,
+        t.error,
+        t.traceback,
+        t.reason.value if t.reason else None,
+        t.delay if t.state == State.PENDING else None,
+        None,
+        int(t.give_back_attempt),
+        int(t.yields_to_cancel),
+        int(t.state == State.DONE),
+    )
+
+
+class AckOps(LedgerBase):
+    def _apply(self, acks: Sequence[Ack], now: datetime | None) -> list[AckResult]:
+        """The acks, inside the caller's transaction."""
+        applied: dict[str, tuple[Any, ...]] = {}
+        fan_outs = [a for a in acks if a.transition.state == State.WAITING_CHILDREN]
+        plain = [a for a in acks if a.transition.state != State.WAITING_CHILDREN]
+        if fan_outs or not self.is_postgres:
+            now = self._now(now)  # PostgreSQL's plain acks read the clock in the statement
+        fanned: dict[str, State | None] = {}
+        if fan_outs:
+            clock = self._now(now)
+            fanned = {a.job_id: self.apply_fan_out(a, clock) for a in fan_outs}
+        for start in range(0, len(plain), ACK_CHUNK):
+            chunk = plain[start : start + ACK_CHUNK]
+            with self.connection.cursor() as cur:
+                if self.is_postgres:
+                    varying, params = sql.unnest_params(
+                        list(zip(*map(_ack_row_pg, chunk), strict=False))
+                    )
+                    cur.execute(sql.ack_many_postgresql(varying, self.table), [*params, now])
+                else:
+                    assert now is not None
+                    stamp = self._adapt(now)
+                    params = [p for a in chunk for p in self._ack_params(a, now, stamp)]
+                    cur.execute(
+                        sql.ack_many(self.connection.vendor, len(chunk), self.table), params
+                    )
+                for row in cur.fetchall():
+                    applied[row[0]] = tuple(row)
+        self._after_acks(plain, applied, now)
+        answer = []
+        for a in acks:
+            if a.job_id in fanned:
+                state = fanned[a.job_id]
+                answer.append(AckResult(job_id=a.job_id, ok=state is not None, state=state))
+            else:
+                row = applied.get(a.job_id)
+                answer.append(
+                    AckResult(
+                        job_id=a.job_id, ok=row is not None, state=State(row[1]) if row else None
+                    )
+                )
+        return answer
+
+    def _ack_params(self, a: Ack, now: datetime, stamp: Any) -> list[Any]:
+        """One row of ``sql.ack_many``; ``stamp`` is ``now`` adapted for the driver."""
+        t = a.transition
+        available = now + timedelta(seconds=t.delay) if t.state == State.PENDING else None
+        return [
+            a.job_id,
+            a.token,
+            t.state.value,
+            t.result.body if t.result else None,
+            t.error,
+            t.traceback,
+            t.reason.value if t.reason else None,
+            self._adapt(available) if available is not None else None,
+            stamp,
+            int(t.give_back_attempt),
+            int(t.yields_to_cancel),
+            int(t.state == State.DONE),
+        ]
+
+    def _after_acks(
+        self, acks: Sequence[Ack], applied: dict[str, tuple[Any, ...]], now: datetime | None
+    ) -> None:
+        """Same transaction as the acks: release DAG dependants, cascade cancels, audit."""
+        # DAG nodes (a flow id, no parent) may have dependants; @flow children never do.
+        done_in_flows = [r[0] for r in applied.values() if r[1] == State.DONE and r[3] and not r[4]]
+        cancelled = [r[0] for r in applied.values() if r[1] == State.CANCELLED]
+        if done_in_flows or cancelled:
+            clock = self._now(now)
+            if done_in_flows:
+                self.release_dependants(done_in_flows, clock)
+            if cancelled:
+                self.cascade_cancel(cancelled, clock)
+        children = [r[0] for r in applied.values() if r[4] and r[1] in _TERMINAL_VALUES]
+        if children:
+            self.report_terminal(children)
+        self._notify(
+            [
+                r[2]
+                for a in acks
+                if (r := applied.get(a.job_id))
+                and r[1] == State.PENDING
+                and a.transition.delay == 0
+            ]
+        )
+        success = audit.needed(audit.CONSUME_SUCCESS)
+        events = [ev for a in acks for ev in self._ack_events(a, applied.get(a.job_id), success)]
+        audit.record(events, using=self.db)
+
+    def _ack_events(
+        self, a: Ack, row: tuple[Any, ...] | None, success: bool = True
+    ) -> list[audit.Event]:
+        """The audit events of one ack; ``success``: is a done ack's event wanted at all."""
+        if row is None:
+            return [
+                audit.Event(
+                    action=audit.LOCK_LOST,
+                    job_id=a.job_id,
+                    backend=self.alias,
+                    data={"wanted": a.transition.state.value},
+                )
+            ]
+        _, state, queue, _flow, _parent, attempts, name = row
+        t = a.transition
+        base: dict[str, Any] = {
+            "job_id": a.job_id,
+            "queue": queue,
+            "backend": self.alias,
+            "attempt": attempts,
+        }
+        if state == State.DONE:
+            if not success:
+                return []
+            return [audit.Event(action=audit.CONSUME_SUCCESS, data={"name": name}, **base)]
+        if state == State.CANCELLED:
+            return [
+                audit.Event(action=audit.CANCEL, data={"name": name, "while": "running"}, **base)
+            ]
+        if state == State.PENDING and t.give_back_attempt:
+            return [audit.Event(action=audit.RELEASE, data={"name": name}, **base)]
+        data = {"name": name, "error": t.error, "reason": t.reason.value if t.reason else None}
+        events = [
+            audit.Event(
+                action=audit.CONSUME_FAILURE,
+                data={**data, "retry_in": t.delay} if state == State.PENDING else data,
+                **base,
+            )
+        ]
+        if state == State.FAILED:
+            events.append(audit.Event(action=audit.DLQ_WRITE, data=data, **base))
+        return events

@@ -1,0 +1,196 @@
+"""Operations and read-outs shared by every backend whose jobs are rows of a Django database
+(the local backend, the SQS ledger): purge, look-ups, the DLQ, stats and retention."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+
+from ... import audit
+from ...core.states import ACTIVE, WAITING, State
+from ...models import FlowDependency
+from ...records import JobInfo, PruneReport, QueueStats
+from .base import LedgerBase
+from .rows import info_from_model
+
+_ACTIVE = [s.value for s in ACTIVE]
+
+
+class ListingOps(LedgerBase):
+    def purge(self, queue: str) -> int:
+        with transaction.atomic(using=self.db):
+            ids = list(
+                self.jobs()
+                .filter(queue=queue, state__in=[s.value for s in WAITING])
+                .values_list("id", flat=True)
+            )
+            for start in range(0, len(ids), 5000):
+                chunk = ids[start : start + 5000]
+                FlowDependency.objects.using(self.db).filter(job_id__in=chunk).delete()
+                self.jobs().filter(id__in=chunk, state__in=[s.value for s in WAITING]).delete()
+            audit.record(
+                [
+                    audit.Event(
+                        action=audit.PURGE,
+                        queue=queue,
+                        backend=self.alias,
+                        data={"count": len(ids)},
+                    )
+                ],
+                using=self.db,
+            )
+        return len(ids)
+
+    def get(self, job_id: str) -> JobInfo | None:
+        job = self.jobs().filter(id=job_id).first()
+        if job is None:
+            return None
+        deps = FlowDependency.objects.using(self.db).filter(job_id=job_id, kind="dag")
+        tally = self.children_tally(job_id) if job.flow_phase else None
+        return info_from_model(job, self.alias, [d.depends_on_id for d in deps], tally)
+
+    def size(self, queue: str) -> int:
+        n: int = self.jobs().filter(queue=queue, state__in=[State.PENDING, State.INFLIGHT]).count()
+        return n
+
+    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        rows = self.jobs().filter(queue=queue, state=State.FAILED).order_by("id")
+        return [info_from_model(j, self.alias) for j in rows[offset : offset + limit]]
+
+    def dlq_size(self, queue: str) -> int:
+        n: int = self.jobs().filter(queue=queue, state=State.FAILED).count()
+        return n
+
+    def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
+        return self._dlq_retry(self.jobs().filter(id=job_id), now) == 1
+
+    def dlq_retry_all(self, queue: str, now: datetime | None = None) -> int:
+        return self._dlq_retry(self.jobs().filter(queue=queue), now)
+
+    def _dlq_retry(self, qs: Any, now: datetime | None) -> int:
+        with transaction.atomic(using=self.db):
+            t = self._now(now)
+            rows = list(qs.filter(state=State.FAILED).values_list("id", "queue", "dedupe_key"))
+            held = self._held_keys([(q, k) for _, q, k in rows if k])
+            # A dedupe key now held by a newer live job stays in the DLQ (no duplicate run).
+            rows = [r for r in rows if not r[2] or (r[1], r[2]) not in held]
+            ids = [r[0] for r in rows]
+            n = 0
+            for start in range(0, len(ids), 5000):
+                n += (
+                    self.jobs()
+                    .filter(id__in=ids[start : start + 5000], state=State.FAILED)
+                    .update(
+                        state=State.PENDING,
+                        attempts=0,
+                        stalls=0,
+                        available_at=t,
+                        finished_at=None,
+                        cancel_requested=False,
+                        progress=0,
+                        updated_at=t,
+                    )
+                )
+            self._made_pending([(r[0], r[1]) for r in rows])
+            audit.record(
+                [
+                    audit.Event(action=audit.DLQ_RETRY, job_id=r[0], queue=r[1], backend=self.alias)
+                    for r in rows
+                ],
+                using=self.db,
+            )
+        return n
+
+    def _held_keys(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        held: set[tuple[str, str]] = set()
+        for queue, key in set(keys):
+            if self.jobs().filter(queue=queue, dedupe_key=key, state__in=_ACTIVE).exists():
+                held.add((queue, key))
+        return held
+
+    def outstanding(self, queues: Sequence[str]) -> int:
+        """Jobs a burst worker should still wait for: pending, in flight, parked parents,
+        and unsent outbox rows (flow reports on their way)."""
+        from ...models import OutboxEntry
+
+        n: int = (
+            self.jobs()
+            .filter(
+                queue__in=list(queues),
+                state__in=[State.PENDING, State.INFLIGHT, State.WAITING_CHILDREN],
+            )
+            .count()
+        )
+        return n + OutboxEntry.objects.using(self.db).filter(sent_at__isnull=True).count()
+
+    def stats(self) -> list[QueueStats]:
+        from django.db.models import Count, Min
+
+        counts: dict[str, dict[str, int]] = {}
+        for queue, state, n in (
+            self.jobs().order_by().values_list("queue", "state").annotate(n=Count("id"))
+        ):
+            counts.setdefault(queue, {s.value: 0 for s in State})[state] = n
+        oldest = dict(
+            self.jobs()
+            .filter(state=State.PENDING)
+            .order_by()
+            .values_list("queue")
+            .annotate(m=Min("available_at"))
+            .values_list("queue", "m")
+        )
+        now = self.now()
+        recent: dict[tuple[str, str], int] = {
+            (q, s): n
+            for q, s, n in self.jobs()
+            .filter(state__in=[State.DONE, State.FAILED], finished_at__gte=now - timedelta(hours=1))
+            .order_by()
+            .values_list("queue", "state")
+            .annotate(n=Count("id"))
+        }
+        return [
+            QueueStats(
+                backend=self.alias,
+                queue=q,
+                counts=c,
+                oldest_pending_age=max(0.0, (now - oldest[q]).total_seconds())
+                if oldest.get(q)
+                else None,
+                done_last_hour=recent.get((q, State.DONE), 0),
+                failed_last_hour=recent.get((q, State.FAILED), 0),
+            )
+            for q, c in sorted(counts.items())
+        ]
+
+    def prune(
+        self,
+        *,
+        done_before: datetime | None,
+        cancelled_before: datetime | None,
+        failed_before: datetime | None,
+        limit: int = 5000,
+    ) -> PruneReport:
+        total = 0
+        for state, before in (
+            (State.DONE, done_before),
+            (State.CANCELLED, cancelled_before),
+            (State.FAILED, failed_before),
+        ):
+            if before is None:
+                continue
+            with transaction.atomic(using=self.db):
+                ids = list(
+                    self.jobs()
+                    .filter(state=state, finished_at__lt=before)
+                    .order_by()
+                    .values_list("id", flat=True)[:limit]
+                )
+                if ids:
+                    deps = FlowDependency.objects.using(self.db)
+                    deps.filter(job_id__in=ids).delete()
+                    deps.filter(depends_on_id__in=ids, kind="dag").delete()
+                    total += self.jobs().filter(id__in=ids, state=state).delete()[0]
+        return PruneReport(jobs=total)
