@@ -628,7 +628,9 @@ class RedisServer(Server):
     """``redis-server`` on 127.0.0.1, daemonized, pid from its pidfile, data in ``base_dir``.
 
     ``appendonly`` is ``"no"`` (nothing persisted, a restart comes back empty), ``"everysec"``
-    or ``"always"`` (AOF with that fsync policy; a restart replays it).
+    or ``"always"`` (AOF with that fsync policy; a restart replays it). ``extra_config`` lines
+    are appended to redis.conf (an ACL ``user``, a ``tls-port`` …); the plain port stays, for
+    the readiness probe.
     """
 
     kind = "redis"
@@ -640,9 +642,11 @@ class RedisServer(Server):
         *,
         port: int | None = None,
         appendonly: AppendOnly = "no",
+        extra_config: Sequence[str] = (),
     ) -> None:
         super().__init__(base_dir, port=port)
         self.appendonly = appendonly
+        self.extra_config = tuple(extra_config)
         self.conf_file = self.base_dir / "redis.conf"
         self.pid_file = self.base_dir / "redis.pid"
         self.log_file = self.base_dir / "redis.log"
@@ -675,7 +679,7 @@ class RedisServer(Server):
             f"dir {self.base_dir}\n"
             'save ""\n'
             f"appendonly {aof}\n"
-            f"appendfsync {fsync}\n"
+            f"appendfsync {fsync}\n" + "".join(f"{line}\n" for line in self.extra_config)
         )
 
     def _pong(self) -> bool:

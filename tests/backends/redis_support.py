@@ -1,0 +1,121 @@
+"""Helpers for the Redis-specific tests: throwaway servers, backends on their own key prefix,
+and an invariant check that reads the raw keys (every job in exactly the index of its state)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from django_blamequeue.backends.base import Backend
+
+_serial = itertools.count()
+
+#: Index → the state its members must be in.
+_SETS = {"blocked": "blocked", "inflight": "inflight", "waiting": "waiting_children"}
+_ZSETS = {
+    "delayed": "pending",
+    "done": "done",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "dlq": "failed",
+}
+
+
+def shared_url() -> str:
+    url = os.environ.get("BLAMEQUEUE_TEST_REDIS_URL", "")
+    if not url:
+        pytest.skip("no BLAMEQUEUE_TEST_REDIS_URL")
+    return url
+
+
+def unique_prefix(tag: str = "t") -> str:
+    return f"bq-{os.getpid()}-{tag}{next(_serial)}"
+
+
+@contextmanager
+def own_redis(appendonly: str = "no", extra_config: Sequence[str] = ()) -> Iterator[Any]:
+    """A redis-server of the test's own (so it may be reconfigured, killed or restarted)."""
+    from tests.servers import RedisServer, ServerError
+    from tests.settings import TMP
+
+    base = Path(tempfile.mkdtemp(prefix="redis-", dir=TMP))
+    try:
+        server = RedisServer(base, appendonly=appendonly, extra_config=extra_config)  # type: ignore[arg-type]
+    except ServerError as exc:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(str(exc))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(kill=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def forget(backend: Backend) -> None:
+    """Delete every key of the backend's prefix (tests on the shared server clean up)."""
+    client = backend.client  # type: ignore[attr-defined]
+    pattern = backend.keys.prefix + ":*"  # type: ignore[attr-defined]
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            client.delete(*batch)
+            batch.clear()
+    if batch:
+        client.delete(*batch)
+
+
+def invariant_problems(backend: Backend) -> list[str]:
+    """What breaks "every job sits in exactly the index of its state, and every index entry is
+    a job in that state" (empty when the keys are consistent)."""
+    r = backend.client  # type: ignore[attr-defined]
+    p = backend.keys.prefix  # type: ignore[attr-defined]
+    jobs: dict[str, dict[bytes, bytes]] = {}
+    for key in r.scan_iter(match=f"{p}:job:*", count=1000):
+        h = r.hmget(key, "state", "queue", "rm")
+        jobs[key.decode().rsplit(":", 1)[1]] = {b"state": h[0], b"queue": h[1], b"rm": h[2]}
+    problems: list[str] = []
+    queues = {q.decode() for q in r.smembers(f"{p}:queues")}
+    seen: dict[str, list[str]] = {}
+    for q in queues:
+        for part, state in _SETS.items():
+            for raw in r.smembers(f"{p}:q:{q}:{part}"):
+                seen.setdefault(raw.decode(), []).append(part)
+                _expect(problems, jobs, raw.decode(), state, f"{q}:{part}")
+        for part, state in _ZSETS.items():
+            for raw in r.zrange(f"{p}:q:{q}:{part}", 0, -1):
+                if part != "dlq":
+                    seen.setdefault(raw.decode(), []).append(part)
+                _expect(problems, jobs, raw.decode(), state, f"{q}:{part}")
+        for raw in r.zrange(f"{p}:q:{q}:ready", 0, -1):
+            job_id = raw.decode()[16:]
+            seen.setdefault(job_id, []).append("ready")
+            _expect(problems, jobs, job_id, "pending", f"{q}:ready")
+            if job_id in jobs and jobs[job_id][b"rm"] != raw:
+                problems.append(f"{job_id}: ready member {raw!r} is not its rm field")
+    for raw in r.zrange(f"{p}:inflight", 0, -1):
+        _expect(problems, jobs, raw.decode(), "inflight", "inflight (global)")
+    for job_id, h in jobs.items():
+        where = seen.get(job_id, [])
+        if len(where) != 1:
+            problems.append(f"{job_id} ({h[b'state']!r}) is in {len(where)} indexes: {where}")
+    return problems
+
+
+def _expect(
+    problems: list[str], jobs: dict[str, dict[bytes, bytes]], job_id: str, state: str, index: str
+) -> None:
+    h = jobs.get(job_id)
+    if h is None:
+        problems.append(f"{index} lists {job_id}, which does not exist")
+    elif h[b"state"] != state.encode():
+        problems.append(f"{index} lists {job_id}, which is {h[b'state']!r}")
