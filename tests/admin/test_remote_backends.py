@@ -1,0 +1,96 @@
+"""The console on backends outside the database (SPEC §9): Redis and SQS screens go through the
+backend API — the overview's counts, the DLQ with its error, retry and purge, each audited
+with the acting user — never through the job table."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from django_blamequeue import queue
+from django_blamequeue.admin import operations
+from django_blamequeue.models import AuditEvent, Job
+from tests.conftest import backend_available
+
+from .factories import make_failed, make_jobs
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+JOB = "/admin/django_blamequeue/job/"
+_runs = itertools.count()
+
+
+@pytest.fixture(params=["redis", "sqs"])
+def remote(request: pytest.FixtureRequest, settings: Any) -> str:
+    """A remote backend with a key / queue prefix of its own for this test."""
+    alias: str = request.param
+    if not backend_available(alias):
+        pytest.skip(f"no {alias} server")
+    options = dict(settings.BLAMEQUEUE["BACKENDS"][alias])
+    for key in ("KEY_PREFIX", "QUEUE_PREFIX"):
+        if key in options:
+            options[key] = f"{options[key]}adm{next(_runs)}{'-' if key == 'QUEUE_PREFIX' else ''}"
+    settings.BLAMEQUEUE = {
+        **settings.BLAMEQUEUE,
+        "BACKENDS": {**settings.BLAMEQUEUE["BACKENDS"], alias: options},
+    }
+    return alias
+
+
+def text(response: Any) -> str:
+    return str(response.content.decode())
+
+
+def test_the_overview_counts_a_remote_backends_queues(admin_client_: Client, remote: str) -> None:
+    make_jobs("remote-q", 3, backend=remote)
+    make_failed("remote-dead", 1, backend=remote)
+    body = text(admin_client_.get(f"{JOB}overview/"))
+    row = re.search(rf'<tr data-backend="{remote}" data-queue="remote-q">(.*?)</tr>', body, re.S)
+    assert row is not None
+    assert re.search(r'data-state="pending">3<', row.group(1))  # counted, not a table link
+    dead = re.search(
+        rf'<tr data-backend="{remote}" data-queue="remote-dead">(.*?)</tr>', body, re.S
+    )
+    assert dead is not None and "DLQ (1)" in dead.group(1)
+    assert not Job.objects.exists()  # nothing of it lives in the job table
+
+
+def test_the_dlq_screen_lists_and_retries_remote_dead_letters(
+    admin_client_: Client, remote: str
+) -> None:
+    [job_id] = make_failed("remote-dead", 1, backend=remote, error="ValueError: nope")
+    body = text(admin_client_.get(f"{JOB}dlq/?backend={remote}&queue=remote-dead"))
+    assert job_id in body and "ValueError: nope" in body
+    response = admin_client_.post(
+        f"{JOB}dlq/retry/", {"backend": remote, "queue": "remote-dead", "job_id": [job_id]}
+    )
+    assert response.status_code == 302
+    info = queue.get_job(job_id, backend=remote)
+    assert info is not None and (info.state, info.attempts) == ("pending", 0)
+    event = AuditEvent.objects.get(action=operations.ADMIN_RETRY)
+    assert (event.user, event.job_id, event.backend) == ("root", job_id, remote)
+
+
+def test_purge_confirms_the_remote_count_and_deletes_the_waiting_jobs(
+    admin_client_: Client, remote: str
+) -> None:
+    make_jobs("remote-q", 4, backend=remote)
+    body = text(admin_client_.get(f"{JOB}purge/?backend={remote}&queue=remote-q"))
+    assert "Delete all 4 waiting job(s)" in body
+    response = admin_client_.post(
+        f"{JOB}purge/", {"backend": remote, "queue": "remote-q", "count": "4"}
+    )
+    assert response.status_code == 302
+    assert queue.size("remote-q", backend=remote) == 0
+    event = AuditEvent.objects.get(action=operations.ADMIN_PURGE)
+    assert (event.user, event.backend, event.data["count"]) == ("root", remote, 4)
+
+
+def test_a_remote_jobs_page_reads_through_the_backend(admin_client_: Client, remote: str) -> None:
+    [job_id] = make_failed("remote-dead", 1, backend=remote, error="ValueError: nope")
+    body = text(admin_client_.get(f"{JOB}{job_id}/change/?backend={remote}"))
+    assert "ValueError: nope" in body and "remote-dead" in body
