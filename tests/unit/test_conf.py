@@ -118,22 +118,16 @@ def test_backend_options_get_their_defaults_and_lose_protocol_and_queues(
         }
     }
     redis, sqs = conf.get_settings().backends.values()
-    assert dict(redis.options) == {
-        "CONNECTION": None,
-        "URL": "redis://h:6379/1",
-        "PASSWORD": None,
-        "USERNAME": None,
-        "TLS": False,
-        "KEY_PREFIX": "blamequeue",
-    }
+    assert dict(redis.options) == {**conf.BACKEND_DEFAULTS["redis"], "URL": "redis://h:6379/1"}
     assert redis.queues == ("a", "b")
-    assert dict(sqs.options) == {
-        "REGION": "eu-west-1",
-        "ENDPOINT_URL": None,
-        "QUEUE_PREFIX": "",
-        "ACCESS_KEY_ID": None,
-        "SECRET_ACCESS_KEY": None,
-    }
+    assert dict(sqs.options) == {**conf.BACKEND_DEFAULTS["sqs"], "REGION": "eu-west-1"}
+    # the documented defaults
+    assert (redis.options["KEY_PREFIX"], redis.options["TLS"], redis.options["DATABASE"]) == (
+        "blamequeue",
+        False,
+        "default",
+    )
+    assert (sqs.options["QUEUE_PREFIX"], sqs.options["DATABASE"]) == ("", "default")
 
 
 def test_settings_are_read_only_and_durations_are_floats(settings: SettingsWrapper) -> None:
@@ -243,18 +237,33 @@ def test_sqs_without_region_is_e007() -> None:
     assert 'BLAMEQUEUE["BACKENDS"]["fast"]["REGION"] is missing' in problem.message
 
 
+@pytest.fixture
+def serializer_without_its_library() -> Iterator[str]:
+    """A serializer kombu knows by name whose library is missing, as kombu registers yaml
+    and msgpack when PyYAML / msgpack are not installed."""
+    from kombu.exceptions import SerializerNotInstalled
+    from kombu.serialization import register, unregister
+
+    def missing(*args: Any) -> Any:
+        raise SerializerNotInstalled("no nolib library installed")
+
+    register("nolib", missing, missing, content_type="application/x-nolib")
+    yield "nolib"
+    unregister("nolib")
+
+
 @pytest.mark.parametrize(
     ("raw", "says"),
     [
         ({"SERIALIZER": "jsn"}, "kombu cannot encode"),
-        ({"SERIALIZER": "yaml", "ACCEPT_CONTENT": ["json"]}, "kombu cannot encode"),  # no PyYAML
+        ({"SERIALIZER": "nolib", "ACCEPT_CONTENT": ["json"]}, "kombu cannot encode"),
         ({"SERIALIZER": "pickle"}, "ACCEPT_CONTENT refuses"),
         ({"ACCEPT_CONTENT": ["json", "jason"]}, "kombu does not know"),
         ({"ACCEPT_CONTENT": "json"}, "expected a non-empty list"),
     ],
 )
 def test_serializer_unknown_to_kombu_or_not_accepted_is_e008(
-    raw: dict[str, Any], says: str
+    raw: dict[str, Any], says: str, serializer_without_its_library: str
 ) -> None:
     assert says in only(raw, "E008").message
 
@@ -447,7 +456,7 @@ def test_redis_from_the_environment(
     monkeypatch.setenv("BLAMEQUEUE_REDIS_KEY_PREFIX", "app")
     options = conf.backend_config(None).options
     assert dict(options) == {
-        "CONNECTION": None,
+        **conf.BACKEND_DEFAULTS["redis"],
         "URL": "redis://cache:6379/2",
         "PASSWORD": "s3cret",
         "USERNAME": "bq",
