@@ -55,6 +55,9 @@ BACKEND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
         "QUEUE_PREFIX": "",
         "ACCESS_KEY_ID": None,
         "SECRET_ACCESS_KEY": None,
+        "MAX_RECEIVE_COUNT": 10,  # the RedrivePolicy of queues it creates (poison messages)
+        "WAIT_TIME_SECONDS": 0,  # ReceiveMessage long polling; it blocks a worker's loop
+        "SEND_GRACE": 30.0,  # seconds before the send step re-sends a message never marked sent
     },
 }
 

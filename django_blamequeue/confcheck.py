@@ -190,6 +190,8 @@ class _Validator:
         self.unknown_keys(entry, ("PROTOCOL", "QUEUES", *defaults), *at, of=f" for {protocol}")
         options = {**defaults, **{k: v for k, v in entry.items() if k in defaults}}
         for key, value in options.items():
+            if key in _NUMERIC_OPTIONS:
+                continue  # checked with their ranges by the protocol's method
             expected = bool if key in ("TLS", "LISTEN") else str
             if not (isinstance(value, expected) or (value is None and defaults[key] is None)):
                 self.add("E012", f"{where(*at, key)} is {value!r}; expected a {expected.__name__}")
@@ -246,10 +248,16 @@ class _Validator:
         if isinstance(prefix, str) and not re.fullmatch(r"[A-Za-z0-9_-]*", prefix):
             message = f"{where(*at, 'QUEUE_PREFIX')} is {prefix!r}; SQS allows A-Z a-z 0-9 - _"
             self.add("E012", message)
+        elif isinstance(prefix, str) and len(prefix) > 40:
+            message = f"{where(*at, 'QUEUE_PREFIX')} has {len(prefix)} characters; at most 40"
+            self.add("E012", message, "SQS queue names have 80 characters, the prefix included.")
         endpoint = options["ENDPOINT_URL"]
         if isinstance(endpoint, str) and not re.match(r"https?://", endpoint):
             message = f"{where(*at, 'ENDPOINT_URL')} is {endpoint!r}; expected an http(s):// URL"
             self.add("E012", message)
+        for key, (valid, expected) in _SQS_NUMBERS.items():
+            if not valid(options[key]):
+                self.add("E012", f"{where(*at, key)} is {options[key]!r}; expected {expected}")
 
     def content(self, raw: Mapping[str, Any]) -> None:
         accept, where = raw.get("ACCEPT_CONTENT", ["json"]), self.where
@@ -392,6 +400,14 @@ def _is_zone(name: object) -> bool:
         return False
     return True
 
+
+#: sqs options that are numbers: key -> (validates, what it should be); a failure is E012.
+_SQS_NUMBERS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
+    "MAX_RECEIVE_COUNT": (lambda v: _is_int(v) and 1 <= v <= 1000, "an int from 1 to 1000"),
+    "WAIT_TIME_SECONDS": (lambda v: _is_int(v) and 0 <= v <= 20, "an int from 0 to 20"),
+    "SEND_GRACE": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
+}
+_NUMERIC_OPTIONS = frozenset(_SQS_NUMBERS)
 
 #: key -> (validates, what it should be); a failure is E012.
 _SCALARS: Mapping[str, tuple[Callable[[Any], bool], str]] = {

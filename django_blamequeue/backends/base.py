@@ -88,6 +88,11 @@ class Backend(metaclass=ABCMeta):
         """Store ``jobs`` (one round trip per batch), all or none. Dedupe keys answer the
         existing job. ``events`` are extra audit events recorded with the insert."""
 
+    def check_jobs(self, jobs: Sequence[NewJob]) -> None:
+        """Raise ``QueueError`` for jobs this engine could never carry (e.g. over an SQS
+        queue's ``MaximumMessageSize``). The facade calls it before it writes an outbox row,
+        so a job refused later by the relay is refused now instead, with nothing written."""
+
     # -- leasing -------------------------------------------------------------------------
     @abstractmethod
     def claim(

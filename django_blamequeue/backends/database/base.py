@@ -79,10 +79,11 @@ class LedgerBase(Backend):
                     cur.execute("SELECT pg_notify(%s, %s)", [CHANNEL, q])
         transaction.on_commit(lambda: wakeup.notify(distinct), using=self.db)
 
-    def _made_pending(self, rows: Sequence[tuple[str, str]]) -> None:
-        """(job id, queue) of jobs this transaction made pending from a state that holds no
-        message (blocked, waiting_children, failed). The local backend wakes workers; the SQS
-        backend also sends their messages once the transaction commits."""
+    def _made_pending(self, rows: Sequence[tuple[str, str]], now: datetime) -> None:
+        """(job id, queue) of jobs this transaction made pending (available at ``now``) from
+        a state that holds no message (blocked, waiting_children, failed). The local backend
+        wakes workers; the SQS backend also sends their messages once the transaction
+        commits."""
         self._notify([queue for _, queue in rows])
 
     def on_unavailable(self) -> None:
@@ -105,6 +106,11 @@ class LedgerBase(Backend):
         raise NotImplementedError
 
     def children_tally(self, parent_id: str) -> dict[str, int]:
+        raise NotImplementedError
+
+    def _rescue_rows(
+        self, rows: Sequence[tuple[Any, ...]], t: datetime, max_stalled: int
+    ) -> dict[State, list[tuple[Any, ...]]]:
         raise NotImplementedError
 
 

@@ -205,7 +205,7 @@ class ChildOps(LedgerBase):
             tally[job_id][status] = n
         fail_fast = [p for p in due if tally[p].get("pending")]
         rows = dict(self.jobs().filter(id__in=due).values_list("id", "queue"))
-        self._made_pending(list(rows.items()))
+        self._made_pending(list(rows.items()), now)
         settled = [
             audit.Event(
                 action=audit.FLOW_SETTLE,

@@ -40,7 +40,7 @@ class FlowOps(LedgerBase):
                     [a, a, *chunk],
                 )
                 released += [(job_id, queue) for job_id, queue in cur.fetchall()]
-        self._made_pending(released)
+        self._made_pending(released, now)
         return [job_id for job_id, _ in released]
 
     def cascade_cancel(self, ids: Sequence[str], now: datetime) -> int:

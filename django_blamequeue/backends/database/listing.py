@@ -94,7 +94,7 @@ class ListingOps(LedgerBase):
                         updated_at=t,
                     )
                 )
-            self._made_pending([(r[0], r[1]) for r in rows])
+            self._made_pending([(r[0], r[1]) for r in rows], t)
             audit.record(
                 [
                     audit.Event(action=audit.DLQ_RETRY, job_id=r[0], queue=r[1], backend=self.alias)

@@ -1,0 +1,235 @@
+"""The SQS backend's shared state: the transport, the ledger's send bookkeeping, and the SQS
+calls that follow a ledger commit.
+
+The rule every verb keeps: a ``pending`` ledger row needs a live message, and ``sent_at``
+says whether one was sent. A transaction that leaves a job pending without a message sets
+``sent_at`` NULL in that same transaction and sends after its commit; the send is marked
+only once SQS has accepted it. A crash between the two leaves ``sent_at`` NULL, so the send
+step (``send_due``, run by the relay and the sweeper) sends it again once ``SEND_GRACE`` has
+passed. Sending twice is harmless: the receive rules hold or delete a second message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import HTTPClientError
+from django.db import InterfaceError, OperationalError, transaction
+
+from ... import wakeup
+from ...conf import BackendConfig
+from ...core.states import State
+from ...models import SqsJob
+from ..database.base import LedgerBase
+from . import messages
+from .messages import SEND_COLUMNS
+from .transport import MAX_DELAY, Outgoing, QueueGone, SqsUnavailable, Transport
+
+logger = logging.getLogger("django_blamequeue.sqs")
+CHUNK = 500
+
+#: Errors that mean SQS (or the ledger's database) cannot be reached.
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OperationalError,
+    InterfaceError,
+    BotoConnectionError,
+    HTTPClientError,
+    SqsUnavailable,
+)
+
+
+@dataclass
+class FollowUps:
+    """SQS calls owed after a ledger commit, grouped by queue."""
+
+    delete: dict[str, list[str]] = field(default_factory=dict)  # queue → receipts
+    visibility: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    to_dlq: list[str] = field(default_factory=list)  # job ids whose copy goes to the DLQ
+    send: list[str] = field(default_factory=list)  # job ids made pending without a message
+
+    def remove(self, queue: str, receipt: str | None) -> None:
+        if receipt:
+            self.delete.setdefault(queue, []).append(receipt)
+
+    def hold(self, queue: str, receipt: str | None, seconds: int) -> None:
+        if receipt:
+            self.visibility.setdefault(queue, []).append((receipt, seconds))
+
+
+class SqsBase(LedgerBase):
+    protocol = "sqs"
+    model = SqsJob
+    transactional_enqueue = False
+    supports_flows = True
+    supports_priority = False  # SQS delivers in its own order; priority is stored and shown
+    supports_time_travel = False  # visibility and delays run on AWS's clock
+    has_outbox = True  # the ledger's unsent rows: ``drain_outbox`` sends them
+    unavailable_errors = UNAVAILABLE
+
+    def __init__(self, config: BackendConfig) -> None:
+        super().__init__(config)
+        self.transport = Transport(config.options)
+        self.send_grace = float(config.options.get("SEND_GRACE") or 30.0)
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def _notify(self, queues: Sequence[str]) -> None:
+        """Wake this process's idle consumers on commit (SQS has no push: others poll)."""
+        distinct = sorted(set(queues))
+        if distinct:
+            transaction.on_commit(lambda: wakeup.notify(distinct), using=self.db)
+
+    def _made_pending(self, rows: Sequence[tuple[str, str]], now: datetime) -> None:
+        """Jobs made pending from a state without a message (a DAG release, a settled flow
+        parent, a DLQ retry): unsent in this transaction, sent once it commits."""
+        ids = [job_id for job_id, _ in rows]
+        if not ids:
+            return
+        self._mark_unsent(ids)
+        transaction.on_commit(lambda: self._send_quietly(ids, now), using=self.db)
+
+    # -- the ledger's send bookkeeping -------------------------------------------------------
+    def _mark_unsent(self, ids: Sequence[str]) -> None:
+        for start in range(0, len(ids), CHUNK):
+            chunk = list(ids[start : start + CHUNK])
+            self.jobs().filter(id__in=chunk).exclude(sent_at=None).update(sent_at=None)
+
+    def _mark_sent(self, ids: Iterable[str], read_at: datetime) -> None:
+        """Record the sends, unless the row changed since it was read (``updated_at`` later
+        than ``read_at``): then its state is no longer the one the message was sent for."""
+        ids = list(ids)
+        stamp = self._now(None)
+        for start in range(0, len(ids), CHUNK):
+            self.jobs().filter(
+                id__in=ids[start : start + CHUNK], sent_at=None, updated_at__lte=read_at
+            ).update(sent_at=stamp)
+
+    def _send_quietly(self, ids: Sequence[str], now: datetime | None = None) -> None:
+        """After a commit: send, or leave it to the send step (``sent_at`` stays NULL)."""
+        try:
+            self._send_ids(ids, now)
+        except Exception as exc:
+            logger.warning("SQS send of %d job(s) deferred to the send step: %s", len(ids), exc)
+
+    def _send_ids(self, ids: Sequence[str], now: datetime | None = None) -> int:
+        """Send the messages of these jobs if they are still pending and unsent."""
+        t = self._now(now)
+        sent = 0
+        for start in range(0, len(ids), CHUNK):
+            rows = list(
+                self.jobs()
+                .filter(id__in=list(ids[start : start + CHUNK]), state=State.PENDING, sent_at=None)
+                .values_list(*SEND_COLUMNS)
+            )
+            sent += self._send_rows(rows, t)
+        return sent
+
+    def _send_rows(self, rows: Sequence[tuple[Any, ...]], t: datetime) -> int:
+        """Send rows read as ``SEND_COLUMNS`` at ``t``: those due within SQS's 15-minute
+        delay now (``DelaySeconds`` = what remains), the rest stay parked."""
+        by_queue: dict[str, list[Outgoing]] = {}
+        for row in rows:
+            remaining = messages.delay_of(row[8], t)
+            if remaining <= MAX_DELAY:
+                text = messages.of_row(row)
+                by_queue.setdefault(row[1], []).append(messages.outgoing(text, row[0], remaining))
+        sent = 0
+        for queue, batch in by_queue.items():
+            ids = self._send_to(queue, batch)
+            self._mark_sent(ids, t)
+            wakeup.notify([queue])
+            sent += len(ids)
+        return sent
+
+    def _send_to(self, queue: str, batch: Sequence[Outgoing]) -> set[str]:
+        try:
+            return self.transport.send(queue, batch)
+        except QueueGone:
+            self._queue_gone(queue)
+            return self.transport.send(queue, batch)
+
+    def _queue_gone(self, queue: str) -> None:
+        """The queue was deleted or the emulator restarted, taking every message with it:
+        recreate it and mark its pending jobs unsent, so the send step sends them again
+        (their ``updated_at`` is old: no grace to wait)."""
+        logger.warning("SQS queue for %r is gone; recreating it and re-sending its jobs", queue)
+        self.transport.queue(queue)
+        with transaction.atomic(using=self.db):
+            self.jobs().filter(queue=queue, state=State.PENDING).exclude(sent_at=None).update(
+                sent_at=None
+            )
+
+    def send_due(self, now: datetime | None = None, limit: int = 500) -> int:
+        """The send step: pending jobs with no live message whose due time is within 15
+        minutes, and that no sender has touched for ``SEND_GRACE`` (so this step never races
+        the enqueue that is about to send them). Answers how many were sent."""
+        t = self._now(now)
+        rows = list(
+            self.jobs()
+            .filter(
+                state=State.PENDING,
+                sent_at=None,
+                available_at__lte=t + timedelta(seconds=MAX_DELAY),
+                updated_at__lte=t - timedelta(seconds=self.send_grace),
+            )
+            .order_by("available_at")
+            .values_list(*SEND_COLUMNS)[:limit]
+        )
+        return self._send_rows(rows, t) if rows else 0
+
+    def drain_outbox(self, limit: int = 500) -> tuple[int, int]:
+        return self.send_due(limit=limit), 0
+
+    # -- after a ledger commit ---------------------------------------------------------------
+    def _follow_up(self, owed: FollowUps) -> None:
+        """The SQS calls a committed ledger change owes. A failure is logged, not raised:
+        it is a crash at this point, which the receive rules and the send step mend (a
+        message not deleted reappears and is deleted then; one not hidden is held then)."""
+        for queue, receipts in owed.delete.items():
+            self._quietly(queue, "delete", lambda q=queue, r=receipts: self.transport.delete(q, r))
+        for queue, changes in owed.visibility.items():
+            refused = self._quietly(
+                queue,
+                "visibility",
+                lambda q=queue, c=changes: self.transport.change_visibility(q, c),
+            )
+            if refused:
+                logger.info("SQS refused %d visibility change(s) on %r", len(refused), queue)
+        if owed.to_dlq:
+            self._copy_to_dlq(owed.to_dlq)
+        if owed.send:
+            self._send_quietly(owed.send)
+
+    def _quietly(self, queue: str, what: str, call: Any) -> Any:
+        try:
+            return call()
+        except QueueGone:
+            self._queue_gone(queue)
+        except Exception as exc:
+            logger.warning("SQS %s on %r failed (mended on the next receive): %s", what, queue, exc)
+        return None
+
+    def _copy_to_dlq(self, ids: Sequence[str]) -> None:
+        """A copy of each failed job in its queue's DLQ queue, for operators in the AWS
+        console (the ledger stays the DLQ of record: ``dlq_retry`` reads it). The payload is
+        left out of a copy that would not fit the DLQ queue."""
+        rows = self.jobs().filter(id__in=list(ids)).values_list(*SEND_COLUMNS, "error", "reason")
+        by_queue: dict[str, list[Outgoing]] = {}
+        for row in rows:
+            extra = {"state": "failed", "error": row[9], "reason": row[10]}
+            text = messages.of_row(row[:9], extra)
+            info = self._quietly(row[1], "dlq", lambda q=row[1]: self.transport.queue(q))
+            if info is not None and len(text.encode()) > info.dlq_max_message_size - 100:
+                stripped = (*row[:3], b"", *row[4:9])
+                text = messages.of_row(stripped, {**extra, "payload_omitted": True})
+            by_queue.setdefault(row[1], []).append(messages.outgoing(text, row[0]))
+        for queue, batch in by_queue.items():
+            self._quietly(
+                queue, "dlq copy", lambda q=queue, b=batch: self.transport.send(q, b, dlq=True)
+            )

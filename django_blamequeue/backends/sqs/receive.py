@@ -1,0 +1,252 @@
+"""The SQS claim: receive messages, then lease their jobs with one fenced ledger UPDATE.
+
+``ReceiveMessage`` hides each message for the lease (plus a second, so the ledger lease ends
+first), and the UPDATE turns the received ids that are pending and due into inflight with a
+fresh token, counting the attempt. A message whose job was not leased that way is sorted out
+by the receive rules (docs/backends/sqs.md):
+
+- no ledger row (purged, pruned) or a terminal one: delete the message;
+- blocked or waiting for children: delete it (the job is sent afresh when it is released);
+- pending but not due: hide it until it is (or delete it when the job is parked past SQS's
+  15-minute delay: the send step sends it then);
+- inflight under a live lease (a duplicate, or the holder's message back early): hide it for
+  the rest of the lease, never delete it, since the holder may still crash;
+- inflight with an expired lease: take it over, which is the rescue (stall + 1,
+  ``core.lifecycle.rescue`` decides pending or failed) followed by a claim.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from itertools import count
+from typing import Any
+
+from django.db import transaction
+
+from ... import audit
+from ...conf import get_settings
+from ...core.states import TERMINAL, State
+from ...records import Claimed
+from ..database.rows import claimed_from_row, to_dt
+from ..database.sql import CLAIM_COLUMNS
+from .base import FollowUps, SqsBase
+from .transport import BATCH, MAX_DELAY, MAX_VISIBILITY, QueueGone, Received
+
+ROUNDS = 4
+_TERMINAL = frozenset(s.value for s in TERMINAL)
+_PARKED = frozenset({State.BLOCKED.value, State.WAITING_CHILDREN.value})
+_SORT_COLUMNS = (
+    "id",
+    "state",
+    "lease_expires_at",
+    "available_at",
+    "message_id",
+    "sent_at",
+    "attempts",
+    "max_attempts",
+    "stalls",
+    "cancel_requested",
+    "queue",
+)
+
+
+def claim_statement(table: str, vendor: str, n: int) -> str:
+    """Lease the received jobs that are pending and due. Params: lease expiry, now, now;
+    per message: id, token, receipt handle, message id, receive count; then now."""
+    if vendor == "postgresql":
+        row = "(%s::varchar, %s::varchar, %s::text, %s::varchar, %s::integer)"
+        alias = "v(column1, column2, column3, column4, column5)"
+    else:
+        row, alias = "(%s, %s, %s, %s, %s)", "v"
+    return (
+        f"UPDATE {table} SET state = 'inflight', attempts = {table}.attempts + 1, "
+        "lease_token = v.column2, lease_expires_at = %s, started_at = %s, updated_at = %s, "
+        "receipt_handle = v.column3, message_id = v.column4, receive_count = v.column5 "
+        f"FROM (VALUES {', '.join([row] * n)}) AS {alias} "
+        f"WHERE {table}.id = v.column1 AND {table}.state = 'pending' "
+        f"AND {table}.available_at <= %s RETURNING {CLAIM_COLUMNS}"
+    )
+
+
+class ReceiveOps(SqsBase):
+    _turn = count()
+
+    def claim(
+        self, queues: Sequence[str], limit: int, lease_s: float, now: datetime | None = None
+    ) -> list[Claimed]:
+        if limit <= 0 or not queues:
+            return []
+        visibility = min(math.ceil(lease_s) + 1, MAX_VISIBILITY)
+        claimed: list[Claimed] = []
+        # Messages that lease nothing (a cancelled or purged job's, a duplicate) take up a
+        # receive: receive again while the queues gave all that was asked, a few rounds.
+        for _ in range(ROUNDS):
+            want = limit - len(claimed)
+            got = self._receive(queues, want, visibility)
+            claimed += self._lease_received(got, lease_s, now)
+            if len(got) < want or len(claimed) >= limit:
+                break
+        return claimed
+
+    def _lease_received(
+        self, got: Sequence[Received], lease_s: float, now: datetime | None
+    ) -> list[Claimed]:
+        """One transaction over the ledger for the received messages, then what SQS is owed."""
+        owed = FollowUps()
+        received = []
+        for m in got:
+            if m.job_id is None:  # not one of ours (or mangled): it can never run
+                owed.remove(m.queue, m.receipt)
+            else:
+                received.append(m)
+        claimed: list[Claimed] = []
+        if received:
+            with transaction.atomic(using=self.db):
+                t = self._now(now)
+                claimed = self._lease(received, lease_s, t, owed)
+                self._audit_starts(claimed)
+        self._follow_up(owed)
+        return claimed
+
+    def _receive(self, queues: Sequence[str], limit: int, visibility: int) -> list[Received]:
+        """Up to ``limit`` messages, the queues taken in turn (a different one first each
+        call, so a busy queue cannot starve the others)."""
+        start = next(self._turn) % len(queues)
+        found: list[Received] = []
+        for queue in [*queues[start:], *queues[:start]]:
+            while len(found) < limit:
+                want = min(BATCH, limit - len(found))
+                try:
+                    got = self.transport.receive(queue, want, visibility)
+                except QueueGone:
+                    self._queue_gone(queue)
+                    self.send_due()
+                    break
+                found += got
+                if len(got) < want:
+                    break
+        return found
+
+    def _lease(
+        self, received: Sequence[Received], lease_s: float, t: datetime, owed: FollowUps
+    ) -> list[Claimed]:
+        """Inside the claim's transaction: lease what can be leased, sort out the rest."""
+        first: dict[str, Received] = {}
+        rest: list[Received] = []
+        for m in received:
+            assert m.job_id is not None
+            if m.job_id in first:
+                rest.append(m)  # two messages of one job in one receive: one may lease it
+            else:
+                first[m.job_id] = m
+        claimed = self._claim_messages(list(first.values()), lease_s, t)
+        leased = {c.job_id for c in claimed}
+        leftovers = [m for m in first.values() if m.job_id not in leased] + rest
+        if leftovers:
+            claimed += self._sort_out(leftovers, lease_s, t, owed)
+        return claimed
+
+    def _claim_messages(
+        self, received: Sequence[Received], lease_s: float, t: datetime
+    ) -> list[Claimed]:
+        a = self._adapt
+        claimed: list[Claimed] = []
+        for start in range(0, len(received), 500):
+            chunk = received[start : start + 500]
+            params: list[Any] = [a(t + timedelta(seconds=lease_s)), a(t), a(t)]
+            for m in chunk:
+                params += [
+                    m.job_id,
+                    secrets.token_hex(16),
+                    m.receipt,
+                    m.message_id,
+                    m.receive_count,
+                ]
+            params.append(a(t))
+            statement = claim_statement(self.table, self.connection.vendor, len(chunk))
+            with self.connection.cursor() as cur:
+                cur.execute(statement, params)
+                claimed += [claimed_from_row(r) for r in cur.fetchall()]
+        return claimed
+
+    def _sort_out(
+        self, leftovers: Sequence[Received], lease_s: float, t: datetime, owed: FollowUps
+    ) -> list[Claimed]:
+        """The receive rules for messages that did not lease their job (module docstring)."""
+        ids = sorted({m.job_id for m in leftovers if m.job_id})
+        rows = {r[0]: r for r in self.jobs().filter(id__in=ids).values_list(*_SORT_COLUMNS)}
+        expired: dict[str, tuple[Received, tuple[Any, ...]]] = {}
+        for m in leftovers:
+            row = rows.get(m.job_id or "")
+            state = row[1] if row is not None else None
+            if row is None or state in _TERMINAL or state in _PARKED:
+                owed.remove(m.queue, m.receipt)
+            elif state == State.PENDING:
+                self._pending_message(m, row, t, owed)
+            elif (to_dt(row[2]) or t) >= t:  # inflight, lease live: hold, never delete
+                owed.hold(m.queue, m.receipt, _seconds(to_dt(row[2]), t) + 1)
+                if m.message_id == row[4]:  # the holder's own message, back early
+                    self.jobs().filter(id=row[0], message_id=m.message_id).update(
+                        receipt_handle=m.receipt
+                    )
+            elif row[0] in expired:
+                owed.hold(m.queue, m.receipt, math.ceil(lease_s) + 1)
+            else:
+                expired[row[0]] = (m, (row[0], row[6], row[7], row[8], row[9], row[10]))
+        return self._take_over(expired, lease_s, t, owed) if expired else []
+
+    @staticmethod
+    def _pending_message(m: Received, row: tuple[Any, ...], t: datetime, owed: FollowUps) -> None:
+        available = to_dt(row[3]) or t
+        if available <= t:  # pending and due, changed under our UPDATE: receive it again
+            owed.hold(m.queue, m.receipt, 0)
+        elif (available - t).total_seconds() > MAX_DELAY and row[5] is None:
+            owed.remove(m.queue, m.receipt)  # parked: the send step sends it when due
+        else:
+            owed.hold(m.queue, m.receipt, _seconds(available, t))
+
+    def _take_over(
+        self,
+        expired: dict[str, tuple[Received, tuple[Any, ...]]],
+        lease_s: float,
+        t: datetime,
+        owed: FollowUps,
+    ) -> list[Claimed]:
+        """Expired leases met by their message: rescue them, then lease those re-pended."""
+        max_stalled = get_settings().max_stalled_count
+        groups = self._rescue_rows([row for _, row in expired.values()], t, max_stalled)
+        ended = [r[0] for s in (State.FAILED, State.CANCELLED) for r in groups[s]]
+        if ended:
+            self._mark_unsent(ended)
+            for job_id in ended:
+                owed.remove(expired[job_id][0].queue, expired[job_id][0].receipt)
+            owed.to_dlq += [r[0] for r in groups[State.FAILED]]
+        again = [expired[r[0]][0] for r in groups[State.PENDING]]
+        return self._claim_messages(again, lease_s, t) if again else []
+
+    def _audit_starts(self, claimed: Sequence[Claimed]) -> None:
+        if claimed and audit.needed(audit.CONSUME_START):
+            audit.record(
+                [
+                    audit.Event(
+                        action=audit.CONSUME_START,
+                        job_id=c.job_id,
+                        queue=c.queue,
+                        backend=self.alias,
+                        attempt=c.attempt,
+                        data={"name": c.name},
+                    )
+                    for c in claimed
+                ],
+                using=self.db,
+            )
+
+
+def _seconds(until: datetime | None, t: datetime) -> int:
+    """Whole seconds from ``t`` to ``until`` (at least 1), within SQS's 12-hour cap."""
+    if until is None:
+        return 1
+    return max(1, min(math.ceil((until - t).total_seconds()), MAX_VISIBILITY))
