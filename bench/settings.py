@@ -1,7 +1,8 @@
 """Django settings for the benchmark's processes (the driver and its ``runworker`` children).
 
 The database comes from ``BENCH_DATABASE_URL``: ``postgres://user@host:port/name`` or
-``sqlite:////abs/path.sqlite3``. SQLite is configured exactly like ``testproject`` (rollback
+``sqlite:////abs/path.sqlite3``. With ``BENCH_REDIS_URL`` the backend is redis instead (the
+database then holds only audit and outbox rows). SQLite is configured exactly like ``testproject`` (rollback
 journal, ``IMMEDIATE`` write transactions, 30 s busy timeout); PostgreSQL runs with fsync on.
 Library settings are the defaults (``AUDIT = "operations"``: the happy path writes no audit
 rows), JSON payloads.
@@ -49,8 +50,16 @@ def _database(url: str) -> dict[str, object]:
 
 DATABASES = {"default": _database(os.environ["BENCH_DATABASE_URL"])}
 
+# With BENCH_REDIS_URL the jobs live in Redis (the database keeps audit and outbox rows).
+_REDIS_URL = os.environ.get("BENCH_REDIS_URL", "")
+_BACKEND = (
+    {"PROTOCOL": "redis", "URL": _REDIS_URL, "KEY_PREFIX": "bench"}
+    if _REDIS_URL
+    else {"PROTOCOL": "local"}
+)
+
 BLAMEQUEUE = {
-    "BACKENDS": {"default": {"PROTOCOL": "local"}},
+    "BACKENDS": {"default": _BACKEND},
     "DEFAULT_BACKEND": "default",
     "SERIALIZER": "json",
     "ACCEPT_CONTENT": ["json"],

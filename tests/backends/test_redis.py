@@ -25,7 +25,7 @@ from redis.crc import key_slot
 from django_blamequeue import queue
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.redis import RedisBackend
-from django_blamequeue.backends.redis.codec import job_args
+from django_blamequeue.backends.redis.codec import job_header
 from django_blamequeue.backends.redis.keys import tagged
 from django_blamequeue.backends.redis.listen import RedisListener
 from django_blamequeue.core import ids, lifecycle
@@ -129,11 +129,10 @@ def test_a_script_that_has_written_cannot_be_killed_half_way(make: Make) -> None
         admin = b.client
         admin.config_set("busy-reply-threshold", 5)  # ms: BUSY (and SCRIPT KILL) at once
         n = 20_000
-        args: list[Any] = [n]
-        for i in range(n):
-            args += job_args(new_job("atomic", {"i": i}))
+        jobs = [new_job("atomic", {"i": i}) for i in range(n)]
+        headers, payloads = [job_header(j) for j in jobs], [j.payload.body for j in jobs]
         answers: list[str] = []
-        runner = threading.Thread(target=lambda: b._run("enqueue", args))
+        runner = threading.Thread(target=lambda: b._run("enqueue", headers, payloads))
         runner.start()
         killer = type(admin).from_url(server.url)
         deadline = time.monotonic() + 30

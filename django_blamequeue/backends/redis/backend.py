@@ -26,7 +26,7 @@ from ...records import (
     RescueReport,
 )
 from . import lua
-from .codec import ack_args, claimed_from, job_args
+from .codec import Blobs, ack_rows, ack_spec, claimed_from, job_header
 from .flows import FlowOps
 from .operations import Operations
 
@@ -49,14 +49,11 @@ class RedisBackend(Operations, FlowOps):
         MULTI/EXEC. An id that exists already is answered as it is (not re-inserted)."""
         if not jobs:
             return []
-        batches = []
+        calls = []
         for start in range(0, len(jobs), ENQUEUE_CHUNK):
             chunk = jobs[start : start + ENQUEUE_CHUNK]
-            args: list[Any] = [len(chunk)]
-            for j in chunk:
-                args += job_args(j)
-            batches.append(args)
-        replies = self._run_many("enqueue", batches, now)
+            calls.append(([job_header(j) for j in chunk], [j.payload.body for j in chunk]))
+        replies = self._run_many("enqueue", calls, now)
         rows = [row for r in replies for row in r.result]
         answers = [
             EnqueuedJob(
@@ -72,23 +69,18 @@ class RedisBackend(Operations, FlowOps):
 
     # -- leasing ---------------------------------------------------------------------------
     @staticmethod
-    def _claim_args(queues: Sequence[str], limit: int, lease_s: float) -> list[Any]:
-        tokens = os.urandom(16 * limit).hex()
-        return [
-            len(queues),
-            *queues,
-            limit,
-            round(lease_s * 1_000_000),
-            *(tokens[32 * i : 32 * (i + 1)] for i in range(limit)),
-        ]
+    def _claim_spec(queues: Sequence[str], limit: int, lease_s: float) -> list[Any]:
+        """Queues, limit, lease, and a random nonce the script derives the tokens from."""
+        return [list(queues), limit, str(round(lease_s * 1_000_000)), os.urandom(14).hex()]
 
     def claim(
         self, queues: Sequence[str], limit: int, lease_s: float, now: datetime | None = None
     ) -> list[Claimed]:
         if limit <= 0 or not queues:
             return []
-        reply = self._run("claim", self._claim_args(queues, limit, lease_s), now, after=False)
-        claimed = [claimed_from(row) for row in reply.result]
+        spec = self._claim_spec(queues, limit, lease_s)
+        reply = self._run("claim", spec, now=now, after=False)
+        claimed = claimed_from(reply.result)
         self._after([reply], self._start_events(claimed))
         return claimed
 
@@ -108,18 +100,17 @@ class RedisBackend(Operations, FlowOps):
         ]
 
     @staticmethod
-    def _ack_batch(acks: Sequence[Ack]) -> list[Any]:
-        args: list[Any] = [len(acks)]
-        for a in acks:
-            args += ack_args(a)
-        return args
+    def _ack_batch(acks: Sequence[Ack], blobs: Blobs) -> list[Any]:
+        return [ack_spec(a, blobs) for a in acks]
 
     def apply_many(self, acks: Sequence[Ack], now: datetime | None = None) -> list[AckResult]:
         results: list[AckResult] = []
         for start in range(0, len(acks), ACK_CHUNK):
             chunk = acks[start : start + ACK_CHUNK]
-            reply = self._run("ack", self._ack_batch(chunk), now, after=False)
-            results += self._acked(chunk, reply.result, reply)
+            blobs = Blobs()
+            spec = self._ack_batch(chunk, blobs)
+            reply = self._run("ack", spec, blobs, now, after=False)
+            results += self._acked(chunk, ack_rows(reply.result), reply)
         return results
 
     def apply_and_claim(
@@ -135,11 +126,12 @@ class RedisBackend(Operations, FlowOps):
             return self.apply_many(acks, now), self.claim(queues, limit, lease_s, now)
         if limit <= 0 or not queues:
             return self.apply_many(acks, now), []
-        args = [*self._ack_batch(acks), *self._claim_args(queues, limit, lease_s)]
-        reply = self._run("ack_claim", args, now, after=False)
+        blobs = Blobs()
+        spec = [self._ack_batch(acks, blobs), self._claim_spec(queues, limit, lease_s)]
+        reply = self._run("ack_claim", spec, blobs, now, after=False)
         rows, claimed_rows = reply.result
-        claimed = [claimed_from(row) for row in claimed_rows]
-        return self._acked(acks, rows, reply, self._start_events(claimed)), claimed
+        claimed = claimed_from(claimed_rows)
+        return self._acked(acks, ack_rows(rows), reply, self._start_events(claimed)), claimed
 
     def _acked(
         self,
@@ -153,8 +145,8 @@ class RedisBackend(Operations, FlowOps):
         evs = list(events)
         success = audit.needed(audit.CONSUME_SUCCESS)
         for a, row in zip(acks, rows, strict=True):
-            ok = bool(int(row[1]))
-            state = State(row[2].decode()) if ok else None
+            ok = bool(row[1])
+            state = State(row[2]) if ok else None
             results.append(AckResult(job_id=a.job_id, ok=ok, state=state))
             if not ok and a.transition.state != State.WAITING_CHILDREN:
                 evs.append(
@@ -165,8 +157,8 @@ class RedisBackend(Operations, FlowOps):
                         data={"wanted": a.transition.state.value},
                     )
                 )
-            elif ok and not int(row[6]):
-                evs += self._ack_events(a, state, row[3].decode(), int(row[4]), row[5], success)
+            elif ok and not row[6]:
+                evs += self._ack_events(a, state, row[3], int(row[4]), row[5], success)
         self._after([reply], evs)
         return results
 
@@ -207,7 +199,7 @@ class RedisBackend(Operations, FlowOps):
     def extend_lease(
         self, job_id: str, token: str, seconds: float, now: datetime | None = None
     ) -> bool:
-        reply = self._run("extend", [job_id, token, round(seconds * 1_000_000)], now)
+        reply = self._run("extend", [job_id, token, str(round(seconds * 1_000_000))], now=now)
         changed = bool(int(reply.result))
         if changed and audit.needed(audit.LEASE_EXTENDED):
             data = {"seconds": seconds}
@@ -230,10 +222,8 @@ class RedisBackend(Operations, FlowOps):
     ) -> frozenset[str]:
         if not leases:
             return frozenset()
-        args: list[Any] = [round(seconds * 1_000_000)]
-        for job_id, token in leases:
-            args += [job_id, token]
-        return frozenset(x.decode() for x in self._run("renew", args, now).result)
+        spec = [str(round(seconds * 1_000_000)), [list(lease) for lease in leases]]
+        return frozenset(x.decode() for x in self._run("renew", spec, now=now).result)
 
     def lease_signals(self, leases: Sequence[tuple[str, str]]) -> LeaseSignals:
         if not leases:
@@ -253,7 +243,7 @@ class RedisBackend(Operations, FlowOps):
     def rescue_expired(
         self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
     ) -> RescueReport:
-        repended, failed, cancelled = self._run("rescue", [limit, max_stalled], now).result
+        repended, failed, cancelled = self._run("rescue", [limit, max_stalled], now=now).result
         return RescueReport(repended=repended, failed=failed, cancelled=cancelled)
 
 

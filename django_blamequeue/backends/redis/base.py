@@ -18,6 +18,7 @@ from ... import audit, outbox, wakeup
 from ...conf import BackendConfig
 from ..base import Backend
 from . import lua
+from .codec import dumps
 from .connection import UNAVAILABLE, connect, warnings
 from .keys import Keys
 
@@ -80,29 +81,36 @@ class RedisBase(Backend):
             client.close()
 
     # -- running scripts -----------------------------------------------------------------
-    def _args(self, now: datetime | None, args: Sequence[Any]) -> list[Any]:
-        return [*lua.header(now, self.alias, audit.needed(audit.ENQUEUE)), *args]
+    def _args(self, now: datetime | None, spec: Any, blobs: Sequence[bytes]) -> list[Any]:
+        return [*lua.header(now, self.alias, audit.needed(audit.ENQUEUE)), dumps(spec), *blobs]
 
     def _run(
-        self, name: str, args: Sequence[Any], now: datetime | None = None, *, after: bool = True
+        self,
+        name: str,
+        spec: Any = (),
+        blobs: Sequence[bytes] = (),
+        now: datetime | None = None,
+        *,
+        after: bool = True,
     ) -> lua.Reply:
-        """Run one script; unless ``after`` is False, do what it left for Python."""
-        raw = self.script(name)(keys=[self.keys.prefix], args=self._args(now, args))
+        """Run one script with ``spec`` (its JSON argument) and ``blobs``; unless ``after``
+        is False, do what it left for Python."""
+        raw = self.script(name)(keys=[self.keys.prefix], args=self._args(now, spec, blobs))
         reply = lua.unpack(raw, self.alias)
         if after:
             self._after([reply])
         return reply
 
     def _run_many(
-        self, name: str, batches: Sequence[Sequence[Any]], now: datetime | None = None
+        self, name: str, calls: Sequence[tuple[Any, Sequence[bytes]]], now: datetime | None = None
     ) -> list[lua.Reply]:
         """Several calls of one script in one MULTI/EXEC: all of them or none."""
-        if len(batches) == 1:
-            return [self._run(name, batches[0], now, after=False)]
+        if len(calls) == 1:
+            return [self._run(name, *calls[0], now, after=False)]
         script = self.script(name)
         pipe = self.client.pipeline(transaction=True)
-        for args in batches:
-            script(keys=[self.keys.prefix], args=self._args(now, args), client=pipe)
+        for spec, blobs in calls:
+            script(keys=[self.keys.prefix], args=self._args(now, spec, blobs), client=pipe)
         return [lua.unpack(raw, self.alias) for raw in pipe.execute()]
 
     def _after(self, replies: Iterable[lua.Reply], events: Sequence[audit.Event] = ()) -> None:

@@ -1,7 +1,9 @@
 """Records to script arguments and Redis replies back to records.
 
-Optional values travel as ``""`` (None) or ``"+value"`` so that an empty string stays an empty
-string; payloads and results are bytes, passed and stored as they are (binary-safe).
+A script gets its arguments as one JSON document (None as false, numbers that may pass 2^53 as
+strings) plus binary blobs the JSON points at by number (1 = the first blob): payloads and
+results travel and are stored as the bytes they are. One argument per call, instead of one per
+field, is what makes a batch cheap to send (redis-py packs every argument in Python).
 """
 
 from __future__ import annotations
@@ -16,69 +18,80 @@ from ...serializers import Encoded, decode
 from .keys import from_us, to_us
 
 
-def opt(value: str | bytes | None) -> str | bytes:
-    if value is None:
-        return ""
-    return b"+" + value if isinstance(value, bytes) else "+" + value
+def dumps(spec: Any) -> bytes:
+    """JSON for cjson: UTF-8 as it is (no \\u escapes to undo), never NaN."""
+    return json.dumps(spec, ensure_ascii=False, allow_nan=False).encode("utf-8", "replace")
 
 
-def job_args(j: NewJob) -> list[Any]:
-    """The 23 arguments of one job (``insert_job`` in lib.lua)."""
+def job_header(j: NewJob) -> list[Any]:
+    """A job's JSON header (``insert_job`` in lib.lua); its payload is a blob."""
     return [
         j.job_id,
         j.queue,
         j.name,
-        j.payload.body,
         j.payload.content_type,
         j.payload.content_encoding,
         str(j.priority),
-        opt(str(to_us(j.run_at)) if j.run_at else None),
+        str(to_us(j.run_at)) if j.run_at else False,
         str(round((j.delay or 0.0) * 1_000_000)),
         str(j.max_attempts),
-        opt(repr(float(j.timeout)) if j.timeout is not None else None),
-        opt(j.classification),
-        opt(j.trace_id),
-        opt(j.dedupe_key),
-        opt(j.flow_id),
-        opt(j.parent_id),
-        opt(j.flow_key),
-        opt(j.flow_phase),
-        opt(j.flow_mode),
-        opt(j.parent_backend),
+        repr(float(j.timeout)) if j.timeout is not None else False,
+        j.classification or False,
+        j.trace_id or False,
+        j.dedupe_key if j.dedupe_key is not None else False,
+        j.flow_id or False,
+        j.parent_id or False,
+        j.flow_key if j.flow_key is not None else False,
+        j.flow_phase or False,
+        j.flow_mode or False,
+        j.parent_backend or False,
         str(j.flow_depth),
-        "1" if j.blocked else "0",
+        1 if j.blocked else 0,
         " ".join(j.depends_on),
     ]
 
 
-def child_args(c: ChildSpec) -> list[Any]:
-    """One child of a fan-out: key, backend, its spec for the manifest, its job."""
-    return [c.key, c.backend, json.dumps(outbox.job_to_body(c.job)), *job_args(c.job)]
+class Blobs(list[bytes]):
+    """The binary arguments of one call; ``add`` answers the number the JSON refers to."""
+
+    def add(self, data: bytes) -> int:
+        self.append(data)
+        return len(self)
 
 
-def ack_args(a: Ack) -> list[Any]:
-    """The 11 arguments of one ack (``apply_ack`` in leasing.lua), then its children."""
+def child_spec(c: ChildSpec, blobs: Blobs) -> list[Any]:
+    """One child of a fan-out or a repair (``land`` in lib.lua)."""
+    body = json.dumps(outbox.job_to_body(c.job))
+    return [c.key, c.backend, body, job_header(c.job), blobs.add(c.job.payload.body)]
+
+
+def ack_spec(a: Ack, blobs: Blobs) -> list[Any]:
+    """One ack (``apply_ack`` in leasing.lua)."""
     t = a.transition
-    args: list[Any] = [
+    return [
         a.job_id,
         a.token,
         t.state.value,
-        opt(t.result.body if t.result is not None else None),
-        opt(t.error),
-        opt(t.traceback),
-        opt(t.reason.value if t.reason else None),
+        blobs.add(t.result.body) if t.result is not None else False,
+        t.error if t.error is not None else False,
+        t.traceback if t.traceback is not None else False,
+        t.reason.value if t.reason else False,
         str(round(t.delay * 1_000_000)),
-        "1" if t.give_back_attempt else "0",
-        "1" if t.yields_to_cancel else "0",
-        str(len(t.children)),
+        1 if t.give_back_attempt else 0,
+        1 if t.yields_to_cancel else 0,
+        [child_spec(c, blobs) for c in t.children] if t.children else False,
     ]
-    for c in t.children:
-        args += child_args(c)
-    return args
 
 
-def report_args(r: Report) -> list[Any]:
-    return [r.parent_id, r.child_id, r.state, opt(r.result), opt(r.result_type), opt(r.error)]
+def report_spec(r: Report, blobs: Blobs) -> list[Any]:
+    return [
+        r.parent_id,
+        r.child_id,
+        r.state,
+        blobs.add(r.result) if r.result is not None else False,
+        r.result_type or False,
+        r.error if r.error is not None else False,
+    ]
 
 
 def text(value: Any) -> str | None:
@@ -87,19 +100,26 @@ def text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def claimed_from(row: Sequence[Any]) -> Claimed:
-    """A claim reply row (``CLAIMED`` in leasing.lua)."""
+def claimed_from(reply: Sequence[Any]) -> list[Claimed]:
+    """A claim's reply (``claim`` in leasing.lua): a JSON header, then the payloads."""
+    if not reply or not reply[0]:
+        return []
+    header = json.loads(reply[0])
+    return [_claimed(row, payload) for row, payload in zip(header, reply[1:], strict=True)]
+
+
+def _claimed(row: list[Any], payload: bytes) -> Claimed:
     (
+        token,
+        expires,
+        _started,
         job_id,
         queue,
         name,
-        payload,
         ctype,
         cenc,
-        token,
         attempts,
         max_attempts,
-        expires,
         priority,
         timeout,
         trace_id,
@@ -115,26 +135,31 @@ def claimed_from(row: Sequence[Any]) -> Claimed:
     expires_at = from_us(expires)
     assert expires_at is not None
     return Claimed(
-        job_id=job_id.decode(),
-        queue=queue.decode(),
-        name=name.decode(),
-        payload=Encoded(ctype.decode(), cenc.decode(), payload),
-        token=token.decode(),
+        job_id=job_id,
+        queue=queue,
+        name=name,
+        payload=Encoded(ctype, cenc, payload),
+        token=token,
         attempt=int(attempts),
         max_attempts=int(max_attempts),
         lease_expires_at=expires_at,
         priority=int(priority),
-        timeout=float(timeout) if timeout is not None else None,
-        trace_id=text(trace_id),
-        classification=text(classification),
-        flow_id=text(flow_id),
-        parent_id=text(parent_id),
+        timeout=float(timeout) if timeout else None,
+        trace_id=trace_id or None,
+        classification=classification or None,
+        flow_id=flow_id or None,
+        parent_id=parent_id or None,
         available_at=from_us(available),
         created_at=from_us(created),
-        flow_phase=text(flow_phase),
-        flow_mode=text(flow_mode),
+        flow_phase=flow_phase or None,
+        flow_mode=flow_mode or None,
         flow_depth=int(flow_depth or 0),
     )
+
+
+def ack_rows(reply: Any) -> list[list[Any]]:
+    """An ack reply: a JSON array of ``[id, ok, state, queue, attempts, name, fanned]``."""
+    return json.loads(reply) if reply else []
 
 
 def _decoded(ctype: str, cenc: str, body: bytes | None) -> Any:

@@ -18,7 +18,7 @@ from ... import outbox
 from ...core.states import TERMINAL
 from ...records import ChildSpec, NewJob, Report
 from .base import RedisBase
-from .codec import child_args, report_args, text
+from .codec import Blobs, child_spec, report_spec, text
 
 if TYPE_CHECKING:
     from ...fanout import FlowState
@@ -54,10 +54,11 @@ class FlowOps(RedisBase):
 
     def deliver_reports(self, reports: Sequence[Report], now: datetime | None = None) -> int:
         unique = {(r.parent_id, r.child_id): r for r in reversed(reports)}  # first one wins
-        args: list[Any] = []
-        for r in unique.values():
-            args += report_args(r)
-        return int(self._run("deliver_reports", args, now).result) if args else 0
+        if not unique:
+            return 0
+        blobs = Blobs()
+        spec = [report_spec(r, blobs) for r in unique.values()]
+        return int(self._run("deliver_reports", spec, blobs, now).result)
 
     def report_terminal(self, ids: Sequence[str]) -> int:
         return int(self._run("report_terminal", list(ids)).result) if ids else 0
@@ -111,10 +112,8 @@ class FlowOps(RedisBase):
                 return sent, skipped
 
     def _settled(self, entries: Sequence[dict[str, Any]], error: str | None = None) -> None:
-        args: list[Any] = ["done" if error is None else "failed"]
-        for e in entries:
-            args += [e["eid"], error or ""]
-        self._run("outbox_done", args)
+        spec = ["done" if error is None else "failed", [[e["eid"], error or ""] for e in entries]]
+        self._run("outbox_done", spec)
 
     # -- repair (the flow sweeper) -----------------------------------------------------------
     def repair_flows(self, now: datetime | None = None, limit: int = 500) -> dict[str, int]:
@@ -151,7 +150,7 @@ class FlowOps(RedisBase):
         manifest = self._manifest(parent_id)
         pending = {c: m for c, m in manifest.items() if m.get("s") == b"pending"}
         if not pending:
-            settled = self._run("settle", [parent_id], now).result
+            settled = self._run("settle", [parent_id], now=now).result
             counts["settled"] += len(settled)
             return
         by_backend: dict[str, list[str]] = {}
@@ -163,13 +162,15 @@ class FlowOps(RedisBase):
             in_flight = self.unsent_for(ids, "enqueue")
             missing = [j for j in ids if j not in found and j not in in_flight]
             if missing:
-                args: list[Any] = [parent_id]
+                blobs = Blobs()
+                children = []
                 for child_id in missing:
                     m = pending[child_id]
                     job = outbox.job_from_body(json.loads(m["j"]))
                     spec = ChildSpec(key=text(m.get("k")) or "", job=job, backend=alias)
-                    args += child_args(spec)
-                counts["relanded"] += int(self._run("reland", args, now).result)
+                    children.append(child_spec(spec, blobs))
+                reply = self._run("reland", [parent_id, children], blobs, now)
+                counts["relanded"] += int(reply.result)
             terminal = [j for j, st in found.items() if st in _TERMINAL]
             if terminal:
                 lost = sorted(set(terminal) - target.unsent_for(terminal, "report"))

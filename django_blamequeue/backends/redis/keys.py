@@ -55,8 +55,8 @@ def to_us(value: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def from_us(value: bytes | str | int | None) -> datetime | None:
-    if value is None or value == b"" or value == "":
+def from_us(value: bytes | str | int | bool | None) -> datetime | None:
+    if value is None or value is False or value == b"" or value == "":
         return None
     us = int(value)
     return datetime.fromtimestamp(us // 1_000_000, UTC).replace(microsecond=us % 1_000_000)

@@ -20,7 +20,7 @@ RETRY_CHUNK = 1000
 
 class Operations(RedisBase):
     def cancel(self, job_id: str, now: datetime | None = None) -> CancelResult:
-        found, cancelled, requested, state = self._run("cancel", [job_id], now).result
+        found, cancelled, requested, state = self._run("cancel", [job_id], now=now).result
         if not int(found):
             return CancelResult(found=False)
         return CancelResult(
@@ -31,7 +31,7 @@ class Operations(RedisBase):
         )
 
     def cancel_flow(self, flow_id: str, now: datetime | None = None) -> int:
-        return int(self._run("cancel_flow", [flow_id], now).result)
+        return int(self._run("cancel_flow", [flow_id], now=now).result)
 
     def purge(self, queue: str) -> int:
         """Waiting jobs are deleted ``PURGE_CHUNK`` per script call (each call atomic)."""
@@ -73,14 +73,15 @@ class Operations(RedisBase):
         return int(self.client.zcard(self.keys.queue(queue, "dlq")))
 
     def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
-        retried, _, _ = self._run("dlq_retry", ["ids", job_id], now).result
+        retried, _, _ = self._run("dlq_retry", ["ids", [job_id]], now=now).result
         return bool(retried)
 
     def dlq_retry_all(self, queue: str, now: datetime | None = None) -> int:
         total, offset = 0, 0
         while True:
             args = ["queue", queue, offset, RETRY_CHUNK]
-            retried, skipped, seen = (int(n) for n in self._run("dlq_retry", args, now).result)
+            reply = self._run("dlq_retry", args, now=now)
+            retried, skipped, seen = (int(n) for n in reply.result)
             total += retried
             offset += skipped  # held by a newer live job: stays in the DLQ, step over it
             if seen < RETRY_CHUNK:
@@ -92,7 +93,7 @@ class Operations(RedisBase):
 
     def stats(self) -> list[QueueStats]:
         now = self.now()
-        rows = self._run("stats", [], now).result
+        rows = self._run("stats", now=now).result
         out = []
         states = [s.value for s in State]
         for row in sorted(rows, key=lambda r: r[0]):
@@ -132,7 +133,7 @@ class Operations(RedisBase):
         limit: int = 5000,
     ) -> PruneReport:
         def cut(value: datetime | None) -> Any:
-            return "" if value is None else to_us(value)
+            return False if value is None else str(to_us(value))
 
         args = [cut(done_before), cut(cancelled_before), cut(failed_before), limit]
         return PruneReport(jobs=int(self._run("prune", args).result))

@@ -1,4 +1,3 @@
 --! include leasing
--- ARGV[4..]: nacks, then each ack (leasing.lua: apply_ack).
-local rows = apply_acks(ARGV, 4)
-return finish(rows)
+-- ARGS: the acks (leasing.lua: apply_ack); results and child payloads are blobs.
+return finish(apply_acks(ARGS))

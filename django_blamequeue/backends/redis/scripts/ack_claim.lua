@@ -1,6 +1,5 @@
 --! include leasing
--- The acks of finished jobs and the next claim, in one atomic step: acks first (a slot freed
--- by an ack may be refilled at once), then the claim arguments as in claim.lua.
-local rows, i = apply_acks(ARGV, 4)
-local claimed = claim(claim_args(ARGV, i))
-return finish({rows, claimed})
+-- ARGS: [acks, claim]. The acks of finished jobs and the next claim in one atomic step: acks
+-- first (a slot an ack frees may be refilled at once), then the claim as in claim.lua.
+local rows = apply_acks(ARGS[1])
+return finish({rows, claim(claim_spec(ARGS[2]))})

@@ -1,5 +1,5 @@
--- ARGV[4..]: id. Reply: {found, cancelled, requested, state}.
-local id = ARGV[4]
+-- ARGS: [id]. Reply: {found, cancelled, requested, state}.
+local id = ARGS[1]
 local k = jk(id)
 local h = redis.call('HMGET', k, 'state', 'queue', 'cancel_req', 'rm')
 local state, q = h[1], h[2]

@@ -1,5 +1,5 @@
--- ARGV[4..]: flow_id. Cancels every non-terminal job of the flow. Reply: how many.
-local flow = ARGV[4]
+-- ARGS: [flow_id]. Cancels every non-terminal job of the flow. Reply: how many.
+local flow = ARGS[1]
 local ids = {}
 for _, id in ipairs(redis.call('SMEMBERS', P .. ':flow:' .. flow)) do
   if active(id) then ids[#ids + 1] = id end

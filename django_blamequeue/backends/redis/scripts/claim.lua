@@ -1,3 +1,3 @@
 --! include leasing
--- ARGV[4..]: nqueues, queues..., limit, lease_us, tokens (one per job that may be leased).
-return finish(claim(claim_args(ARGV, 4)))
+-- ARGS: [queues, limit, lease_us, nonce] (leasing.lua: claim).
+return finish(claim(claim_spec(ARGS)))

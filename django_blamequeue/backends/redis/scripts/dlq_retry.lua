@@ -1,4 +1,4 @@
--- ARGV[4..]: mode ("ids" or "queue"), then ids..., or queue, offset, limit. A failed job goes
+-- ARGS: ["ids", ids] or ["queue", queue, offset, limit]. A failed job goes
 -- back to pending with a fresh budget, unless its dedupe key is now held by another live job
 -- (it stays in the DLQ: no duplicate run). Reply: {retried, skipped}.
 local function retry(id)
@@ -21,12 +21,11 @@ local function retry(id)
   return 1
 end
 local ids
-if ARGV[4] == 'ids' then
-  ids = {}
-  for j = 5, #ARGV do ids[#ids + 1] = ARGV[j] end
+if ARGS[1] == 'ids' then
+  ids = ARGS[2]
 else
-  local offset, limit = tonumber(ARGV[6]), tonumber(ARGV[7])
-  ids = redis.call('ZRANGE', qk(ARGV[5], 'dlq'), offset, offset + limit - 1)
+  local offset, limit = ARGS[3], ARGS[4]
+  ids = redis.call('ZRANGE', qk(ARGS[2], 'dlq'), offset, offset + limit - 1)
 end
 local retried, skipped = 0, 0
 for _, id in ipairs(ids) do

@@ -1,8 +1,8 @@
--- ARGV[4..]: njobs, then JOB_ARGS per job. Reply per job: {id answered, deduplicated 0/1}.
-local n = tonumber(ARGV[4])
+-- ARGS: the jobs' headers (codec.job_header); blob(i) is the i-th job's payload.
+-- Reply per job: {id answered, deduplicated 0/1}.
 local out = {}
-for j = 0, n - 1 do
-  local id, dup = insert_job(ARGV, 5 + j * JOB_ARGS)
+for i, j in ipairs(ARGS) do
+  local id, dup = insert_job(j, blob(i))
   out[#out + 1] = {id, dup}
 end
 return finish(out)

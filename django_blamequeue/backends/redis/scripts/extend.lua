@@ -1,5 +1,5 @@
--- ARGV[4..]: id, token, seconds_us. The expiry becomes now + seconds (never shorter).
-local id, token, add = ARGV[4], ARGV[5], tonumber(ARGV[6])
+-- ARGS: [id, token, seconds_us]. The expiry becomes now + seconds (never shorter).
+local id, token, add = ARGS[1], ARGS[2], tonumber(ARGS[3])
 local k = jk(id)
 local h = redis.call('HMGET', k, 'state', 'token', 'expires')
 if h[1] ~= 'inflight' or h[2] ~= token then return finish(0) end

@@ -10,14 +10,17 @@ local function promote(q, n)
   end
 end
 
-local CLAIMED = {'id', 'queue', 'name', 'payload', 'ctype', 'cenc', 'token', 'attempts',
-                 'max_attempts', 'expires', 'priority', 'timeout', 'trace_id', 'classification',
-                 'flow_id', 'parent_id', 'avail', 'created', 'flow_phase', 'flow_mode',
-                 'flow_depth'}
+local CLAIMED = {'id', 'queue', 'name', 'ctype', 'cenc', 'attempts', 'max_attempts',
+                 'priority', 'timeout', 'trace_id', 'classification', 'flow_id', 'parent_id',
+                 'avail', 'created', 'flow_phase', 'flow_mode', 'flow_depth', 'payload'}
+local NCLAIMED = #CLAIMED
 
 -- Lease up to `limit` jobs over `queues`: priority desc, then available_at, then id, across
--- the queues. tokens[i] is the lease token of the i-th job leased.
-local function claim(queues, limit, lease_us, tokens)
+-- the queues. The i-th job's lease token is `nonce` (28 random hex digits, one per call)
+-- followed by i in 4 hex digits: unguessable, and unique per lease.
+-- Reply: {header, payload...}: header a JSON array of [token, expires, started, id, queue,
+-- name, ...] per job (CLAIMED without the payload; numbers as strings), then the payloads.
+local function claim(queues, limit, lease_us, nonce)
   local candidates = {}
   for _, q in ipairs(queues) do
     promote(q, 1000)
@@ -36,31 +39,32 @@ local function claim(queues, limit, lease_us, tokens)
     if x[1] ~= y[1] then return x[1] < y[1] end
     return x[2] < y[2]
   end)
-  local out = {}
-  local expires = fmt(NOW + lease_us)
+  local header, out = {}, {''}
+  local expires, started = fmt(NOW + lease_us), fmt(NOW)
   for j = 1, math.min(limit, #candidates) do
     local c = candidates[j]
     local id = string.sub(c[2], 17)
     local k = jk(id)
+    local token = nonce .. string.format('%04x', j)
     redis.call('ZREM', qk(c[3], 'ready'), c[2])
-    redis.call('HINCRBY', k, 'attempts', 1)
-    redis.call('HSET', k, 'state', 'inflight', 'token', tokens[j], 'expires', expires,
-               'started', fmt(NOW), 'updated', fmt(NOW))
-    redis.call('HDEL', k, 'rm')
+    local h = redis.call('HMGET', k, unpack(CLAIMED))
+    h[6] = fmt(tonumber(h[6]) + 1)
+    redis.call('HSET', k, 'state', 'inflight', 'attempts', h[6], 'token', token,
+               'expires', expires, 'started', started, 'updated', started)
     redis.call('ZADD', P .. ':inflight', expires, id)
     redis.call('SADD', qk(c[3], 'inflight'), id)
-    out[#out + 1] = redis.call('HMGET', k, unpack(CLAIMED))
+    out[#out + 1] = h[NCLAIMED]
+    h[NCLAIMED] = nil
+    header[#header + 1] = {token, expires, started, unpack(h)}
   end
+  if #header > 0 then out[1] = cjson.encode(header) end
   return out
 end
 
--- One ack: 11 arguments at a[i] (codec.ack_args), then per child of a fan-out 3 + JOB_ARGS
--- (key, backend, the spec as JSON, the child's job). Returns the reply row and the next index:
--- {id, ok, state, queue, attempts, name, fanned}.
-local ACK_ARGS = 11
-local CHILD_ARGS = 3 + JOB_ARGS
-
-local function fan_out(id, k, h, a, i, n)
+-- One ack, from JSON: [id, token, state, result blob or false, error, traceback, reason,
+-- delay_us, give_back 0/1, yields_to_cancel 0/1, children (a fan-out's, see land) or false].
+-- Reply row: {id, ok, state, queue, attempts, name, fanned}.
+local function fan_out(id, k, h, children)
   local q = h[4]
   if h[3] == '1' then  -- a cancel request wins: nothing is stored
     redis.call('HSET', k, 'reason', 'cancelled')
@@ -72,90 +76,82 @@ local function fan_out(id, k, h, a, i, n)
   redis.call('ZADD', P .. ':waiting', 0, id)
   local m = mk(id)
   local added = 0
-  local j = i + ACK_ARGS
-  for _ = 1, n do
-    local key, backend, spec, child = a[j], a[j + 1], a[j + 2], a[j + 3]
+  for _, c in ipairs(children) do
+    local child = c[4][1]
     if redis.call('HSETNX', m, 's:' .. child, 'pending') == 1 then
-      redis.call('HSET', m, 'k:' .. child, key, 'b:' .. child, backend, 'j:' .. child, spec)
+      redis.call('HSET', m, 'k:' .. child, c[1], 'b:' .. child, c[2], 'j:' .. child, c[3])
       added = added + 1
     end
-    if backend == ALIAS then
-      insert_job(a, j + 3)
-    else
-      outbox_add('enqueue', backend, child, {'body', spec})
-    end
-    j = j + CHILD_ARGS
+    land(c)
   end
   redis.call('HINCRBY', k, 'kp', added)
-  emit('system.queue.flow.fan_out', id, q, tonumber(h[5]), {children = n})
-  if n == 0 then settle(id) end
+  emit('system.queue.flow.fan_out', id, q, tonumber(h[5]), {children = #children})
+  if #children == 0 then settle(id) end
   return {id, 1, 'waiting_children', q, h[5], h[6], 1}
 end
 
-local function apply_ack(a, i)
-  local id, token, wanted = a[i], a[i + 1], a[i + 2]
-  local n = tonumber(a[i + 10])
-  local nexti = i + ACK_ARGS + n * CHILD_ARGS
+local function apply_ack(a)
+  local id, token, wanted = a[1], a[2], a[3]
   local k = jk(id)
   local h = redis.call('HMGET', k, 'state', 'token', 'cancel_req', 'queue', 'attempts', 'name',
-                       'priority', 'flow_id')
-  if h[1] ~= 'inflight' or h[2] ~= token then return {id, 0}, nexti end
+                       'priority', 'flow_id', 'dedupe_key', 'parent_id')
+  if h[1] ~= 'inflight' or h[2] ~= token then return {id, 0} end
   local q = h[4]
-  unindex(id, q, 'inflight')
-  redis.call('HDEL', k, 'token', 'expires')
-  redis.call('HSET', k, 'updated', fmt(NOW))
-  if wanted == 'waiting_children' then return fan_out(id, k, h, a, i, n), nexti end
-  local result, err, tb, reason = opt(a[i + 3]), opt(a[i + 4]), opt(a[i + 5]), opt(a[i + 6])
-  local wins = a[i + 9] == '1' and h[3] == '1'  -- a pending cancel request wins
+  redis.call('ZREM', P .. ':inflight', id)
+  redis.call('SREM', qk(q, 'inflight'), id)
+  local now = fmt(NOW)
+  local set, del = {'HSET', k, 'updated', now}, {'HDEL', k, 'token', 'expires'}
+  if wanted == 'waiting_children' then
+    redis.call(unpack(set))
+    redis.call(unpack(del))
+    return fan_out(id, k, h, a[11] or {})
+  end
+  local result = a[4] and blob(a[4])
+  local err, tb, reason = a[5], a[6], a[7]
+  local wins = a[10] == 1 and h[3] == '1'  -- a pending cancel request wins
   local state = wins and 'cancelled' or wanted
   local attempts = tonumber(h[5])
-  local f = {'HSET', k}
-  if a[i + 8] == '1' then  -- graceful release: the attempt is given back
+  local function put(field, value) set[#set + 1] = field; set[#set + 1] = value end
+  if a[9] == 1 then  -- graceful release: the attempt is given back
     attempts = attempts - 1
-    f[#f + 1] = 'attempts'; f[#f + 1] = fmt(attempts)
+    put('attempts', fmt(attempts))
   end
   if wanted == 'done' then
-    if result then f[#f + 1] = 'result'; f[#f + 1] = result
-    else redis.call('HDEL', k, 'result') end
-    f[#f + 1] = 'progress'; f[#f + 1] = '100'
+    if result then put('result', result) else del[#del + 1] = 'result' end
+    put('progress', '100')
   end
   if err then
-    f[#f + 1] = 'error'; f[#f + 1] = err
-    if tb then f[#f + 1] = 'traceback'; f[#f + 1] = tb
-    else redis.call('HDEL', k, 'traceback') end
+    put('error', err)
+    if tb then put('traceback', tb) else del[#del + 1] = 'traceback' end
   end
   if wins then reason = 'cancelled' end
-  if reason then f[#f + 1] = 'reason'; f[#f + 1] = reason end
-  if #f > 2 then redis.call(unpack(f)) end
+  if reason then put('reason', reason) end
   if state == 'pending' then
-    redis.call('HDEL', k, 'finished')
-    make_pending(id, q, num(h[7], 0), NOW + tonumber(a[i + 7]))
+    del[#del + 1] = 'finished'
+    redis.call(unpack(set))
+    redis.call(unpack(del))
+    make_pending(id, q, num(h[7], 0), NOW + tonumber(a[8]))
   else
-    terminal(id, q, state)
+    put('state', state)
+    put('finished', now)
+    del[#del + 1] = 'rm'
+    redis.call(unpack(set))
+    redis.call(unpack(del))
+    on_terminal(id, q, state, h[9], h[10])
     if state == 'done' and h[8] then release_dependants(id) end
     if state == 'cancelled' then cascade_cancel({id}) end
   end
-  return {id, 1, state, q, fmt(attempts), h[6], 0}, nexti
+  return {id, 1, state, q, fmt(attempts), h[6], 0}
 end
 
-local function apply_acks(a, i)
-  local count = tonumber(a[i])
-  i = i + 1
+-- Reply: a JSON array of the rows ("" for no ack): one bulk to parse, not seven per ack.
+local function apply_acks(acks)
   local out = {}
-  for _ = 1, count do
-    local row
-    row, i = apply_ack(a, i)
-    out[#out + 1] = row
-  end
-  return out, i
+  for _, a in ipairs(acks) do out[#out + 1] = apply_ack(a) end
+  return #out > 0 and cjson.encode(out) or ''
 end
 
-local function claim_args(a, i)
-  local nq = tonumber(a[i])
-  local queues = {}
-  for j = 1, nq do queues[j] = a[i + j] end
-  local limit, lease_us = tonumber(a[i + nq + 1]), tonumber(a[i + nq + 2])
-  local tokens = {}
-  for j = 1, limit do tokens[j] = a[i + nq + 2 + j] end
-  return queues, limit, lease_us, tokens
+-- [queues, limit, lease_us, nonce]
+local function claim_spec(c)
+  return c[1], c[2], tonumber(c[3]), c[4]
 end

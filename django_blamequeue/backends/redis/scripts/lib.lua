@@ -5,7 +5,8 @@
 --   ARGV[1]  now in microseconds since the epoch, or "" for Redis TIME
 --   ARGV[2]  this backend's alias (a child whose parent_backend is it reports in-script)
 --   ARGV[3]  "1" when high-volume audit events (enqueue, ...) are wanted
--- A script's own arguments start at ARGV[4]. Optional strings arrive as "" (None) or "+value".
+--   ARGV[4]  the script's own arguments as JSON (None as false, big numbers as strings)
+--   ARGV[5…] binary blobs the JSON points at by number: blob(1) is ARGV[5] (payloads, results)
 -- Times are integer microseconds, written with fmt(): Lua numbers are doubles, exact below 2^53.
 -- Every script ends with `return finish(result)`: {result, events, remote, outboxed, woken}.
 
@@ -19,6 +20,8 @@ else
 end
 local ALIAS = ARGV[2]
 local HV = ARGV[3] == '1'
+local ARGS = cjson.decode(ARGV[4])
+local function blob(i) return ARGV[4 + i] end
 local EV = {}        -- audit events: {action, job_id, queue, attempt, data_json}
 local WAKE = {}      -- queue -> true: jobs became ready there
 local REMOTE = {}    -- {backend, child_id}: unfinished children elsewhere, to cancel after
@@ -28,10 +31,6 @@ local function fmt(n) return string.format('%.0f', n) end
 local function jk(id) return P .. ':job:' .. id end
 local function qk(q, s) return P .. ':q:' .. q .. ':' .. s end
 local function mk(parent) return P .. ':m:' .. parent end
-local function opt(s)
-  if s == nil or s == '' then return false end
-  return string.sub(s, 2)
-end
 local function num(v, default)
   if v == false or v == nil or v == '' then return default end
   return tonumber(v)
@@ -105,18 +104,24 @@ end
 
 local report, settle, cascade_cancel, cancel_ids
 
--- Into a terminal state: indexes, the dedupe key freed, the report to a flow parent.
+-- The indexes and side effects of a job that just became terminal (its hash says so
+-- already): the finish-time index, the DLQ, the dedupe key freed, the report to a parent.
+local function on_terminal(id, q, state, key, parent)
+  redis.call('ZADD', qk(q, state), fmt(NOW), id)
+  if state == 'failed' then redis.call('ZADD', qk(q, 'dlq'), 0, id) end
+  if key and redis.call('HGET', qk(q, 'dedupe'), key) == id then
+    redis.call('HDEL', qk(q, 'dedupe'), key)
+  end
+  if parent then report(id) end
+end
+
+-- Into a terminal state, from a state already unindexed.
 local function terminal(id, q, state)
   local k = jk(id)
   redis.call('HSET', k, 'state', state, 'finished', fmt(NOW), 'updated', fmt(NOW))
   redis.call('HDEL', k, 'token', 'expires', 'rm')
-  redis.call('ZADD', qk(q, state), fmt(NOW), id)
-  if state == 'failed' then redis.call('ZADD', qk(q, 'dlq'), 0, id) end
-  local key = redis.call('HGET', k, 'dedupe_key')
-  if key and redis.call('HGET', qk(q, 'dedupe'), key) == id then
-    redis.call('HDEL', qk(q, 'dedupe'), key)
-  end
-  report(id)
+  local h = redis.call('HMGET', k, 'dedupe_key', 'parent_id')
+  on_terminal(id, q, state, h[1], h[2])
 end
 
 -- A child's outcome on its parent's manifest, once: only a pending entry changes.
@@ -269,42 +274,38 @@ local function release_dependants(id)
   redis.call('DEL', key)
 end
 
--- A new job from 23 arguments at a[i] (see codec.job_args). An existing id is answered as it
--- is (the relay may send twice); a held dedupe key answers its holder. Returns the id
--- answered, 1 if deduplicated else 0, and whether a job was inserted.
-local JOB_ARGS = 23
-local OPTIONAL = {[11] = 'timeout', [12] = 'classification', [13] = 'trace_id',
-                  [14] = 'dedupe_key', [15] = 'flow_id', [16] = 'parent_id', [17] = 'flow_key',
-                  [18] = 'flow_phase', [19] = 'flow_mode', [20] = 'parent_backend'}
-local function insert_job(a, i)
-  local id, q, name = a[i], a[i + 1], a[i + 2]
+-- A new job: `j` its JSON header (codec.job_header), `payload` its bytes. An existing id is
+-- answered as it is (the relay may send twice); a held dedupe key answers its holder.
+-- Returns the id answered, 1 if deduplicated else 0, and whether a job was inserted.
+local OPTIONAL = {[10] = 'timeout', [11] = 'classification', [12] = 'trace_id',
+                  [13] = 'dedupe_key', [14] = 'flow_id', [15] = 'parent_id', [16] = 'flow_key',
+                  [17] = 'flow_phase', [18] = 'flow_mode', [19] = 'parent_backend'}
+local function insert_job(j, payload)
+  local id, q, name = j[1], j[2], j[3]
   local k = jk(id)
   if redis.call('EXISTS', k) == 1 then return id, 0, false end
-  local key = opt(a[i + 13])
+  local key = j[13]
   if key then
     local holder = redis.call('HGET', qk(q, 'dedupe'), key)
     if holder and active(holder) then return holder, 1, false end
   end
-  local prio = tonumber(a[i + 6])
-  local f = {'HSET', k, 'id', id, 'queue', q, 'name', name, 'payload', a[i + 3],
-             'ctype', a[i + 4], 'cenc', a[i + 5], 'priority', a[i + 6], 'attempts', '0',
-             'max_attempts', a[i + 9], 'stalls', '0', 'progress', '0', 'created', fmt(NOW),
-             'updated', fmt(NOW), 'flow_depth', a[i + 20], 'state', 'pending'}
-  for offset, field in pairs(OPTIONAL) do
-    local v = opt(a[i + offset - 1])
-    if v then f[#f + 1] = field; f[#f + 1] = v end
+  local prio = tonumber(j[6])
+  local f = {'HSET', k, 'id', id, 'queue', q, 'name', name, 'payload', payload,
+             'ctype', j[4], 'cenc', j[5], 'priority', j[6], 'attempts', '0',
+             'max_attempts', j[9], 'stalls', '0', 'progress', '0', 'created', fmt(NOW),
+             'updated', fmt(NOW), 'flow_depth', j[20], 'state', 'pending'}
+  for index, field in pairs(OPTIONAL) do
+    if j[index] then f[#f + 1] = field; f[#f + 1] = j[index] end
   end
-  local deps = a[i + 22]
+  local deps = j[22]
   if deps ~= '' then f[#f + 1] = 'depends_on'; f[#f + 1] = deps end
   redis.call(unpack(f))
   redis.call('SADD', P .. ':queues', q)
-  local flow = opt(a[i + 14])
-  if flow then redis.call('SADD', P .. ':flow:' .. flow, id) end
+  if j[14] then redis.call('SADD', P .. ':flow:' .. j[14], id) end
   if key then redis.call('HSET', qk(q, 'dedupe'), key, id) end
-  local run_at = opt(a[i + 7])
-  local avail = run_at and tonumber(run_at) or NOW + tonumber(a[i + 8])
+  local avail = j[7] and tonumber(j[7]) or NOW + tonumber(j[8])
   if HV then emit('system.queue.enqueue', id, q, nil, {name = name}) end
-  if a[i + 21] ~= '1' then
+  if j[21] ~= 1 then
     make_pending(id, q, prio, avail)
     return id, 0, true
   end
@@ -334,3 +335,12 @@ local function insert_job(a, i)
   return id, 0, true
 end
 
+-- Children of a fan-out or a repair: [key, backend, spec JSON, job header, payload blob].
+-- Those on this backend land here; the others go out through the outbox as enqueues.
+local function land(child)
+  if child[2] == ALIAS then
+    insert_job(child[4], blob(child[5]))
+  else
+    outbox_add('enqueue', child[2], child[4][1], {'body', child[3]})
+  end
+end

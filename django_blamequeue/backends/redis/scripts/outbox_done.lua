@@ -1,8 +1,8 @@
--- ARGV[4..]: mode ("done" or "failed"), then (eid, error) pairs. Delivered entries are
+-- ARGS: ["done" or "failed", [[eid, error]...]]. Delivered entries are
 -- deleted; failed ones are visible again at once, their attempts counted, the error kept.
-local done = ARGV[4] == 'done'
-for j = 5, #ARGV, 2 do
-  local eid = ARGV[j]
+local done = ARGS[1] == 'done'
+for _, e in ipairs(ARGS[2]) do
+  local eid = e[1]
   local k = P .. ':ob:' .. eid
   redis.call('ZREM', P .. ':outbox:leased', eid)
   local h = redis.call('HMGET', k, 'kind', 'job_id')
@@ -14,7 +14,7 @@ for j = 5, #ARGV, 2 do
       if redis.call('HINCRBY', count, h[2], -1) <= 0 then redis.call('HDEL', count, h[2]) end
     else
       redis.call('HINCRBY', k, 'attempts', 1)
-      redis.call('HSET', k, 'last_error', ARGV[j + 1])
+      redis.call('HSET', k, 'last_error', e[2])
       redis.call('ZADD', P .. ':outbox', eid, eid)
     end
   end

@@ -1,10 +1,10 @@
--- ARGV[4..]: limit, lease_us. Leases up to `limit` unsent outbox entries for one relay, so
+-- ARGS: [limit, lease_us]. Leases up to `limit` unsent outbox entries for one relay, so
 -- that relays in many processes share the outbox instead of each sending everything. A lease
 -- that ran out (the relay died mid-send) makes its entries visible again first. Times are
 -- Redis TIME, never a caller's moved clock. Reply: {eid, kind, backend, job_id, field, value...}.
 local t = redis.call('TIME')
 local real = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local limit, lease = tonumber(ARGV[4]), tonumber(ARGV[5])
+local limit, lease = ARGS[1], ARGS[2]
 local leased = P .. ':outbox:leased'
 for _, eid in ipairs(redis.call('ZRANGEBYSCORE', leased, '-inf', fmt(real), 'LIMIT', 0, 1000)) do
   redis.call('ZREM', leased, eid)

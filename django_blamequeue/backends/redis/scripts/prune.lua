@@ -1,6 +1,6 @@
--- ARGV[4..]: done_before?, cancelled_before?, failed_before? (microseconds, "" keeps that
--- state), limit. Deletes old terminal jobs with their flow keys. Reply: how many.
-local limit = tonumber(ARGV[7])
+-- ARGS: [done_before, cancelled_before, failed_before, limit]: times in microseconds as
+-- strings, false keeps that state. Deletes old terminal jobs with their flow keys. Reply: how many.
+local limit = ARGS[4]
 local n = 0
 local function forget(id, q)
   local k = jk(id)
@@ -13,10 +13,10 @@ local function forget(id, q)
   redis.call('DEL', k, mk(id), P .. ':deps:' .. id, P .. ':dependants:' .. id)
   redis.call('SREM', P .. ':cascade', id)
 end
-local states = {{'done', ARGV[4]}, {'cancelled', ARGV[5]}, {'failed', ARGV[6]}}
+local states = {{'done', ARGS[1]}, {'cancelled', ARGS[2]}, {'failed', ARGS[3]}}
 for _, q in ipairs(redis.call('SMEMBERS', P .. ':queues')) do
   for _, s in ipairs(states) do
-    if s[2] ~= '' and n < limit then
+    if s[2] and n < limit then
       local key = qk(q, s[1])
       local ids = redis.call('ZRANGEBYSCORE', key, '-inf', '(' .. s[2], 'LIMIT', 0, limit - n)
       for _, id in ipairs(ids) do

@@ -1,6 +1,6 @@
--- ARGV[4..]: queue, limit. Deletes up to `limit` waiting jobs (pending, delayed included, and
+-- ARGS: [queue, limit]. Deletes up to `limit` waiting jobs (pending, delayed included, and
 -- blocked) of the queue with their flow keys. Reply: how many were deleted.
-local q, limit = ARGV[4], tonumber(ARGV[5])
+local q, limit = ARGS[1], ARGS[2]
 local ids = {}
 for _, m in ipairs(redis.call('ZRANGE', qk(q, 'ready'), 0, limit - 1)) do
   ids[#ids + 1] = string.sub(m, 17)

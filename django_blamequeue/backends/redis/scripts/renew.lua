@@ -1,8 +1,8 @@
--- ARGV[4..]: seconds_us, then (id, token) pairs. Never shortens a lease. Reply: the lost ids.
-local add = tonumber(ARGV[4])
+-- ARGS: [seconds_us, [[id, token]...]]. Never shortens a lease. Reply: the lost ids.
+local add = tonumber(ARGS[1])
 local lost = {}
-for j = 5, #ARGV, 2 do
-  local id, token = ARGV[j], ARGV[j + 1]
+for _, lease in ipairs(ARGS[2]) do
+  local id, token = lease[1], lease[2]
   local k = jk(id)
   local h = redis.call('HMGET', k, 'state', 'token', 'expires')
   if h[1] == 'inflight' and h[2] == token then

@@ -1,10 +1,10 @@
--- ARGV[4..]: ids. Writes a report for each terminal child among them (repair of lost
+-- ARGS: ids. Writes a report for each terminal child among them (repair of lost
 -- reports: a report recorded already changes nothing). Reply: how many were terminal children.
 local n = 0
-for j = 4, #ARGV do
-  local h = redis.call('HMGET', jk(ARGV[j]), 'state', 'parent_id')
+for _, id in ipairs(ARGS) do
+  local h = redis.call('HMGET', jk(id), 'state', 'parent_id')
   if h[2] and terminal_state(h[1]) then
-    report(ARGV[j])
+    report(id)
     n = n + 1
   end
 end

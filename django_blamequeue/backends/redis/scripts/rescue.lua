@@ -1,7 +1,7 @@
--- ARGV[4..]: limit, max_stalled. Leases that expired before now go back to pending (stalls + 1),
+-- ARGS: [limit, max_stalled]. Leases that expired before now go back to pending (stalls + 1),
 -- or fail as stalled past max_stalled or on their last attempt; a job asked to cancel whose
 -- worker died is cancelled. Reply: {repended, failed, cancelled}.
-local limit, max_stalled = tonumber(ARGV[4]), tonumber(ARGV[5])
+local limit, max_stalled = ARGS[1], ARGS[2]
 local MSG = 'the lease expired before the worker acked (worker crashed or stalled)'
 local ids = redis.call('ZRANGEBYSCORE', P .. ':inflight', '-inf', '(' .. fmt(NOW), 'LIMIT', 0,
                        limit)

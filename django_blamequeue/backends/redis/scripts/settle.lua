@@ -1,6 +1,6 @@
--- ARGV[4..]: parent ids. Settles those that are due. Reply: the ids settled.
+-- ARGS: parent ids. Settles those that are due. Reply: the ids settled.
 local out = {}
-for j = 4, #ARGV do
-  if settle(ARGV[j]) then out[#out + 1] = ARGV[j] end
+for _, parent in ipairs(ARGS) do
+  if settle(parent) then out[#out + 1] = parent end
 end
 return finish(out)

@@ -1,4 +1,4 @@
--- ARGV[4..]: nothing. Per queue: {queue, pending, blocked, inflight, waiting_children, done,
+-- ARGS: nothing. Per queue: {queue, pending, blocked, inflight, waiting_children, done,
 -- failed, cancelled, oldest available_at of a pending job or "", done and failed within the
 -- last hour}. Read-only.
 local hour = fmt(NOW - 3600000000)
