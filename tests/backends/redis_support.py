@@ -19,7 +19,7 @@ from django_blamequeue.backends.base import Backend
 _serial = itertools.count()
 
 #: Index → the state its members must be in.
-_SETS = {"blocked": "blocked", "inflight": "inflight", "waiting": "waiting_children"}
+_SETS = {"blocked": "blocked", "waiting": "waiting_children"}
 _ZSETS = {
     "delayed": "pending",
     "done": "done",
@@ -81,8 +81,8 @@ def invariant_problems(backend: Backend) -> list[str]:
     p = backend.keys.prefix  # type: ignore[attr-defined]
     jobs: dict[str, dict[bytes, bytes]] = {}
     for key in r.scan_iter(match=f"{p}:job:*", count=1000):
-        h = r.hmget(key, "state", "queue", "rm")
-        jobs[key.decode().rsplit(":", 1)[1]] = {b"state": h[0], b"queue": h[1], b"rm": h[2]}
+        h = r.hmget(key, "state", "queue", "avail")
+        jobs[key.decode().rsplit(":", 1)[1]] = {b"state": h[0], b"queue": h[1], b"avail": h[2]}
     problems: list[str] = []
     queues = {q.decode() for q in r.smembers(f"{p}:queues")}
     seen: dict[str, list[str]] = {}
@@ -100,10 +100,19 @@ def invariant_problems(backend: Backend) -> list[str]:
             job_id = raw.decode()[16:]
             seen.setdefault(job_id, []).append("ready")
             _expect(problems, jobs, job_id, "pending", f"{q}:ready")
-            if job_id in jobs and jobs[job_id][b"rm"] != raw:
-                problems.append(f"{job_id}: ready member {raw!r} is not its rm field")
+            avail = jobs[job_id][b"avail"] if job_id in jobs else None
+            if avail is not None and int(raw[:16]) != int(avail):
+                problems.append(f"{job_id}: ready member {raw!r} is not its available_at")
     for raw in r.zrange(f"{p}:inflight", 0, -1):
+        seen.setdefault(raw.decode(), []).append("inflight")
         _expect(problems, jobs, raw.decode(), "inflight", "inflight (global)")
+    for q in queues:  # the per-queue counters of leased jobs
+        counted = int(r.hget(f"{p}:leased", q) or 0)
+        held = sum(
+            1 for h in jobs.values() if h[b"state"] == b"inflight" and h[b"queue"] == q.encode()
+        )
+        if counted != held:
+            problems.append(f"queue {q}: {counted} leased counted, {held} jobs inflight")
     for job_id, h in jobs.items():
         where = seen.get(job_id, [])
         if len(where) != 1:

@@ -58,17 +58,6 @@ class DatabaseBackend(LocalBase, LedgerOps, AckOps, ListingOps, ChildOps, FlowOp
             self._record_enqueue(jobs, answer, events)
         return [answer[j.job_id] for j in jobs]
 
-    def _one_statement(self, jobs: Sequence[NewJob], events: Sequence[audit.Event]) -> bool:
-        """Can this enqueue be a single autocommit INSERT (PostgreSQL, nothing else to write,
-        not inside the caller's transaction)? Then it costs one round trip and one commit."""
-        return (
-            self.is_postgres
-            and not self.connection.in_atomic_block
-            and not events
-            and not any(j.dedupe_key or j.depends_on for j in jobs)
-            and not audit.needed(audit.ENQUEUE)
-        )
-
     # -- leasing ---------------------------------------------------------------------------
     def claim(
         self, queues: Sequence[str], limit: int, lease_s: float, now: datetime | None = None

@@ -85,6 +85,17 @@ def _insert_layout(
 
 class LedgerOps(LedgerBase):
     # -- insert ----------------------------------------------------------------------------
+    def _one_statement(self, jobs: Sequence[NewJob], events: Sequence[audit.Event]) -> bool:
+        """Can this enqueue be a single autocommit INSERT (PostgreSQL, nothing else to write,
+        not inside the caller's transaction)? Then it costs one round trip and one commit."""
+        return (
+            self.is_postgres
+            and not self.connection.in_atomic_block
+            and not events
+            and not any(j.dedupe_key or j.depends_on for j in jobs)
+            and not audit.needed(audit.ENQUEUE)
+        )
+
     @staticmethod
     def _values(j: NewJob, now: datetime | None) -> tuple[Any, ...]:
         """A new row's values, in the order of ``_INSERT_COLUMNS``. With ``now`` None (the

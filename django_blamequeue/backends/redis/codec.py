@@ -214,7 +214,7 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         stalls=n("stalls"),
         cancel_requested=h.get("cancel_req") == b"1",
         timeout=float(h["timeout"]) if h.get("timeout") is not None else None,
-        lease_expires_at=from_us(h.get("expires")),
+        lease_expires_at=from_us(h.get("expires")) if h.get("state") == b"inflight" else None,
         depends_on=tuple((s("depends_on") or "").split()),
         flow_key=s("flow_key"),
         flow_phase=s("flow_phase"),

@@ -8,17 +8,19 @@ over a cluster, configure several backends with different ``KEY_PREFIX`` values.
 Layout (``P`` = the tagged prefix; times are integer microseconds since the epoch):
 
 ==============================  ==============================================================
-``P:job:ID``                    hash: every field of the job (payload bytes as stored)
+``P:job:ID``                    hash: every field of the job (payload bytes as stored); the
+                                lease fields (token, expires) mean something only while the
+                                job is inflight, and every fence checks the state
 ``P:q:QUEUE:ready``             zset, due pending jobs: score ``-priority``, member
                                 ``available_at`` (16 digits) + id, so ties sort by time, then id
 ``P:q:QUEUE:delayed``           zset, pending jobs not yet due: score = due time
 ``P:q:QUEUE:blocked``           set, DAG jobs waiting on dependencies
-``P:q:QUEUE:inflight``          set, leased jobs of the queue (sizes, stats)
 ``P:q:QUEUE:waiting``           set, flow parents in ``waiting_children``
 ``P:q:QUEUE:done|cancelled``    zsets by finish time (retention, stats)
 ``P:q:QUEUE:failed``            zset by finish time; ``P:q:QUEUE:dlq`` the same ids by id
 ``P:q:QUEUE:dedupe``            hash, dedupe key → id of the non-terminal job holding it
 ``P:inflight``                  zset of leased ids by lease expiry (the rescuer's scan)
+``P:leased``                    hash, queue → number of leased jobs (moved once per script call)
 ``P:queues``                    set of queue names
 ``P:deps:ID`` / ``P:dependants:ID``  sets: a DAG job's unfinished dependencies / dependants
 ``P:flow:FLOW``                 set of a flow's job ids
@@ -69,9 +71,10 @@ class Keys:
         self.prefix = tagged(prefix)
         self.wake = f"{self.prefix}:wake"
         self.outbox = f"{self.prefix}:outbox"
-        self.leased = f"{self.prefix}:outbox:leased"
+        self.outbox_leased = f"{self.prefix}:outbox:leased"
         self.waiting = f"{self.prefix}:waiting"
         self.cascade = f"{self.prefix}:cascade"
+        self.leased = f"{self.prefix}:leased"
 
     def job(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}"

@@ -62,8 +62,8 @@ class Operations(RedisBase):
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(k.queue(queue, "ready"))
         pipe.zcard(k.queue(queue, "delayed"))
-        pipe.scard(k.queue(queue, "inflight"))
-        return sum(pipe.execute())
+        pipe.hget(k.leased, queue)
+        return sum(int(n or 0) for n in pipe.execute())
 
     def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
         ids = self.client.zrange(self.keys.queue(queue, "dlq"), offset, offset + limit - 1)
@@ -148,11 +148,11 @@ class Operations(RedisBase):
         for q in queues:
             pipe.zcard(k.queue(q, "ready"))
             pipe.zcard(k.queue(q, "delayed"))
-            pipe.scard(k.queue(q, "inflight"))
+            pipe.hget(k.leased, q)
             pipe.scard(k.queue(q, "waiting"))
         pipe.zcard(k.outbox)
-        pipe.zcard(k.leased)
-        here = sum(int(n) for n in pipe.execute())
+        pipe.zcard(k.outbox_leased)
+        here = sum(int(n or 0) for n in pipe.execute())
         rows = OutboxEntry.objects.using(self.audit_db).filter(
             sent_at__isnull=True, backend=self.alias
         )

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from ... import audit, wakeup
 from ...core.states import TERMINAL, State
@@ -72,26 +73,33 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
             if ids:
                 transaction.on_commit(lambda: self._send_quietly(ids, t), using=self.db)
             return [answer[j.job_id] for j in jobs]
-        with transaction.atomic(using=self.db):
-            t = self._now(now)
-            answer, inserted = self._insert(jobs, t)
-            self._record_enqueue(jobs, answer, ())
+        if self._one_statement(jobs, ()):  # PostgreSQL: the INSERT reads the clock itself
+            inserted = self._insert_rows(jobs, now)
+            answer = {
+                j.job_id: EnqueuedJob(job_id=j.job_id, queue_name=j.queue, backend=self.alias)
+                for j in jobs
+            }
+        else:
+            with transaction.atomic(using=self.db):
+                answer, inserted = self._insert(jobs, now)
+                self._record_enqueue(jobs, answer, ())
         new = [j for j in jobs if j.job_id in inserted]
         try:
-            sent = self._send_new(new, t)
+            sent = self._send_new(new, now)
         except UNAVAILABLE:
             self._unwrite(sorted(inserted))
             raise
-        with transaction.atomic(using=self.db):
-            self._mark_sent(sent, t)
-            audit.record(list(events), using=self.db)
+        self._mark_sent(sent)
+        audit.record(list(events), using=self.db)
         wakeup.notify(sorted({j.queue for j in new if j.job_id in sent}))
         return [answer[j.job_id] for j in jobs]
 
-    def _send_new(self, jobs: Sequence[NewJob], t: datetime) -> set[str]:
+    def _send_new(self, jobs: Sequence[NewJob], now: datetime | None) -> set[str]:
         """Send just-inserted jobs that are due within 15 minutes; blocked and parked ones
-        wait (for their release, for the send step)."""
+        wait (for their release, for the send step). A ``run_at``'s delay is counted from
+        this host's clock: SQS delays by AWS's, and the ledger holds the due time anyway."""
         by_queue: dict[str, list[Outgoing]] = {}
+        t = now or timezone.now()
         for j in jobs:
             if j.blocked:
                 continue
@@ -146,8 +154,7 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
             if not r.ok or token != a.token:
                 continue
             if r.state in _TERMINAL or r.state == State.WAITING_CHILDREN:
-                owed.remove(queue, receipt)
-                unsent.append(a.job_id)
+                owed.remove(queue, receipt)  # a release / settle / DLQ retry sends anew
                 if r.state == State.FAILED:
                     owed.to_dlq.append(a.job_id)
             elif r.state == State.PENDING:
@@ -215,8 +222,6 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
             rows = list(qs.values_list(*columns, "receipt_handle")[:limit])
             groups = self._rescue_rows([r[:6] for r in rows], t, max_stalled)
             receipts = {r[0]: r[6] for r in rows}
-            ended = [r[0] for s in (State.FAILED, State.CANCELLED) for r in groups[s]]
-            self._mark_unsent(ended)
             for s in (State.FAILED, State.CANCELLED):
                 for r in groups[s]:
                     owed.remove(r[5], receipts[r[0]])

@@ -20,6 +20,8 @@ from typing import Any
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.exceptions import HTTPClientError
 from django.db import InterfaceError, OperationalError, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
 
 from ... import wakeup
 from ...conf import BackendConfig
@@ -100,15 +102,16 @@ class SqsBase(LedgerBase):
             chunk = list(ids[start : start + CHUNK])
             self.jobs().filter(id__in=chunk).exclude(sent_at=None).update(sent_at=None)
 
-    def _mark_sent(self, ids: Iterable[str], read_at: datetime) -> None:
-        """Record the sends, unless the row changed since it was read (``updated_at`` later
-        than ``read_at``): then its state is no longer the one the message was sent for."""
+    def _mark_sent(self, ids: Iterable[str], read_at: datetime | None = None) -> None:
+        """Record the sends (one autocommit UPDATE per 500), unless the row changed since it
+        was read: its state may no longer be the one the message was sent for (a claim, a
+        retry that deleted this very message). Unchanged means ``updated_at`` not after
+        ``read_at``, or with no ``read_at`` (a row just inserted) still its ``created_at``."""
         ids = list(ids)
-        stamp = self._now(None)
+        unchanged = Q(updated_at=F("created_at")) if read_at is None else Q(updated_at__lte=read_at)
         for start in range(0, len(ids), CHUNK):
-            self.jobs().filter(
-                id__in=ids[start : start + CHUNK], sent_at=None, updated_at__lte=read_at
-            ).update(sent_at=stamp)
+            chunk = ids[start : start + CHUNK]
+            self.jobs().filter(unchanged, id__in=chunk, sent_at=None).update(sent_at=Now())
 
     def _send_quietly(self, ids: Sequence[str], now: datetime | None = None) -> None:
         """After a commit: send, or leave it to the send step (``sent_at`` stays NULL)."""
@@ -156,14 +159,20 @@ class SqsBase(LedgerBase):
 
     def _queue_gone(self, queue: str) -> None:
         """The queue was deleted or the emulator restarted, taking every message with it:
-        recreate it and mark its pending jobs unsent, so the send step sends them again
-        (their ``updated_at`` is old: no grace to wait)."""
+        recreate it and mark its pending jobs unsent. Those changed within ``SEND_GRACE``
+        are sent now; the send step sends the others on its next pass."""
         logger.warning("SQS queue for %r is gone; recreating it and re-sending its jobs", queue)
         self.transport.queue(queue)
+        t = self._now(None)
         with transaction.atomic(using=self.db):
-            self.jobs().filter(queue=queue, state=State.PENDING).exclude(sent_at=None).update(
-                sent_at=None
+            pending = self.jobs().filter(queue=queue, state=State.PENDING)
+            pending.exclude(sent_at=None).update(sent_at=None)
+            recent = list(
+                pending.filter(updated_at__gt=t - timedelta(seconds=self.send_grace)).values_list(
+                    "id", flat=True
+                )
             )
+        self._send_quietly(recent)
 
     def send_due(self, now: datetime | None = None, limit: int = 500) -> int:
         """The send step: pending jobs with no live message whose due time is within 15

@@ -54,19 +54,33 @@ _SORT_COLUMNS = (
 
 
 def claim_statement(table: str, vendor: str, n: int) -> str:
-    """Lease the received jobs that are pending and due. Params: lease expiry, now, now;
-    per message: id, token, receipt handle, message id, receive count; then now."""
+    """Lease the received jobs that are pending and due, in one statement.
+
+    PostgreSQL reads the clock in the statement (no round trip for it). Params: the lease
+    in seconds; per message: id, token, receipt handle, message id, receive count; then
+    ``now`` (NULL: ``statement_timestamp()``). SQLite: the lease's expiry, now, now; the
+    messages; now (times as stored text).
+    """
+    sets = (
+        f"state = 'inflight', attempts = {table}.attempts + 1, lease_token = v.column2, "
+        "receipt_handle = v.column3, message_id = v.column4, receive_count = v.column5, "
+    )
     if vendor == "postgresql":
         row = "(%s::varchar, %s::varchar, %s::text, %s::varchar, %s::integer)"
-        alias = "v(column1, column2, column3, column4, column5)"
-    else:
-        row, alias = "(%s, %s, %s, %s, %s)", "v"
+        values = (
+            f"(VALUES {', '.join([row] * n)}) AS v(column1, column2, column3, column4, column5)"
+        )
+        clock = "(SELECT COALESCE(%s::timestamptz, statement_timestamp()) AS now) AS c"
+        return (
+            f"UPDATE {table} SET {sets}lease_expires_at = c.now + make_interval(secs => %s), "
+            f"started_at = c.now, updated_at = c.now FROM {values}, {clock} "
+            f"WHERE {table}.id = v.column1 AND {table}.state = 'pending' "
+            f"AND {table}.available_at <= c.now RETURNING {CLAIM_COLUMNS}"
+        )
+    values = f"(VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * n)}) AS v"
     return (
-        f"UPDATE {table} SET state = 'inflight', attempts = {table}.attempts + 1, "
-        "lease_token = v.column2, lease_expires_at = %s, started_at = %s, updated_at = %s, "
-        "receipt_handle = v.column3, message_id = v.column4, receive_count = v.column5 "
-        f"FROM (VALUES {', '.join([row] * n)}) AS {alias} "
-        f"WHERE {table}.id = v.column1 AND {table}.state = 'pending' "
+        f"UPDATE {table} SET {sets}lease_expires_at = %s, started_at = %s, updated_at = %s "
+        f"FROM {values} WHERE {table}.id = v.column1 AND {table}.state = 'pending' "
         f"AND {table}.available_at <= %s RETURNING {CLAIM_COLUMNS}"
     )
 
@@ -105,8 +119,7 @@ class ReceiveOps(SqsBase):
         claimed: list[Claimed] = []
         if received:
             with transaction.atomic(using=self.db):
-                t = self._now(now)
-                claimed = self._lease(received, lease_s, t, owed)
+                claimed = self._lease(received, lease_s, now, owed)
                 self._audit_starts(claimed)
         self._follow_up(owed)
         return claimed
@@ -131,7 +144,7 @@ class ReceiveOps(SqsBase):
         return found
 
     def _lease(
-        self, received: Sequence[Received], lease_s: float, t: datetime, owed: FollowUps
+        self, received: Sequence[Received], lease_s: float, now: datetime | None, owed: FollowUps
     ) -> list[Claimed]:
         """Inside the claim's transaction: lease what can be leased, sort out the rest."""
         first: dict[str, Received] = {}
@@ -142,21 +155,24 @@ class ReceiveOps(SqsBase):
                 rest.append(m)  # two messages of one job in one receive: one may lease it
             else:
                 first[m.job_id] = m
-        claimed = self._claim_messages(list(first.values()), lease_s, t)
+        claimed = self._claim_messages(list(first.values()), lease_s, now)
         leased = {c.job_id for c in claimed}
         leftovers = [m for m in first.values() if m.job_id not in leased] + rest
         if leftovers:
-            claimed += self._sort_out(leftovers, lease_s, t, owed)
+            claimed += self._sort_out(leftovers, lease_s, self._now(now), owed)
         return claimed
 
     def _claim_messages(
-        self, received: Sequence[Received], lease_s: float, t: datetime
+        self, received: Sequence[Received], lease_s: float, now: datetime | None
     ) -> list[Claimed]:
         a = self._adapt
         claimed: list[Claimed] = []
+        t = None if self.is_postgres else self._now(now)
         for start in range(0, len(received), 500):
             chunk = received[start : start + 500]
-            params: list[Any] = [a(t + timedelta(seconds=lease_s)), a(t), a(t)]
+            params: list[Any] = (
+                [lease_s] if t is None else [a(t + timedelta(seconds=lease_s)), a(t), a(t)]
+            )
             for m in chunk:
                 params += [
                     m.job_id,
@@ -165,7 +181,7 @@ class ReceiveOps(SqsBase):
                     m.message_id,
                     m.receive_count,
                 ]
-            params.append(a(t))
+            params.append(now if t is None else a(t))
             statement = claim_statement(self.table, self.connection.vendor, len(chunk))
             with self.connection.cursor() as cur:
                 cur.execute(statement, params)
@@ -218,12 +234,9 @@ class ReceiveOps(SqsBase):
         """Expired leases met by their message: rescue them, then lease those re-pended."""
         max_stalled = get_settings().max_stalled_count
         groups = self._rescue_rows([row for _, row in expired.values()], t, max_stalled)
-        ended = [r[0] for s in (State.FAILED, State.CANCELLED) for r in groups[s]]
-        if ended:
-            self._mark_unsent(ended)
-            for job_id in ended:
-                owed.remove(expired[job_id][0].queue, expired[job_id][0].receipt)
-            owed.to_dlq += [r[0] for r in groups[State.FAILED]]
+        for job_id in [r[0] for s in (State.FAILED, State.CANCELLED) for r in groups[s]]:
+            owed.remove(expired[job_id][0].queue, expired[job_id][0].receipt)
+        owed.to_dlq += [r[0] for r in groups[State.FAILED]]
         again = [expired[r[0]][0] for r in groups[State.PENDING]]
         return self._claim_messages(again, lease_s, t) if again else []
 

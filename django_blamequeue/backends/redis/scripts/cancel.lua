@@ -1,7 +1,7 @@
 -- ARGS: [id]. Reply: {found, cancelled, requested, state}.
 local id = ARGS[1]
 local k = jk(id)
-local h = redis.call('HMGET', k, 'state', 'queue', 'cancel_req', 'rm')
+local h = redis.call('HMGET', k, 'state', 'queue', 'cancel_req', 'avail')
 local state, q = h[1], h[2]
 if not state then return finish({0, 0, 0, ''}) end
 if terminal_state(state) then return finish({1, 0, 0, state}) end

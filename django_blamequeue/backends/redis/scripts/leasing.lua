@@ -52,7 +52,7 @@ local function claim(queues, limit, lease_us, nonce)
     redis.call('HSET', k, 'state', 'inflight', 'attempts', h[6], 'token', token,
                'expires', expires, 'started', started, 'updated', started)
     redis.call('ZADD', P .. ':inflight', expires, id)
-    redis.call('SADD', qk(c[3], 'inflight'), id)
+    leased(c[3], 1)
     out[#out + 1] = h[NCLAIMED]
     h[NCLAIMED] = nil
     header[#header + 1] = {token, expires, started, unpack(h)}
@@ -97,13 +97,11 @@ local function apply_ack(a)
                        'priority', 'flow_id', 'dedupe_key', 'parent_id')
   if h[1] ~= 'inflight' or h[2] ~= token then return {id, 0} end
   local q = h[4]
-  redis.call('ZREM', P .. ':inflight', id)
-  redis.call('SREM', qk(q, 'inflight'), id)
+  unindex(id, q, 'inflight')
   local now = fmt(NOW)
-  local set, del = {'HSET', k, 'updated', now}, {'HDEL', k, 'token', 'expires'}
+  local set, del = {'HSET', k, 'updated', now}, {'HDEL', k}
   if wanted == 'waiting_children' then
     redis.call(unpack(set))
-    redis.call(unpack(del))
     return fan_out(id, k, h, a[11] or {})
   end
   local result = a[4] and blob(a[4])
@@ -116,8 +114,8 @@ local function apply_ack(a)
     attempts = attempts - 1
     put('attempts', fmt(attempts))
   end
-  if wanted == 'done' then
-    if result then put('result', result) else del[#del + 1] = 'result' end
+  if wanted == 'done' then  -- a job is done once: it holds no result before
+    if result then put('result', result) end
     put('progress', '100')
   end
   if err then
@@ -126,17 +124,14 @@ local function apply_ack(a)
   end
   if wins then reason = 'cancelled' end
   if reason then put('reason', reason) end
-  if state == 'pending' then
-    del[#del + 1] = 'finished'
+  if #del > 2 then redis.call(unpack(del)) end
+  if state == 'pending' then  -- (a job in flight has no finish time)
     redis.call(unpack(set))
-    redis.call(unpack(del))
     make_pending(id, q, num(h[7], 0), NOW + tonumber(a[8]))
   else
     put('state', state)
     put('finished', now)
-    del[#del + 1] = 'rm'
     redis.call(unpack(set))
-    redis.call(unpack(del))
     on_terminal(id, q, state, h[9], h[10])
     if state == 'done' and h[8] then release_dependants(id) end
     if state == 'cancelled' then cascade_cancel({id}) end

@@ -26,6 +26,7 @@ local EV = {}        -- audit events: {action, job_id, queue, attempt, data_json
 local WAKE = {}      -- queue -> true: jobs became ready there
 local REMOTE = {}    -- {backend, child_id}: unfinished children elsewhere, to cancel after
 local OUTBOXED = 0   -- outbox entries written (the caller nudges its relay)
+local LEASED = {}    -- queue -> change of its leased-jobs counter, written once at the end
 
 local function fmt(n) return string.format('%.0f', n) end
 local function jk(id) return P .. ':job:' .. id end
@@ -47,6 +48,9 @@ local function emit(action, id, q, attempt, data)
 end
 
 local function finish(result)
+  for q, n in pairs(LEASED) do
+    if n ~= 0 then redis.call('HINCRBY', P .. ':leased', q, n) end
+  end
   local woken = {}
   for q, _ in pairs(WAKE) do
     woken[#woken + 1] = q
@@ -57,24 +61,25 @@ end
 
 -- Ready jobs of a queue sort by score = -priority, then by member: available_at as 16 digits
 -- followed by the id, so equal priorities order by available_at, then id (FIFO), exactly.
+local function member(avail, id) return string.format('%016.0f', avail) .. id end
+
 local function make_pending(id, q, prio, avail)
-  local k = jk(id)
   if avail <= NOW then
-    local m = string.format('%016.0f', avail) .. id
-    redis.call('ZADD', qk(q, 'ready'), -prio, m)
-    redis.call('HSET', k, 'state', 'pending', 'avail', fmt(avail), 'rm', m)
+    redis.call('ZADD', qk(q, 'ready'), -prio, member(avail, id))
     WAKE[q] = true
   else
     redis.call('ZADD', qk(q, 'delayed'), fmt(avail), id)
-    redis.call('HSET', k, 'state', 'pending', 'avail', fmt(avail))
-    redis.call('HDEL', k, 'rm')
   end
+  redis.call('HSET', jk(id), 'state', 'pending', 'avail', fmt(avail))
 end
 
--- Take a job out of the index of the (non-terminal) state it is leaving.
-local function unindex(id, q, state, rm)
+local function leased(q, n) LEASED[q] = (LEASED[q] or 0) + n end
+
+-- Take a job out of the index of the (non-terminal) state it is leaving. The lease fields of a
+-- job (token, expires) mean something only while it is inflight: every fence checks the state.
+local function unindex(id, q, state, avail)
   if state == 'pending' then
-    if rm then redis.call('ZREM', qk(q, 'ready'), rm) end
+    if avail then redis.call('ZREM', qk(q, 'ready'), member(tonumber(avail), id)) end
     redis.call('ZREM', qk(q, 'delayed'), id)
   elseif state == 'blocked' then
     redis.call('SREM', qk(q, 'blocked'), id)
@@ -83,7 +88,7 @@ local function unindex(id, q, state, rm)
     redis.call('ZREM', P .. ':waiting', id)
   elseif state == 'inflight' then
     redis.call('ZREM', P .. ':inflight', id)
-    redis.call('SREM', qk(q, 'inflight'), id)
+    leased(q, -1)
   end
 end
 
@@ -119,7 +124,6 @@ end
 local function terminal(id, q, state)
   local k = jk(id)
   redis.call('HSET', k, 'state', state, 'finished', fmt(NOW), 'updated', fmt(NOW))
-  redis.call('HDEL', k, 'token', 'expires', 'rm')
   local h = redis.call('HMGET', k, 'dedupe_key', 'parent_id')
   on_terminal(id, q, state, h[1], h[2])
 end
@@ -210,7 +214,7 @@ cancel_ids = function(ids)
   local n = 0
   for _, id in ipairs(ids) do
     local k = jk(id)
-    local h = redis.call('HMGET', k, 'state', 'queue', 'rm')
+    local h = redis.call('HMGET', k, 'state', 'queue', 'avail')
     if h[1] and not terminal_state(h[1]) then
       n = n + 1
       if h[1] == 'inflight' then

@@ -16,7 +16,7 @@ more(redis.call('SRANDMEMBER', qk(q, 'blocked'), limit))
 local n = 0
 for _, id in ipairs(ids) do
   local k = jk(id)
-  local h = redis.call('HMGET', k, 'state', 'rm', 'dedupe_key', 'flow_id')
+  local h = redis.call('HMGET', k, 'state', 'avail', 'dedupe_key', 'flow_id')
   if h[1] == 'pending' or h[1] == 'blocked' then
     unindex(id, q, h[1], h[2])
     if h[3] and redis.call('HGET', qk(q, 'dedupe'), h[3]) == id then

@@ -25,7 +25,6 @@ for _, id in ipairs(ids) do
     local q = h[6]
     unindex(id, q, 'inflight')
     redis.call('HSET', k, 'stalls', fmt(stalls), 'updated', fmt(NOW))
-    redis.call('HDEL', k, 'token', 'expires')
     if to == 'pending' then
       redis.call('HSET', k, 'error', MSG, 'reason', 'stalled')
       redis.call('HDEL', k, 'finished')

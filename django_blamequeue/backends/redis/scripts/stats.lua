@@ -22,7 +22,7 @@ for _, q in ipairs(redis.call('SMEMBERS', P .. ':queues')) do
     q,
     redis.call('ZCARD', ready) + redis.call('ZCARD', qk(q, 'delayed')),
     redis.call('SCARD', qk(q, 'blocked')),
-    redis.call('SCARD', qk(q, 'inflight')),
+    num(redis.call('HGET', P .. ':leased', q), 0),
     redis.call('SCARD', qk(q, 'waiting')),
     redis.call('ZCARD', qk(q, 'done')),
     redis.call('ZCARD', qk(q, 'failed')),
