@@ -71,6 +71,8 @@ if SQS_URL:
         "QUEUE_PREFIX": f"bq-{_RUN}-",
         "ACCESS_KEY_ID": "testing",
         "SECRET_ACCESS_KEY": "testing",
+        # The ledger's database: "default" (SQLite), or e.g. "postgres" to run the suite on it.
+        "DATABASE": os.environ.get("BLAMEQUEUE_TEST_SQS_DATABASE", "default"),
     }
 
 BLAMEQUEUE = {
