@@ -350,10 +350,15 @@ class Child:
         self.result["enqueue_many"] = {"jobs": 2 * n, "batch": batch, "rate": 2 * n / spent}
         log(f"{self.vendor}: enqueue_many in batches of {batch}: {2 * n / spent:,.0f} jobs/s")
 
+    def latency_rows(self, ids: list[str]) -> list[tuple[datetime, datetime]]:
+        """(created_at, started_at) of these jobs."""
+        from django_blamequeue.models import Job
+
+        return list(Job.objects.filter(id__in=ids).values_list("created_at", "started_at"))
+
     def latency(self) -> None:
         from bench.jobs import NOOP, QUEUE
         from django_blamequeue import queue
-        from django_blamequeue.models import Job
 
         count, interval = self.cfg["latency_jobs"], self.cfg["latency_interval"]
         self.reset()
@@ -369,8 +374,7 @@ class Child:
                 next_at += interval
                 time.sleep(max(0.0, next_at - time.perf_counter()))
             self.wait_for(lambda: self.done_count() == 20 + count, 120, "the latency jobs")
-        rows = Job.objects.filter(id__in=ids).values_list("created_at", "started_at")
-        ms = sorted((s - c).total_seconds() * 1000 for c, s in rows)
+        ms = sorted((s - c).total_seconds() * 1000 for c, s in self.latency_rows(ids))
         q = statistics.quantiles(ms, n=100, method="inclusive")
         self.result["latency"] = {
             "jobs": count,
@@ -464,7 +468,7 @@ class Child:
             "LIMIT 100 FOR UPDATE SKIP LOCKED"
         )
 
-    def run(self) -> dict[str, Any]:
+    def describe_server(self) -> None:
         self.result["server_version"] = (
             self.sql("SHOW server_version")[0][0]
             if self.vendor == "postgresql"
@@ -480,6 +484,9 @@ class Child:
                 "journal_mode": self.sql("PRAGMA journal_mode")[0][0],
                 "synchronous": self.sql("PRAGMA synchronous")[0][0],
             }
+
+    def run(self) -> dict[str, Any]:
+        self.describe_server()
         phases = self.cfg["phases"]
         if "single" in phases:
             self.single()
@@ -493,7 +500,12 @@ class Child:
 
 
 def child_main(cfg: dict[str, Any]) -> int:
-    result = Child(cfg).run()
+    if os.environ.get("BENCH_REDIS_URL"):
+        from bench.redis_child import RedisChild
+
+        result = RedisChild(cfg).run()
+    else:
+        result = Child(cfg).run()
     print("RESULT " + json.dumps(result, default=str), flush=True)
     return 0
 
@@ -562,12 +574,19 @@ def machine() -> dict[str, Any]:
     }
 
 
-def run_child(db: str, url: str, cfg: dict[str, Any], pg_pid: int | None) -> dict[str, Any]:
+def run_child(
+    db: str,
+    url: str,
+    cfg: dict[str, Any],
+    pg_pid: int | None,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     env = {
         **os.environ,
         "BENCH_DATABASE_URL": url,
         "DJANGO_SETTINGS_MODULE": "bench.settings",
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        **(extra_env or {}),
     }
     if pg_pid:
         env["BENCH_PG_PID"] = str(pg_pid)
@@ -881,7 +900,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--n", type=int, default=None, help="jobs per drain / enqueue run (default 20000)"
     )
-    parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
+    parser.add_argument(
+        "--db",
+        choices=("sqlite", "postgres", "redis", "both", "all"),
+        default="both",
+        help="both = sqlite and postgres; all = those and redis",
+    )
     parser.add_argument(
         "--quick", action="store_true", help="small N, a 100,000 backlog (under 2 minutes)"
     )
@@ -930,7 +954,9 @@ def main(argv: list[str] | None = None) -> int:
         "results": {},
     }
     started = time.perf_counter()
-    dbs = ["sqlite", "postgres"] if args.db == "both" else [args.db]
+    dbs = {"both": ["sqlite", "postgres"], "all": ["sqlite", "postgres", "redis"]}.get(
+        args.db, [args.db]
+    )
     with tempfile.TemporaryDirectory(prefix="bq-bench-") as tmp:
         base = Path(tmp)
         cfg["logdir"] = str(base / "logs")
@@ -963,12 +989,28 @@ def main(argv: list[str] | None = None) -> int:
                 report["results"]["postgres"] = run_child("postgres", url, cfg, server.pid)
             finally:
                 server.stop()
+        if "redis" in dbs:
+            from bench.redis_child import run_redis
+
+            report["results"]["redis"] = run_redis(base, cfg, run_child)
     report["elapsed_s"] = time.perf_counter() - started
     report["machine"]["loadavg_end"] = os.getloadavg()
     report["finished"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     report["worker_command"] = (
         f"manage.py runworker bench --no-sweep --concurrency {cfg['concurrency']} --burst"
     )
+    local = {k: v for k, v in report["results"].items() if k != "redis"}
+    if "redis" in report["results"]:
+        from bench import redis_child
+
+        print()
+        print(redis_child.text_report(report, text_table))
+        if not args.no_write:
+            redis_child.write(report, markdown_table)
+            print(f"\nwrote the Redis part of {DOC.relative_to(ROOT)}, {redis_child.RESULTS}")
+        if not local:
+            return 0
+    report["results"] = local
     print()
     print(
         text_table(

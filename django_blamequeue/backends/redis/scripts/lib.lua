@@ -27,6 +27,7 @@ local WAKE = {}      -- queue -> true: jobs became ready there
 local REMOTE = {}    -- {backend, child_id}: unfinished children elsewhere, to cancel after
 local OUTBOXED = 0   -- outbox entries written (the caller nudges its relay)
 local LEASED = {}    -- queue -> change of its leased-jobs counter, written once at the end
+local KNOWN = {}     -- queues added to P:queues by this call
 
 local function fmt(n) return string.format('%.0f', n) end
 local function jk(id) return P .. ':job:' .. id end
@@ -63,14 +64,19 @@ end
 -- followed by the id, so equal priorities order by available_at, then id (FIFO), exactly.
 local function member(avail, id) return string.format('%016.0f', avail) .. id end
 
-local function make_pending(id, q, prio, avail)
+-- Index a pending job: ready when due, else delayed (its hash says pending at `avail`).
+local function index_pending(id, q, prio, avail)
   if avail <= NOW then
     redis.call('ZADD', qk(q, 'ready'), -prio, member(avail, id))
     WAKE[q] = true
   else
     redis.call('ZADD', qk(q, 'delayed'), fmt(avail), id)
   end
+end
+
+local function make_pending(id, q, prio, avail)
   redis.call('HSET', jk(id), 'state', 'pending', 'avail', fmt(avail))
+  index_pending(id, q, prio, avail)
 end
 
 local function leased(q, n) LEASED[q] = (LEASED[q] or 0) + n end
@@ -294,23 +300,28 @@ local function insert_job(j, payload)
     if holder and active(holder) then return holder, 1, false end
   end
   local prio = tonumber(j[6])
+  local avail = j[7] and tonumber(j[7]) or NOW + tonumber(j[8])
+  local blocked = j[21] == 1
   local f = {'HSET', k, 'id', id, 'queue', q, 'name', name, 'payload', payload,
              'ctype', j[4], 'cenc', j[5], 'priority', j[6], 'attempts', '0',
              'max_attempts', j[9], 'stalls', '0', 'progress', '0', 'created', fmt(NOW),
-             'updated', fmt(NOW), 'flow_depth', j[20], 'state', 'pending'}
+             'updated', fmt(NOW), 'flow_depth', j[20], 'avail', fmt(avail),
+             'state', blocked and 'blocked' or 'pending'}
   for index, field in pairs(OPTIONAL) do
     if j[index] then f[#f + 1] = field; f[#f + 1] = j[index] end
   end
   local deps = j[22]
   if deps ~= '' then f[#f + 1] = 'depends_on'; f[#f + 1] = deps end
   redis.call(unpack(f))
-  redis.call('SADD', P .. ':queues', q)
+  if not KNOWN[q] then
+    KNOWN[q] = true
+    redis.call('SADD', P .. ':queues', q)
+  end
   if j[14] then redis.call('SADD', P .. ':flow:' .. j[14], id) end
   if key then redis.call('HSET', qk(q, 'dedupe'), key, id) end
-  local avail = j[7] and tonumber(j[7]) or NOW + tonumber(j[8])
   if HV then emit('system.queue.enqueue', id, q, nil, {name = name}) end
-  if j[21] ~= 1 then
-    make_pending(id, q, prio, avail)
+  if not blocked then
+    index_pending(id, q, prio, avail)
     return id, 0, true
   end
   -- Only unfinished dependencies count; one not inserted yet counts as unfinished (a relay
@@ -327,11 +338,10 @@ local function insert_job(j, payload)
     end
   end
   if dead then
-    redis.call('HSET', k, 'reason', 'cancelled', 'avail', fmt(avail))
+    redis.call('HSET', k, 'reason', 'cancelled')
     terminal(id, q, 'cancelled')
     emit('system.queue.cancel', id, q, nil, {cascade = true})
   elseif open > 0 then
-    redis.call('HSET', k, 'state', 'blocked', 'avail', fmt(avail))
     redis.call('SADD', qk(q, 'blocked'), id)
   else
     make_pending(id, q, prio, avail)
