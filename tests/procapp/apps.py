@@ -9,4 +9,5 @@ class ProcAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import flowjobs  # noqa: F401  (the flow chaos test's flows, tests/processes)
+        # The flow chaos test's flows and the Redis fault tests' handler (tests/processes).
+        from . import flowjobs, redisjobs  # noqa: F401
