@@ -1,0 +1,147 @@
+"""django-blamequeue itself, on PostgreSQL (local backend) or on Redis (``BENCH_REDIS_URL``).
+
+Runs in the project's .venv with ``bench.settings`` (the settings ``bench/throughput.py`` uses:
+JSON payloads, AUDIT "operations", so the happy path writes no audit row) and the no-op job
+of ``bench.jobs``. Workers: ``manage.py runworker bench --no-sweep --concurrency K``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from bench.peerapps.harness import ROOT, Contender, Variant, Window
+
+MANAGE = ROOT / "testproject" / "manage.py"
+
+
+class BlameQueue(Contender):
+    single_api = "`queue.enqueue(…)`"
+    bulk_api = "`queue.enqueue_many(…)`"
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__(cfg)
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+        from django.db import connection
+
+        call_command("migrate", verbosity=0, interactive=False)
+        self.connection = connection
+        self.redis_url = os.environ.get("BENCH_REDIS_URL", "")
+        k = cfg["concurrency"]
+        self.key = cfg["key"]
+        if self.redis_url:
+            import redis
+
+            self.redis = redis.Redis.from_url(self.redis_url)
+            self.label = "django-blamequeue (Redis)"
+            self.storage = "Redis"
+            self.drain_method = (
+                "first `started_at` to last `finished_at` of the jobs (Redis `TIME` at claim "
+                "and at ack), read with `queue.get_job`"
+            )
+            self.latency_method = "`started_at − created_at`, both Redis `TIME`"
+        else:
+            self.label = "django-blamequeue (PostgreSQL)"
+            self.storage = "PostgreSQL"
+            self.drain_method = (
+                "`min(started_at)` to `max(finished_at)` of the job rows (the database clock "
+                "at claim and at ack)"
+            )
+            self.latency_method = "`started_at − created_at`, both the database clock"
+        self.variants = (Variant("2", f"2 × `runworker --concurrency {k}`", 2, {"concurrency": k}),)
+
+    def reset(self) -> None:
+        if self.redis_url:
+            self.redis.flushdb()
+        with self.connection.cursor() as cur:
+            cur.execute("TRUNCATE blamequeue_job, blamequeue_audit, blamequeue_flow_dependency")
+
+    def prepare_drain(self) -> None:
+        if not self.redis_url:
+            with self.connection.cursor() as cur:
+                cur.execute("ANALYZE blamequeue_job")
+
+    def enqueue_one(self, i: int) -> str:
+        from bench.jobs import NOOP, QUEUE
+        from django_blamequeue import queue
+
+        return queue.enqueue(QUEUE, {"i": i}, name=NOOP).job_id
+
+    def enqueue_bulk(self, start: int, stop: int) -> list[str]:
+        from bench.jobs import NOOP, QUEUE
+        from django_blamequeue import queue
+
+        payloads = [{"i": i} for i in range(start, stop)]
+        return [e.job_id for e in queue.enqueue_many(QUEUE, payloads, name=NOOP)]
+
+    def worker_command(self, variant: Variant, index: int, *, burst: bool) -> list[str]:
+        from bench.jobs import QUEUE
+
+        command = [
+            sys.executable,
+            str(MANAGE),
+            "runworker",
+            QUEUE,
+            "--no-sweep",
+            "--concurrency",
+            str(variant.options["concurrency"]),
+            "--progress-interval",
+            "3600",
+        ]
+        return [*command, "--burst"] if burst else command
+
+    # -- reading back --------------------------------------------------------------------
+    def _infos(self, ids: Sequence[str]) -> list[Any]:
+        from django_blamequeue import queue
+
+        return [queue.get_job(job_id) for job_id in ids]
+
+    def done_count(self, ids: Sequence[str]) -> int:
+        if self.redis_url:
+            return sum(1 for info in self._infos(ids) if info is not None and info.state == "done")
+        with self.connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM blamequeue_job WHERE state = 'done'")
+            return int(cur.fetchone()[0])
+
+    def window(self, ids: Sequence[str]) -> Window:
+        if self.redis_url:
+            done = [i for i in self._infos(ids) if i is not None and i.state == "done"]
+            first = min(i.started_at for i in done)
+            last = max(i.finished_at for i in done)
+            return Window(len(done), first.timestamp(), last.timestamp())
+        with self.connection.cursor() as cur:
+            cur.execute(
+                "SELECT count(*), min(started_at), max(finished_at) FROM blamequeue_job "
+                "WHERE state = 'done'"
+            )
+            n, first, last = cur.fetchone()
+        return Window(int(n), first.timestamp(), last.timestamp())
+
+    def latencies(self, ids: Sequence[str], sent: dict[str, float]) -> list[float]:
+        if self.redis_url:
+            pairs: list[tuple[datetime, datetime]] = [
+                (i.created_at, i.started_at) for i in self._infos(ids)
+            ]
+        else:
+            with self.connection.cursor() as cur:
+                cur.execute(
+                    "SELECT created_at, started_at FROM blamequeue_job WHERE id = ANY(%s)",
+                    [list(ids)],
+                )
+                pairs = cur.fetchall()
+        return [(s - c).total_seconds() * 1000 for c, s in pairs]
+
+    def versions(self) -> dict[str, str]:
+        from importlib.metadata import version
+
+        names = ["django-blamequeue", "Django", "psycopg"]
+        if self.redis_url:
+            names += ["redis"]
+        return {n: version(n) for n in names}
