@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pytest_django import Settings as SettingsWrapper
 
-from django_blamequeue import queue
+from django_blamequeue import queue, registry
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.redis import RedisBackend, flows
 from django_blamequeue.core import ids
@@ -29,9 +29,25 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("quiet_relay"),
 ]
-# The flow tests' fixtures, registered here under their own names: "jobs", "quiet_relay".
-_jobs_fixture = flow_fixtures.jobs
-_quiet_relay_fixture = flow_fixtures.quiet_relay
+
+
+@pytest.fixture(name="quiet_relay")
+def no_nudges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No nudge thread: outbox entries stay until the test runs the relay itself."""
+    from django_blamequeue import outbox
+
+    monkeypatch.setattr(outbox, "nudge", lambda: None)
+
+
+@pytest.fixture(name="jobs")
+def flow_jobs() -> Iterator[SimpleNamespace]:
+    """The flow tests' jobs and flows (tests/flows/conftest.py)."""
+    for calls in flow_fixtures.CALLS.values():
+        calls.clear()
+    yield flow_fixtures._register()
+    for name in list(registry.registered()):
+        if name.startswith("tests.flows."):
+            registry.unregister(name)
 
 
 @pytest.fixture
