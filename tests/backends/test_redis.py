@@ -299,6 +299,24 @@ def test_eviction_and_no_append_only_file_are_warned_about(make: Make) -> None:
         assert len(banner) == 2 and "evicts keys" in banner[0]
 
 
+def test_a_full_redis_refuses_writes_as_unavailable_and_keeps_nothing_half_written(
+    make: Make,
+) -> None:
+    with own_redis() as server:
+        b = make("full", URL=server.url)
+        b.client.config_set("maxmemory-policy", "noeviction")
+        queue.enqueue_many("full", [{"i": i} for i in range(100)], backend="full")
+        used = int(b.client.info("memory")["used_memory"])
+        b.client.config_set("maxmemory", used + 1024)
+        with pytest.raises(QueueError) as full:
+            queue.enqueue_many("full", ["x" * 4096] * 500, backend="full")
+        assert full.value.code == ErrorCode.BACKEND_UNAVAILABLE and "maxmemory" in str(full.value)
+        assert b.size("full") == 100 and invariant_problems(b) == []
+        (c,) = b.claim(["full"], 1, 30)  # reads and small writes still go through
+        b.client.config_set("maxmemory", 0)
+        assert b.apply_many([done(c)])[0].ok
+
+
 def test_an_unreachable_engine_is_a_deploy_warning_not_a_crash(make: Make) -> None:
     from tests.servers import find_free_port
 

@@ -24,6 +24,7 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     rx.ConnectionError,  # includes BusyLoadingError, AuthenticationError, MaxConnectionsError
     rx.TimeoutError,
     rx.ReadOnlyError,  # a replica promoted away under us (failover in progress)
+    rx.OutOfMemoryError,  # maxmemory reached under noeviction: no write gets in
     rx.ClusterDownError,
     rx.TryAgainError,
     OSError,
