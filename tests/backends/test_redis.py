@@ -326,6 +326,59 @@ def test_an_unreachable_engine_is_a_deploy_warning_not_a_crash(make: Make) -> No
     assert "blamequeue.W006" in out.getvalue() and "'gone' could not be checked" in out.getvalue()
 
 
+# -- DAG pages and binary payloads ----------------------------------------------------------------
+def test_dependants_count_only_unfinished_dependencies_whatever_the_arrival_order(
+    make: Make,
+) -> None:
+    """The relay may deliver a big flow in pages: a dependency already done does not block,
+    one not inserted yet does."""
+    b = make()
+    flow = ids.new_id()
+    dep = new_job("dag", "dep", flow_id=flow, flow_key="dep")
+    b.enqueue_many([dep])
+    (c,) = b.claim(["dag"], 1, 30)
+    b.apply_many([done(c)])
+    late = new_job("dag", "late", flow_id=flow, blocked=True, depends_on=(dep.job_id,))
+    early_dep = new_job("dag", "early-dep", flow_id=flow)
+    early = new_job(
+        "dag", "early", flow_id=flow, blocked=True, depends_on=(dep.job_id, early_dep.job_id)
+    )
+    b.enqueue_many([late, early])  # early's second dependency is in the next page
+    assert b.get(late.job_id).state == "pending"  # type: ignore[union-attr]
+    assert b.get(early.job_id).state == "blocked"  # type: ignore[union-attr]
+    b.enqueue_many([early_dep])
+    got = {c.job_id: c for c in b.claim(["dag"], 10, 30)}
+    assert set(got) == {late.job_id, early_dep.job_id}
+    b.apply_many([done(got[early_dep.job_id])])
+    assert b.get(early.job_id).state == "pending"  # type: ignore[union-attr]
+    assert invariant_problems(b) == []
+
+
+def test_payloads_and_results_are_stored_as_the_bytes_they_are(make: Make) -> None:
+    from django_blamequeue.serializers import Encoded
+
+    b = make()
+    raw = bytes(range(256)) * 4 + b"\x00\xff{}"
+    job = NewJob(
+        job_id=ids.new_id(),
+        queue="bin",
+        name="bin",
+        payload=Encoded("application/octet-stream", "binary", raw),
+    )
+    b.enqueue_many([job])
+    (c,) = b.claim(["bin"], 1, 30)
+    assert c.payload == Encoded("application/octet-stream", "binary", raw)
+    t = lifecycle.decide(
+        lifecycle.Succeeded(Encoded("application/octet-stream", "binary", raw[::-1])),
+        attempt=1,
+        max_attempts=3,
+        policy=lifecycle.Policy(),
+    )
+    assert b.apply_many([Ack(job_id=c.job_id, token=c.token, transition=t)])[0].ok
+    stored = b.client.hmget(b.keys.job(c.job_id), "payload", "result")
+    assert stored == [raw, raw[::-1]]
+
+
 # -- claim order --------------------------------------------------------------------------------
 def test_ties_order_by_available_at_to_the_microsecond_then_by_id(make: Make) -> None:
     b = make()

@@ -171,6 +171,21 @@ def test_a_report_lost_from_the_redis_outbox_is_synthesized_by_the_parents_repai
     assert queue.get_job(parent).children == {"done": 2}  # type: ignore[union-attr]
 
 
+def test_one_broken_parent_never_keeps_the_repair_from_the_others(
+    redis: RedisBackend, jobs: SimpleNamespace
+) -> None:
+    broken = jobs.Continue.enqueue({"pages": 1, "child_backend": "default"}, backend="redis")
+    healthy = jobs.Continue.enqueue({"pages": 1, "child_backend": "default"}, backend="redis")
+    work("redis", ["reports"])
+    lose_outbox(redis)
+    child = ids.child_id(broken.job_id, "p0")
+    redis.client.hset(redis.keys.manifest(broken.job_id), f"j:{child}", "{not json")
+    repaired = redis.repair_flows()
+    assert (repaired["skipped"], repaired["relanded"]) == (1, 1)
+    assert relay().sent == 1
+    assert get_backend("default").get(ids.child_id(healthy.job_id, "p0")) is not None
+
+
 def test_an_entry_the_relay_cannot_deliver_is_counted_kept_and_never_blocks_the_rest(
     redis: RedisBackend, jobs: SimpleNamespace
 ) -> None:
