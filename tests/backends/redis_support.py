@@ -3,20 +3,28 @@ and an invariant check that reads the raw keys (every job in exactly the index o
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pytest_django import Settings as SettingsWrapper
 
+from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
+from django_blamequeue.backends.redis import RedisBackend
+from django_blamequeue.core import ids, lifecycle
+from django_blamequeue.records import Ack, NewJob
+from django_blamequeue.serializers import encode
 
 _serial = itertools.count()
+Make = Callable[..., RedisBackend]
 
 #: Index → the state its members must be in.
 _SETS = {"blocked": "blocked", "waiting": "waiting_children"}
@@ -128,3 +136,47 @@ def _expect(
         problems.append(f"{index} lists {job_id}, which does not exist")
     elif h[b"state"] != state.encode():
         problems.append(f"{index} lists {job_id}, which is {h[b'state']!r}")
+
+
+@pytest.fixture(name="make")
+def make_fixture(settings: SettingsWrapper) -> Iterator[Make]:
+    """``make(alias, **options)``: a redis backend entry (default: the shared test server, a
+    fresh key prefix) added to the settings; its keys are deleted after the test."""
+    made: list[RedisBackend] = []
+    entries: dict[str, dict[str, Any]] = {}
+
+    def build(alias: str = "rq", **options: Any) -> RedisBackend:
+        entry = {"PROTOCOL": "redis", "KEY_PREFIX": unique_prefix(alias), **options}
+        if "CONNECTION" not in entry and "URL" not in entry:
+            entry["URL"] = shared_url()
+        entries[alias] = entry
+        settings.BLAMEQUEUE = {
+            **settings.BLAMEQUEUE,
+            "BACKENDS": {**settings.BLAMEQUEUE["BACKENDS"], **entries},
+        }
+        backend = get_backend(alias)
+        assert isinstance(backend, RedisBackend)
+        made.append(backend)
+        return backend
+
+    yield build
+    for backend in made:
+        with contextlib.suppress(Exception):  # its server may be gone already (a test's own)
+            forget(backend)
+
+
+def new_job(queue_name: str, payload: Any = None, **fields: Any) -> NewJob:
+    return NewJob(
+        job_id=fields.pop("job_id", None) or ids.new_id(),
+        queue=queue_name,
+        name=queue_name,
+        payload=encode(payload),
+        **fields,
+    )
+
+
+def done(c: Any) -> Ack:
+    t = lifecycle.decide(
+        lifecycle.Succeeded(None), attempt=c.attempt, max_attempts=3, policy=lifecycle.Policy()
+    )
+    return Ack(job_id=c.job_id, token=c.token, transition=t)

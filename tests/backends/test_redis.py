@@ -1,87 +1,39 @@
 """What is specific to the redis backend: its key layout and hash slot, the atomicity of its
-Lua scripts, how it connects (URL, django-redis alias, ACL user, TLS), its deployment
-warnings, the exact claim order its members encode, and large batches.
+Lua scripts, idempotent enqueue by id, DAG pages, binary payloads, the exact claim order its
+members encode, large batches and pub/sub wake-ups (connecting and deployment checks:
+test_redis_connect.py).
 
 The lifecycle itself is proven by the conformance suite (tests/conformance, ``-k redis``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from io import StringIO
-from pathlib import Path
-from typing import Any
 
 import pytest
-from django.core.management import call_command
-from pytest_django import Settings as SettingsWrapper
 from redis.crc import key_slot
 
 from django_blamequeue import queue
-from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.redis import RedisBackend
 from django_blamequeue.backends.redis.codec import job_header
 from django_blamequeue.backends.redis.keys import tagged
 from django_blamequeue.backends.redis.listen import RedisListener
 from django_blamequeue.core import ids, lifecycle
-from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.records import Ack, NewJob
-from django_blamequeue.serializers import encode
 
-from .redis_support import forget, invariant_problems, own_redis, shared_url, unique_prefix
+from .redis_support import (  # noqa: F401  (make_fixture: the make fixture)
+    Make,
+    done,
+    forget,
+    invariant_problems,
+    make_fixture,
+    new_job,
+    own_redis,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-Make = Callable[..., RedisBackend]
-
-
-@pytest.fixture
-def make(settings: SettingsWrapper) -> Iterator[Make]:
-    """``make(alias, **options)``: a redis backend entry (default: the shared test server, a
-    fresh key prefix) added to the settings; its keys are deleted after the test."""
-    made: list[RedisBackend] = []
-    entries: dict[str, dict[str, Any]] = {}
-
-    def build(alias: str = "rq", **options: Any) -> RedisBackend:
-        entry = {"PROTOCOL": "redis", "KEY_PREFIX": unique_prefix(alias), **options}
-        if "CONNECTION" not in entry and "URL" not in entry:
-            entry["URL"] = shared_url()
-        entries[alias] = entry
-        settings.BLAMEQUEUE = {
-            **settings.BLAMEQUEUE,
-            "BACKENDS": {**settings.BLAMEQUEUE["BACKENDS"], **entries},
-        }
-        backend = get_backend(alias)
-        assert isinstance(backend, RedisBackend)
-        made.append(backend)
-        return backend
-
-    yield build
-    for backend in made:
-        with contextlib.suppress(Exception):  # its server may be gone already (a test's own)
-            forget(backend)
-
-
-def new_job(queue_name: str, payload: Any = None, **fields: Any) -> NewJob:
-    return NewJob(
-        job_id=fields.pop("job_id", None) or ids.new_id(),
-        queue=queue_name,
-        name=queue_name,
-        payload=encode(payload),
-        **fields,
-    )
-
-
-def done(c: Any) -> Ack:
-    t = lifecycle.decide(
-        lifecycle.Succeeded(None), attempt=c.attempt, max_attempts=3, policy=lifecycle.Policy()
-    )
-    return Ack(job_id=c.job_id, token=c.token, transition=t)
 
 
 # -- keys -------------------------------------------------------------------------------------
@@ -162,105 +114,6 @@ def test_scripts_are_reloaded_after_script_flush_alone_and_in_a_pipeline(make: M
     assert b.size("flush") == 2502
 
 
-# -- connecting ------------------------------------------------------------------------------
-def test_an_acl_user_confined_to_the_prefix_runs_the_whole_lifecycle(make: Make) -> None:
-    prefix = unique_prefix("acl")
-    tag = tagged(prefix)
-    user = f"user alice on >s3cret ~{tag}* &{tag}* +@all -@dangerous +info"
-    with own_redis(extra_config=[user]) as server:
-        b = make("acl", URL=server.url, USERNAME="alice", PASSWORD="s3cret", KEY_PREFIX=prefix)
-        assert b.client.acl_whoami() == "alice"
-        job_id = queue.enqueue("acl", {"a": 1}, backend="acl").job_id
-        (c,) = b.claim(["acl"], 5, 30)
-        assert b.apply_many([done(c)])[0].ok
-        assert queue.get_job(job_id, backend="acl").state == "done"  # type: ignore[union-attr]
-
-        wrong = make("nope", URL=server.url, USERNAME="alice", PASSWORD="wrong")
-        with pytest.raises(QueueError) as refused:
-            queue.size("acl", backend="nope")
-        assert refused.value.code == ErrorCode.BACKEND_UNAVAILABLE
-        assert wrong.client is not b.client
-
-
-def test_the_environment_boot_reaches_redis_with_username_and_password(
-    settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with own_redis(extra_config=["user bob on >pw ~* &* +@all"]) as server:
-        del settings.BLAMEQUEUE
-        for name, value in {
-            "BLAMEQUEUE_PROTOCOL": "redis",
-            "BLAMEQUEUE_REDIS_URL": server.url,
-            "BLAMEQUEUE_REDIS_USERNAME": "bob",
-            "BLAMEQUEUE_REDIS_PASSWORD": "pw",
-            "BLAMEQUEUE_REDIS_KEY_PREFIX": "envboot",
-        }.items():
-            monkeypatch.setenv(name, value)
-        b = get_backend()
-        assert isinstance(b, RedisBackend) and b.keys.prefix == "{envboot}"
-        queue.enqueue("env", {"a": 1})
-        assert b.client.acl_whoami() == "bob" and queue.size("env") == 1
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A throwaway CA and a server certificate for 127.0.0.1."""
-    d = tmp_path_factory.mktemp("tls")
-
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
-
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
-        "-days", "2", "-subj", "/CN=blamequeue-test-ca")  # fmt: skip
-    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-        "-subj", "/CN=127.0.0.1")  # fmt: skip
-    (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "ext.cnf")  # fmt: skip
-    return d
-
-
-def test_tls_turns_the_url_into_rediss_and_verifies_the_server(
-    make: Make, certificates: Path
-) -> None:
-    from tests.servers import find_free_port
-
-    port = find_free_port()
-    tls = [
-        f"tls-port {port}",
-        f"tls-cert-file {certificates / 'server.crt'}",
-        f"tls-key-file {certificates / 'server.key'}",
-        f"tls-ca-cert-file {certificates / 'ca.crt'}",
-        "tls-auth-clients no",
-    ]
-    with own_redis(extra_config=tls):
-        url = f"redis://127.0.0.1:{port}/0?ssl_ca_certs={certificates / 'ca.crt'}"
-        b = make("tls", URL=url, TLS=True)
-        queue.enqueue("tls", {"secret": 1}, backend="tls")
-        assert queue.size("tls", backend="tls") == 1
-        assert b.client.client_info()["laddr"].endswith(f":{port}")  # the TLS port
-
-        make("plain", URL=f"redis://127.0.0.1:{port}/0")  # plain RESP on the TLS port
-        with pytest.raises(QueueError) as refused:
-            queue.size("tls", backend="plain")
-        assert refused.value.code == ErrorCode.BACKEND_UNAVAILABLE
-
-
-def test_a_connection_alias_uses_django_redis_pool_and_not_its_cache_prefix(
-    make: Make, settings: SettingsWrapper
-) -> None:
-    from django_redis import get_redis_connection
-
-    shared_url()
-    if "redis" not in settings.CACHES:
-        pytest.skip("no django-redis cache configured")
-    b = make("viacache", CONNECTION="redis")
-    assert b.client is get_redis_connection("redis")
-    queue.enqueue("cache", {"a": 1}, backend="viacache")
-    assert b.client.exists(b.keys.queue("cache", "ready"))  # our key names, as they are
-    b.close()  # the cache's pool is django-redis's: closing the backend leaves it working
-    assert get_redis_connection("redis").ping()
-
-
 # -- idempotent enqueue -------------------------------------------------------------------------
 def test_enqueue_is_idempotent_by_id_answered_not_reinserted_nor_rededuped(make: Make) -> None:
     b = make()
@@ -280,50 +133,6 @@ def test_enqueue_is_idempotent_by_id_answered_not_reinserted_nor_rededuped(make:
     assert sum(sum(s.counts.values()) for s in b.stats()) == 2
     third = b.enqueue_many([new_job("idem", dedupe_key="k")])[0]
     assert not third.deduplicated  # the key was freed by the done ack, not re-held by a resend
-
-
-# -- deployment warnings ------------------------------------------------------------------------
-def test_eviction_and_no_append_only_file_are_warned_about(make: Make) -> None:
-    with own_redis(appendonly="no") as risky, own_redis(appendonly="everysec") as safe:
-        risky_backend = make("risky", URL=risky.url)
-        make("safe", URL=safe.url)
-        risky_backend.client.config_set("maxmemory-policy", "allkeys-lru")
-        out = StringIO()
-        call_command("check", "--deploy", stdout=out, stderr=out)
-        text = out.getvalue()
-        assert "blamequeue.W004" in text and "'allkeys-lru'" in text
-        assert "blamequeue.W005" in text
-        assert [m.id for m in risky_backend.check()] == ["blamequeue.W004", "blamequeue.W005"]
-        assert list(get_backend("safe").check()) == []
-        banner = risky_backend.deployment_warnings()
-        assert len(banner) == 2 and "evicts keys" in banner[0]
-
-
-def test_a_full_redis_refuses_writes_as_unavailable_and_keeps_nothing_half_written(
-    make: Make,
-) -> None:
-    with own_redis() as server:
-        b = make("full", URL=server.url)
-        b.client.config_set("maxmemory-policy", "noeviction")
-        queue.enqueue_many("full", [{"i": i} for i in range(100)], backend="full")
-        used = int(b.client.info("memory")["used_memory"])
-        b.client.config_set("maxmemory", used + 1024)
-        with pytest.raises(QueueError) as full:
-            queue.enqueue_many("full", ["x" * 4096] * 500, backend="full")
-        assert full.value.code == ErrorCode.BACKEND_UNAVAILABLE and "maxmemory" in str(full.value)
-        assert b.size("full") == 100 and invariant_problems(b) == []
-        (c,) = b.claim(["full"], 1, 30)  # reads and small writes still go through
-        b.client.config_set("maxmemory", 0)
-        assert b.apply_many([done(c)])[0].ok
-
-
-def test_an_unreachable_engine_is_a_deploy_warning_not_a_crash(make: Make) -> None:
-    from tests.servers import find_free_port
-
-    make("gone", URL=f"redis://127.0.0.1:{find_free_port()}/0")
-    out = StringIO()
-    call_command("check", "--deploy", stdout=out, stderr=out)
-    assert "blamequeue.W006" in out.getvalue() and "'gone' could not be checked" in out.getvalue()
 
 
 # -- DAG pages and binary payloads ----------------------------------------------------------------
