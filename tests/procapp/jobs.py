@@ -26,23 +26,43 @@ class LeaseGone(Exception):
 
 
 # Raw SQL: two statements a run, so that the handler costs little next to the queue itself.
-FENCE = "SELECT id FROM blamequeue_job WHERE id = %s AND lease_token = %s AND state = 'inflight'"
+# The job table is the backend's: the local one's, or the SQS backend's ledger.
+FENCE = "SELECT id FROM {table} WHERE id = %s AND lease_token = %s AND state = 'inflight'"
 STORE = (
     "INSERT INTO procapp_sideeffect (job_id, pid, token, attempt, host_clock) "
     "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (job_id) DO NOTHING RETURNING id"
 )
 
 
+def hold_gil(seconds: float) -> None:
+    """Keep the interpreter busy in C without releasing the GIL: the worker's main thread
+    cannot renew its leases meanwhile (a handler that starves its heartbeat)."""
+    n = 20_000_000  # the calibration is part of the hold
+    start = time.perf_counter()
+    sum(range(n))
+    per = (time.perf_counter() - start) / n
+    sum(range(int(max(0.0, seconds - n * per) / per)))
+
+
 @job(queue=QUEUE, name="procapp.effect")
 def effect(payload: dict[str, Any] | None) -> dict[str, int]:
-    """Store this job's effect once; ``{"sleep": s}`` works ``s`` seconds first."""
-    seconds = float((payload or {}).get("sleep", 0))
+    """Store this job's effect once; ``{"sleep": s}`` works ``s`` seconds first.
+
+    ``{"hold_gil": s, "hold_attempts": n}``: attempts up to ``n`` hold the GIL ``s`` seconds
+    and end there, without the effect (their lease is lost by then: their ack is refused).
+    """
+    payload = payload or {}
+    seconds = float(payload.get("sleep", 0))
     if seconds:
         time.sleep(seconds)
     ctx = current_job()
+    if payload.get("hold_gil") and ctx.attempt <= int(payload.get("hold_attempts", 1)):
+        hold_gil(float(payload["hold_gil"]))
+        return {"pid": os.getpid(), "held": 1}
     db: str = ctx.backend.db  # type: ignore[attr-defined]
     connection = connections[db]
-    fence = FENCE + (" FOR UPDATE" if connection.vendor == "postgresql" else "")
+    table = getattr(ctx.backend, "table", "blamequeue_job")
+    fence = FENCE.format(table=table) + (" FOR UPDATE" if connection.vendor == "postgresql" else "")
     # On SQLite the transaction is IMMEDIATE: it holds the write lock from the fence on.
     with transaction.atomic(using=db), connection.cursor() as cur:
         cur.execute(fence, [ctx.job_id, ctx.token])

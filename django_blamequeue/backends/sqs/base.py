@@ -28,12 +28,14 @@ from ...conf import BackendConfig
 from ...core.states import State
 from ...models import SqsJob
 from ..database.base import LedgerBase
+from ..database.rows import to_dt
 from . import messages
 from .messages import SEND_COLUMNS
 from .transport import MAX_DELAY, Outgoing, QueueGone, SqsUnavailable, Transport
 
 logger = logging.getLogger("django_blamequeue.sqs")
 CHUNK = 500
+MARK_EVERY = 100  # messages sent between two records of what was sent
 
 #: Errors that mean SQS (or the ledger's database) cannot be reached.
 UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -135,19 +137,21 @@ class SqsBase(LedgerBase):
 
     def _send_rows(self, rows: Sequence[tuple[Any, ...]], t: datetime) -> int:
         """Send rows read as ``SEND_COLUMNS`` at ``t``: those due within SQS's 15-minute
-        delay now (``DelaySeconds`` = what remains), the rest stay parked."""
+        delay now (``DelaySeconds`` = what remains), the rest stay parked. Sends are
+        recorded every ``MARK_EVERY`` messages, so a long pass leaves little unrecorded."""
         by_queue: dict[str, list[Outgoing]] = {}
         for row in rows:
-            remaining = messages.delay_of(row[8], t)
+            remaining = messages.delay_of(to_dt(row[8]) or t, t)
             if remaining <= MAX_DELAY:
                 text = messages.of_row(row)
                 by_queue.setdefault(row[1], []).append(messages.outgoing(text, row[0], remaining))
         sent = 0
         for queue, batch in by_queue.items():
-            ids = self._send_to(queue, batch)
-            self._mark_sent(ids, t)
+            for start in range(0, len(batch), MARK_EVERY):
+                ids = self._send_to(queue, batch[start : start + MARK_EVERY])
+                self._mark_sent(ids, t)
+                sent += len(ids)
             wakeup.notify([queue])
-            sent += len(ids)
         return sent
 
     def _send_to(self, queue: str, batch: Sequence[Outgoing]) -> set[str]:
@@ -159,38 +163,56 @@ class SqsBase(LedgerBase):
 
     def _queue_gone(self, queue: str) -> None:
         """The queue was deleted or the emulator restarted, taking every message with it:
-        recreate it and mark its pending jobs unsent. Those changed within ``SEND_GRACE``
-        are sent now; the send step sends the others on its next pass."""
+        recreate it, mark its pending jobs unsent and send them again now."""
         logger.warning("SQS queue for %r is gone; recreating it and re-sending its jobs", queue)
         self.transport.queue(queue)
-        t = self._now(None)
-        with transaction.atomic(using=self.db):
-            pending = self.jobs().filter(queue=queue, state=State.PENDING)
-            pending.exclude(sent_at=None).update(sent_at=None)
-            recent = list(
-                pending.filter(updated_at__gt=t - timedelta(seconds=self.send_grace)).values_list(
-                    "id", flat=True
-                )
-            )
-        self._send_quietly(recent)
+        since = self._now(None)
+        self.jobs().filter(queue=queue, state=State.PENDING).exclude(sent_at=None).update(
+            sent_at=None
+        )
+        while True:  # each pass takes rows untouched since ``since``: it ends
+            t = self._now(None)
+            rows = self._take(t, since, CHUNK, queue)
+            if not rows:
+                return
+            self._send_rows(rows, t)
 
     def send_due(self, now: datetime | None = None, limit: int = 500) -> int:
-        """The send step: pending jobs with no live message whose due time is within 15
-        minutes, and that no sender has touched for ``SEND_GRACE`` (so this step never races
-        the enqueue that is about to send them). Answers how many were sent."""
+        """The send step: pending jobs with no live message, due within 15 minutes, that no
+        sender has touched for ``SEND_GRACE`` (so it never races the enqueue about to send
+        them, nor another pass of itself). Answers how many were sent."""
         t = self._now(now)
-        rows = list(
-            self.jobs()
-            .filter(
-                state=State.PENDING,
-                sent_at=None,
-                available_at__lte=t + timedelta(seconds=MAX_DELAY),
-                updated_at__lte=t - timedelta(seconds=self.send_grace),
-            )
-            .order_by("available_at")
-            .values_list(*SEND_COLUMNS)[:limit]
-        )
+        rows = self._take(t, t - timedelta(seconds=self.send_grace), limit)
         return self._send_rows(rows, t) if rows else 0
+
+    def _take(
+        self, t: datetime, untouched_since: datetime, limit: int, queue: str | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Rows this sender will send: unsent, due within 15 minutes, unchanged since
+        ``untouched_since``. Taking them sets ``updated_at`` to ``t`` in the same statement,
+        so concurrent senders skip them (for ``SEND_GRACE``: a sender that dies before
+        sending leaves them to the next pass). Answers them as ``SEND_COLUMNS``.
+        """
+        qs = self.jobs().filter(
+            state=State.PENDING,
+            sent_at=None,
+            available_at__lte=t + timedelta(seconds=MAX_DELAY),
+            updated_at__lte=untouched_since,
+        )
+        if queue is not None:
+            qs = qs.filter(queue=queue)
+        ids = list(qs.order_by("available_at").values_list("id", flat=True)[:limit])
+        if not ids:
+            return []
+        a = self._adapt
+        statement = (
+            f"UPDATE {self.table} SET updated_at = %s WHERE id IN ({', '.join(['%s'] * len(ids))}) "
+            "AND state = 'pending' AND sent_at IS NULL AND updated_at <= %s "
+            f"RETURNING {', '.join(SEND_COLUMNS)}"
+        )
+        with self.connection.cursor() as cur:
+            cur.execute(statement, [a(t), *ids, a(untouched_since)])
+            return [tuple(r) for r in cur.fetchall()]
 
     def drain_outbox(self, limit: int = 500) -> tuple[int, int]:
         return self.send_due(limit=limit), 0

@@ -136,7 +136,6 @@ class ReceiveOps(SqsBase):
                     got = self.transport.receive(queue, want, visibility)
                 except QueueGone:
                     self._queue_gone(queue)
-                    self.send_due()
                     break
                 found += got
                 if len(got) < want:
