@@ -360,6 +360,9 @@ class ChildOps(LedgerBase):
         the few that need a cascade.
         """
         waiting = self.jobs().filter(state=State.WAITING_CHILDREN).values("id")
+        # This backend's settled parents only: another backend's rows may share the table of
+        # flow rows (the SQS ledger in the local backend's database).
+        settled = self.jobs().filter(flow_phase__isnull=False).exclude(state=State.WAITING_CHILDREN)
         parent_ids = set(
             self.jobs()
             .filter(parent_id__isnull=False, parent_backend=self.alias)
@@ -370,9 +373,8 @@ class ChildOps(LedgerBase):
         )
         parent_ids |= set(  # children on other backends that have not reported yet
             FlowDependency.objects.using(self.db)
-            .filter(kind="child", status="pending")
+            .filter(kind="child", status="pending", job_id__in=settled.values("id"))
             .exclude(spec__backend=self.alias)
-            .exclude(job_id__in=waiting)
             .values_list("job_id", flat=True)
             .distinct()[:limit]
         )

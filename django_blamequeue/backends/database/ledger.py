@@ -217,9 +217,11 @@ class LedgerOps(LedgerBase):
         jobs: Sequence[NewJob],
         answer: dict[str, EnqueuedJob],
         events: Sequence[audit.Event],
+        *,
+        audited: bool = True,
     ) -> None:
         """The rest of an enqueue's transaction: DAG edges of the jobs inserted (not those
-        deduplicated away) and the audit rows."""
+        deduplicated away) and, if ``audited``, the audit rows (``_audit_enqueue``)."""
         inserted = [j for j in jobs if not answer[j.job_id].deduplicated]
         edges = [
             FlowDependency(
@@ -233,6 +235,10 @@ class LedgerOps(LedgerBase):
         ]
         if edges:
             FlowDependency.objects.using(self.db).bulk_create(edges, ignore_conflicts=True)
+        if audited:
+            self._audit_enqueue(inserted, events)
+
+    def _audit_enqueue(self, inserted: Sequence[NewJob], events: Sequence[audit.Event]) -> None:
         evs = list(events)
         if audit.needed(audit.ENQUEUE):
             evs += [

@@ -82,7 +82,7 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
         else:
             with transaction.atomic(using=self.db):
                 answer, inserted = self._insert(jobs, now)
-                self._record_enqueue(jobs, answer, ())
+                self._record_enqueue(jobs, answer, (), audited=False)
         new = [j for j in jobs if j.job_id in inserted]
         try:
             sent = self._send_new(new, now)
@@ -90,7 +90,7 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
             self._unwrite(sorted(inserted))
             raise
         self._mark_sent(sent)
-        audit.record(list(events), using=self.db)
+        self._audit_enqueue(new, events)  # only once the enqueue has happened
         wakeup.notify(sorted({j.queue for j in new if j.job_id in sent}))
         return [answer[j.job_id] for j in jobs]
 
