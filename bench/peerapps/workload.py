@@ -147,7 +147,7 @@ class Run:
             w.stop()
         ms = sorted(self.c.latencies(ids, sent))
         q = statistics.quantiles(ms, n=100, method="inclusive")
-        log(f"{self.c.key}: enqueue→start p50 {q[49]:.1f} ms, p99 {q[98]:.1f} ms")
+        log(f"{self.c.key}/{variant.key}: enqueue→start p50 {q[49]:.1f} ms, p99 {q[98]:.1f} ms")
         return {
             "jobs": count,
             "interval_ms": interval * 1000,
@@ -181,8 +181,7 @@ class Run:
             else:
                 ids, _ = self.single()
             row["drain"] = self.drain(variant, ids)
-            if k == 0:
-                row["latency"] = self.latency(variant)
+            row["latency"] = self.latency(variant)
             rows.append(row)
         self.c.reset()
         return {**self.c.describe(), "rows": rows}
