@@ -146,7 +146,8 @@ class SqsJob(JobFields):
     id, the DLQ listing, the lease token that fences acks, attempts, flows. ``receipt_handle``
     and ``message_id`` are those of the message the current holder received; ``sent_at`` is
     NULL while the job has no live message (not sent yet, parked past SQS's 15-minute delay,
-    or its message deleted), which is what the sweeper's send step looks for.
+    or its message deleted), which is what the sweeper's send step looks for; it also re-sends
+    a pending job whose message is old enough for the queue's retention period to drop it.
     """
 
     receipt_handle = models.TextField(null=True, blank=True)
@@ -163,11 +164,10 @@ class SqsJob(JobFields):
         indexes = [
             # The rescuer: inflight rows by lease expiry.
             models.Index("lease_expires_at", name="bq_sqs_lease", condition=Q(state="inflight")),
-            # The send step: pending rows with no live message, by due time.
+            # The send step: pending rows with no message (sent_at NULL) by due time, and
+            # those whose message is old enough for SQS's retention to drop it.
             models.Index(
-                "available_at",
-                name="bq_sqs_unsent",
-                condition=Q(state="pending") & Q(sent_at__isnull=True),
+                "sent_at", "available_at", name="bq_sqs_send", condition=Q(state="pending")
             ),
             models.Index("queue", "state", "id", name="bq_sqs_queue_state"),
             models.Index("state", "finished_at", name="bq_sqs_finished"),

@@ -247,6 +247,17 @@ def test_the_send_step_mends_a_crash_between_the_ledger_insert_and_the_send(
     assert sqs.claim(["crash"], 10, 30)[0].job_id == job_id
 
 
+def test_a_pending_job_whose_message_may_have_expired_is_sent_again(sqs: SqsBackend) -> None:
+    create_queue(sqs, "retained", MessageRetentionPeriod="3600")
+    job_id = queue.enqueue("retained", {}, backend="sqs").job_id
+    # An hour later SQS has deleted the message, unreceived; the ledger still says sent.
+    sqs.transport.client.purge_queue(QueueUrl=sqs.transport.queue("retained").url)
+    sent_at = ledger(sqs, job_id)["sent_at"]
+    assert sqs.send_due(now=sent_at + timedelta(minutes=30)) == 0  # well within retention
+    assert sqs.send_due(now=sent_at + timedelta(minutes=46)) == 1  # 3/4 of it: sent again
+    assert sqs.claim(["retained"], 10, 30)[0].job_id == job_id
+
+
 # -- the cost of the ledger -------------------------------------------------------------------
 def test_ledger_queries_per_batch_do_not_grow_with_the_batch(
     sqs: SqsBackend, ledger: str, capsys: pytest.CaptureFixture[str]

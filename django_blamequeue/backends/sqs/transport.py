@@ -66,6 +66,7 @@ class QueueInfo:
     max_message_size: int  # MaximumMessageSize: the cap of one message (body + attributes)
     dlq_url: str | None
     dlq_max_message_size: int
+    retention: int = 345_600  # MessageRetentionPeriod: SQS drops a message this much older
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +155,11 @@ class Transport:
         except QueueGone:
             return None
 
+    def shortest_retention(self) -> int:
+        """The shortest ``MessageRetentionPeriod`` of the queues seen (SQS's default 4 days
+        before any)."""
+        return min((i.retention for i in self._queues.values()), default=345_600)
+
     def forget(self, queue: str) -> None:
         self._queues.pop(queue, None)
 
@@ -166,7 +172,9 @@ class Transport:
                 if not create:
                     raise QueueGone(queue) from None
                 url = self._create(name)
-            attrs = self._attributes(url, "MaximumMessageSize", "RedrivePolicy")
+            attrs = self._attributes(
+                url, "MaximumMessageSize", "RedrivePolicy", "MessageRetentionPeriod"
+            )
             dlq_url, dlq_size = None, 262_144
             target = json.loads(attrs.get("RedrivePolicy") or "{}").get("deadLetterTargetArn")
             if target:
@@ -176,7 +184,8 @@ class Transport:
                 dlq_size = int(
                     self._attributes(dlq_url, "MaximumMessageSize")["MaximumMessageSize"]
                 )
-        return QueueInfo(name, url, int(attrs["MaximumMessageSize"]), dlq_url, dlq_size)
+        size, retention = int(attrs["MaximumMessageSize"]), int(attrs["MessageRetentionPeriod"])
+        return QueueInfo(name, url, size, dlq_url, dlq_size, retention)
 
     def _create(self, name: str) -> str:
         """The DLQ, then the queue redriving to it after ``MAX_RECEIVE_COUNT`` receives.
