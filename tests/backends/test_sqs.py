@@ -336,3 +336,31 @@ def test_w003_warns_when_max_payload_bytes_is_above_a_queues_maximum_size(
     found = list(b.check())
     assert [m.id for m in found] == ["blamequeue.W003"]
     assert sqs_name(b.transport.prefix, "tiny") in found[0].msg
+
+
+# -- settings ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("MAX_RECEIVE_COUNT", 0, "an int from 1 to 1000"),
+        ("MAX_RECEIVE_COUNT", "10", "an int from 1 to 1000"),
+        ("WAIT_TIME_SECONDS", 21, "an int from 0 to 20"),
+        ("SEND_GRACE", 0, "seconds > 0"),
+        ("QUEUE_PREFIX", "p" * 41, "at most 40"),
+    ],
+)
+def test_sqs_options_out_of_range_are_e012(option: str, value: object, expected: str) -> None:
+    from django_blamequeue.confcheck import validate
+
+    entry = {"PROTOCOL": "sqs", "REGION": "eu-west-1", option: value}
+    found = validate({"BACKENDS": {"default": entry}})
+    assert [(p.id, expected in p.message) for p in found] == [("E012", True)]
+    assert option in found[0].message
+
+
+def test_sqs_options_in_range_pass() -> None:
+    from django_blamequeue.confcheck import validate
+
+    entry = {"PROTOCOL": "sqs", "REGION": "eu-west-1", "MAX_RECEIVE_COUNT": 5}
+    entry |= {"WAIT_TIME_SECONDS": 20, "SEND_GRACE": 0.5}
+    assert validate({"BACKENDS": {"default": entry}}) == []
