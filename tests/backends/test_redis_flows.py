@@ -202,6 +202,10 @@ def test_an_entry_the_relay_cannot_deliver_is_counted_kept_and_never_blocks_the_
     assert b"nowhere" in left["last_error"]
     assert {get_backend("default").get(j).state for j in kids(parent, 2)} == {"pending"}  # type: ignore[union-attr]
     assert redis.drain_outbox() == (0, 1)  # retried on the next pass, still failing, kept
+    for n in range(3):  # a whole page of failing entries: the pass still ends
+        redis.client.hset(f"{redis.keys.prefix}:ob:{1000 + n}", mapping=dict(left))
+        redis.client.zadd(redis.keys.outbox, {str(1000 + n): 1000 + n})
+    assert redis.drain_outbox(limit=2) == (0, 4)
 
 
 def test_a_relay_that_dies_mid_send_repeats_harmlessly_after_its_lease(
@@ -211,7 +215,7 @@ def test_a_relay_that_dies_mid_send_repeats_harmlessly_after_its_lease(
     work("default", ["reports"])
     relay("default")
     work("redis", ["pages"])
-    taken = redis._run("outbox_take", [100, 60_000_000]).result  # a relay takes them …
+    taken = redis._run("outbox_take", [100, 60_000_000, 0]).result  # a relay takes them …
     assert len(taken) == 2
     for raw in taken:  # … delivers them …
         entry = flows._entry(raw)

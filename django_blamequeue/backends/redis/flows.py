@@ -81,11 +81,14 @@ class FlowOps(RedisBase):
         """Deliver unsent entries grouped by (kind, target); a group that fails is retried
         entry by entry, and an entry that still fails is counted, kept and retried later."""
         sent = skipped = 0
+        cursor = 0  # entries are numbered in order: a pass never takes one twice
         while True:
             lease = round(OUTBOX_LEASE_S * 1_000_000)
-            entries = [_entry(raw) for raw in self._run("outbox_take", [limit, lease]).result]
+            taken = self._run("outbox_take", [limit, lease, cursor]).result
+            entries = [_entry(raw) for raw in taken]
             if not entries:
                 return sent, skipped
+            cursor = max(int(e["eid"]) for e in entries)
             groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
             for e in entries:
                 groups.setdefault((e["kind"], e["backend"]), []).append(e)
