@@ -1,10 +1,13 @@
 -- ARGS: ["ids", ids] or ["queue", queue, offset, limit]. A failed job goes
 -- back to pending with a fresh budget, unless its dedupe key is now held by another live job
 -- (it stays in the DLQ: no duplicate run). Reply: {retried, skipped}.
-local function retry(id)
+local function retry(id, dlq)
   local k = jk(id)
   local h = redis.call('HMGET', k, 'state', 'queue', 'dedupe_key', 'priority')
-  if h[1] ~= 'failed' then return 0 end
+  if h[1] ~= 'failed' then
+    if dlq then redis.call('ZREM', dlq, id) end  -- a stale entry: the job moved on
+    return 0
+  end
   local q, key = h[2], h[3]
   if key then
     local holder = redis.call('HGET', qk(q, 'dedupe'), key)
@@ -20,16 +23,17 @@ local function retry(id)
   emit('system.queue.dlq.retry', id, q, nil, nil)
   return 1
 end
-local ids
+local ids, dlq
 if ARGS[1] == 'ids' then
   ids = ARGS[2]
 else
   local offset, limit = ARGS[3], ARGS[4]
-  ids = redis.call('ZRANGE', qk(ARGS[2], 'dlq'), offset, offset + limit - 1)
+  dlq = qk(ARGS[2], 'dlq')
+  ids = redis.call('ZRANGE', dlq, offset, offset + limit - 1)
 end
 local retried, skipped = 0, 0
 for _, id in ipairs(ids) do
-  local r = retry(id)
+  local r = retry(id, dlq)
   if r == 1 then retried = retried + 1 elseif r == -1 then skipped = skipped + 1 end
 end
 return finish({retried, skipped, #ids})
