@@ -91,7 +91,8 @@ class Backend(metaclass=ABCMeta):
     def check_jobs(self, jobs: Sequence[NewJob]) -> None:
         """Raise ``QueueError`` for jobs this engine could never carry (e.g. over an SQS
         queue's ``MaximumMessageSize``). The facade calls it before it writes an outbox row,
-        so a job refused later by the relay is refused now instead, with nothing written."""
+        so a job refused later by the relay is refused now instead, with nothing written.
+        It must not fail because the engine is unreachable: the outbox is there for that."""
 
     # -- leasing -------------------------------------------------------------------------
     @abstractmethod

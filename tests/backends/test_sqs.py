@@ -23,6 +23,7 @@ from django_blamequeue.backends.sqs.transport import sqs_name
 from django_blamequeue.core.states import State
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.models import OutboxEntry
+from django_blamequeue.outbox import Relay
 from django_blamequeue.records import Ack, Transition
 from django_blamequeue.testing import wait_until
 from tests.servers import MotoServer
@@ -324,6 +325,23 @@ def test_an_enqueue_while_sqs_is_down_fails_and_writes_nothing(
         return got == {first, second}
 
     assert wait_until(both_claimed, 15)
+
+
+def test_an_enqueue_in_a_transaction_while_sqs_is_down_waits_in_the_outbox(
+    configure_sqs: Any, own_moto: MotoServer
+) -> None:
+    b = configure_sqs(ENDPOINT_URL=own_moto.url)
+    own_moto.stop()
+    while b.resilience is not None and b.resilience.breaker.state != "open":
+        with pytest.raises(QueueError):
+            queue.enqueue("outage", {}, backend="sqs")
+    with transaction.atomic(using=b.db):  # neither SQS nor the open breaker is asked
+        job_id = queue.enqueue("outage", {"kept": True}, backend="sqs").job_id
+    assert OutboxEntry.objects.using(b.db).filter(job_id=job_id, sent_at=None).count() == 1
+    own_moto.start()
+    assert Relay().run_once().sent == 1
+    [c] = b.claim(["outage"], 10, 30)
+    assert c.job_id == job_id and OutboxEntry.objects.using(b.db).count() == 0
 
 
 # -- deployment check -------------------------------------------------------------------------

@@ -44,7 +44,14 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
     # -- enqueue ---------------------------------------------------------------------------
     def check_jobs(self, jobs: Sequence[NewJob]) -> None:
         """``PAYLOAD_TOO_LARGE`` for a job whose message cannot fit its queue (created on
-        demand to read its ``MaximumMessageSize``); nothing is written."""
+        demand to read its ``MaximumMessageSize``), before an outbox row is written. While
+        SQS cannot be asked, the check waits for the relay's send (the outbox is for that)."""
+        try:
+            self._check_sizes(jobs)
+        except UNAVAILABLE:
+            return
+
+    def _check_sizes(self, jobs: Sequence[NewJob]) -> None:
         for job in jobs:
             messages.check_size(job, self.transport.queue(job.queue))
 
@@ -64,7 +71,7 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
         """
         if not jobs:
             return []
-        self.check_jobs(jobs)
+        self._check_sizes(jobs)
         if self.connection.in_atomic_block:
             t = self._now(now)
             answer, inserted = self._insert(jobs, t)
