@@ -9,7 +9,8 @@ its jobs started and finished. ``run()`` drives the same phases for every one of
 2. single enqueues, one call after the other from one thread;
 3. bulk enqueues (where the library has a bulk call), then the drain of those N jobs by the
    variant's worker processes, timed from the first start to the last finish;
-4. enqueue→start latency with 2 idle workers: jobs enqueued one at a time at a steady pace.
+4. enqueue→start latency with the variant's workers idle: jobs enqueued one at a time at a
+   steady pace.
 
 Every worker is a separate OS process started here and stopped by its pid. This module imports
 only the standard library: it runs under the project's .venv and the peers' venv alike.

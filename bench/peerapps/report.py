@@ -233,9 +233,9 @@ def generated_section(report: dict[str, Any]) -> str:
         + ", ".join(f"`{p}`" for p in report["pins"])
         + ".",
         f"- Workload: N = {cfg['n']:,} no-op jobs; bulk calls of {cfg['batch']:,}; single "
-        f"enqueues from one thread; drains by 2 worker processes ({cfg['concurrency']} slots "
-        f"each where the library has slots); latency: {cfg['latency_jobs']} jobs one every "
-        f"{cfg['latency_interval'] * 1000:g} ms with 2 idle worker processes.",
+        f"enqueues from one thread; drains by the row's worker processes ({cfg['concurrency']} "
+        f"slots each where the library has slots); latency: {cfg['latency_jobs']} jobs one "
+        f"every {cfg['latency_interval'] * 1000:g} ms to the same worker processes, idle.",
         "",
         markdown_table(HEADER, main_rows(report)),
         "",
