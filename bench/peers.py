@@ -42,6 +42,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.peerapps.harness import log  # noqa: E402
+from bench.peerapps.rounds import busy_cpu, merge, own_cpu  # noqa: E402
 
 VENV = ROOT / ".tmp" / "bench-peers" / "venv"
 RESULTS = ROOT / "bench" / "results" / "peers.json"
@@ -136,11 +137,16 @@ def machine() -> dict[str, Any]:
 
 # ------------------------------------------------------------------------ one contender
 def run_contender(
-    key: str, python: str, env: dict[str, str], cfg: dict[str, Any]
+    key: str, python: str, env: dict[str, str], cfg: dict[str, Any], server_pids: list[int]
 ) -> dict[str, Any]:
-    """Run one contender's child; its result, or {"error": why} with the tail of its stderr."""
+    """Run one contender's child; its result, or {"error": why} with the tail of its stderr.
+
+    Also measures what the rest of the machine did meanwhile: the CPU every process spent
+    busy, less this benchmark's own (its children, their workers, its servers), in cores.
+    """
     load0 = os.getloadavg()
     started = time.perf_counter()
+    busy0, own0 = busy_cpu(), own_cpu(server_pids)
     proc = subprocess.Popen(
         [python, "-m", "bench.peerapps.workload", key, json.dumps(cfg)],
         env=env,
@@ -169,9 +175,12 @@ def run_contender(
         out = json.loads(lines[-1][len("RESULT ") :])
     else:
         out = {"key": key, "error": f"exit {proc.returncode}: " + " / ".join(tail)}
+    wall = time.perf_counter() - started
+    others = (busy_cpu() - busy0) - (own_cpu(server_pids) - own0)
     out["loadavg_start"] = load0
     out["loadavg_end"] = os.getloadavg()
-    out["elapsed_s"] = time.perf_counter() - started
+    out["elapsed_s"] = wall
+    out["others_cpu"] = max(0.0, others / wall)
     return out
 
 
@@ -188,6 +197,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-jobs", type=int, default=200)
     parser.add_argument("--latency-interval", type=float, default=0.02, help="seconds")
     parser.add_argument("--only", default="", help="comma-separated contender keys")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="rounds of every contender, order reversed every other round; each measurement "
+        "keeps its best round (default 2)",
+    )
     parser.add_argument("--setup", action="store_true", help="create the peers' venv and stop")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     args = parser.parse_args(argv)
@@ -210,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         "latency_jobs": args.latency_jobs,
         "latency_interval": args.latency_interval,
         "drain_timeout": 900,
+        "rounds": args.rounds,
     }
     report: dict[str, Any] = {
         "command": (
@@ -219,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "pins": list(PINS),
         "peer_venv": peer_versions,
-        "contenders": [],
+        "rounds": [],
     }
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bq-peers-") as tmp:
@@ -252,26 +269,35 @@ def main(argv: list[str] | None = None) -> int:
             clean = {
                 k: v for k, v in os.environ.items() if not k.startswith(("BENCH_", "BLAMEQUEUE_"))
             }
-            for key in keys:
-                interpreter, templates = CONTENDERS[key]
-                if interpreter == "peers" and peer_versions is None:
-                    report["contenders"].append({"key": key, "error": venv_error})
-                    continue
-                env = {
-                    **clean,
-                    **{k: v.format(**urls) for k, v in templates.items()},
-                    "BENCH_PG_PID": str(pg.pid),
-                    "BENCH_REDIS_PID": str(rd.pid),
-                    "PYTHONPATH": str(ROOT),
-                }
-                python = (
-                    sys.executable if interpreter == "project" else str(VENV / "bin" / "python")
-                )
-                log(f"{key}: running (load average {os.getloadavg()[0]:.1f})")
-                report["contenders"].append(run_contender(key, python, env, cfg))
+            for r in range(args.rounds):
+                order = keys if r % 2 == 0 else keys[::-1]
+                results: dict[str, dict[str, Any]] = {}
+                for key in order:
+                    interpreter, templates = CONTENDERS[key]
+                    if interpreter == "peers" and peer_versions is None:
+                        results[key] = {"key": key, "error": venv_error}
+                        continue
+                    env = {
+                        **clean,
+                        **{k: v.format(**urls) for k, v in templates.items()},
+                        "BENCH_PG_PID": str(pg.pid),
+                        "BENCH_REDIS_PID": str(rd.pid),
+                        "PYTHONPATH": str(ROOT),
+                    }
+                    python = (
+                        sys.executable if interpreter == "project" else str(VENV / "bin" / "python")
+                    )
+                    log(
+                        f"round {r + 1}/{args.rounds}, {key}: running "
+                        f"(load average {os.getloadavg()[0]:.1f})"
+                    )
+                    pids = [pid for pid in (pg.pid, rd.pid) if pid]
+                    results[key] = run_contender(key, python, env, cfg, pids)
+                report["rounds"].append([results[k] for k in keys])
         finally:
             rd.stop()
             pg.stop()
+    report["contenders"] = merge(report["rounds"])
     report["elapsed_s"] = time.perf_counter() - started
     report["finished"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
 

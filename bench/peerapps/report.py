@@ -54,7 +54,9 @@ def entries(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "server_cpu": server,
                     "cpu": drain["worker_cpu_us"] + server,
                     "has_bulk": c["bulk_api"] is not None,
-                    "load": (c["loadavg_start"][0], c["loadavg_end"][0]),
+                    "load": [(a[0], b[0]) for a, b in c.get("loadavg", [])],
+                    "others": c.get("others_cpu", []),
+                    "rounds": row.get("rounds", []),
                     # Slower to drain than the latency run's arrival rate: a growing queue.
                     "saturated": get(row, "latency", "interval_ms") is not None
                     and drain["rate"] < 1000 / row["latency"]["interval_ms"],
@@ -84,7 +86,7 @@ def main_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
                 rate(e["drain"]),
                 lat,
                 f"{e['worker_cpu']:,.0f} + {e['server_cpu']:,.0f}",
-                f"{e['load'][0]:.1f} → {e['load'][1]:.1f}" if e["first"] else "",
+                machine_cells(e) if e["first"] else "",
             )
         )
     for c in report["contenders"]:
@@ -92,6 +94,46 @@ def main_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
             rows.append((c.get("label", c["key"]), "could not run", *["—"] * 5, c["error"][:80]))
     return rows
 
+
+def machine_cells(e: dict[str, Any]) -> str:
+    """Per round: load average at the start → end, and the other processes' CPU (cores)."""
+    return " · ".join(
+        f"{a:.1f}→{b:.1f} / {o:.2f}" for (a, b), o in zip(e["load"], e["others"], strict=True)
+    )
+
+
+def round_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
+    """Every round's own figures, to show how far apart the rounds were."""
+
+    def each(values: list[float | None], f: Callable[[float], str]) -> str:
+        return " · ".join("—" if v is None else f(v) for v in values)
+
+    rows = []
+    for e in entries(report):
+        r = e["rounds"]
+        rows.append(
+            (
+                e["label"],
+                e["setup"],
+                each([x["bulk"] for x in r], rate) if e["first"] else "",
+                each([x["single"] for x in r], rate) if e["first"] else "",
+                each([x["drain"] for x in r], rate),
+                each([x["p50"] for x in r], lambda v: f"{v:.1f}"),
+                each([x["cpu"] for x in r], rate),
+            )
+        )
+    return rows
+
+
+ROUND_HEADER = (
+    "contender",
+    "workers",
+    "bulk enqueue/s",
+    "single enqueue/s",
+    "drain jobs/s",
+    "p50 (ms)",
+    "CPU µs/job",
+)
 
 HEADER = (
     "contender",
@@ -101,7 +143,7 @@ HEADER = (
     "drain jobs/s",
     "p50 / p99 enqueue→start (ms)",
     "CPU µs/job: workers + servers",
-    "load avg start → end",
+    "per round: load avg start→end / others' CPU (cores)",
 )
 
 #: (label, entry field, higher is better, entries that compete).
@@ -189,7 +231,13 @@ def text_table(report: dict[str, Any]) -> str:
         fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))  # noqa: E731
         return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)])
 
-    return plain(main_rows(report), HEADER) + "\n\n" + plain(ratio_rows(report), RATIO_HEADER)
+    return "\n\n".join(
+        [
+            plain(main_rows(report), HEADER),
+            plain(round_rows(report), ROUND_HEADER),
+            plain(ratio_rows(report), RATIO_HEADER),
+        ]
+    )
 
 
 def method_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -237,6 +285,12 @@ def generated_section(report: dict[str, Any]) -> str:
         f"slots each where the library has slots); latency: {cfg['latency_jobs']} jobs one "
         f"every {cfg['latency_interval'] * 1000:g} ms to the same worker processes, idle.",
         "",
+        f"Best of {cfg.get('rounds', 1)} round(s) per measurement (the order of the "
+        "contenders reversed every other round); every round's figures are in the second "
+        "table. Last column, per round: the load average when the contender started → ended, "
+        "and the CPU the machine's *other* processes used meanwhile, in cores (the busy time "
+        "of every CPU less this benchmark's own processes and servers, over the wall time).",
+        "",
         markdown_table(HEADER, main_rows(report)),
         "",
         f"† This setup drains fewer than the {1 / cfg['latency_interval']:g} jobs/s "
@@ -247,6 +301,10 @@ def generated_section(report: dict[str, Any]) -> str:
         "throughput, below 1 for latency and CPU; drain and CPU compare 2-process setups only):",
         "",
         markdown_table(RATIO_HEADER, ratio_rows(report)),
+        "",
+        "Each round's own figures (round 1 · round 2 …):",
+        "",
+        markdown_table(ROUND_HEADER, round_rows(report)),
         "",
         "How each figure was taken:",
         "",
@@ -329,7 +387,8 @@ def write_plot(report: dict[str, Any]) -> None:
     m = report["machine"]
     fig.suptitle(
         f"No-op jobs, N = {report['config']['n']:,}, one run on {m['nproc']} shared CPUs · "
-        f"{report['finished']} (log scales)",
+        f"{report['finished']} · best of {report['config'].get('rounds', 1)} round(s) "
+        "(log scales)",
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0.05, 1, 1))

@@ -48,7 +48,7 @@ class RQ(Contender):
     )
     variants = (
         Variant("2", "2 × `rq worker` (forks a work horse per job)", 2, {"cls": None}),
-        Variant("8", "8 × `rq worker`", 8, {"cls": None}),
+        Variant("4", "4 × `rq worker`", 4, {"cls": None}),
         Variant(
             "simple",
             "2 × `rq worker -w rq.worker.SimpleWorker` (no fork)",

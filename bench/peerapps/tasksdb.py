@@ -33,7 +33,7 @@ class TasksDB(Contender):
     )
     variants = (
         Variant("2", "2 × `db_worker` (one task at a time each)", 2),
-        Variant("8", "8 × `db_worker`", 8),
+        Variant("4", "4 × `db_worker`", 4),
     )
 
     def __init__(self, cfg: dict[str, Any]) -> None:
