@@ -206,7 +206,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--setup", action="store_true", help="create the peers' venv and stop")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="measure nothing: rewrite the page and the plot from bench/results/peers.json",
+    )
     args = parser.parse_args(argv)
+    if args.render:
+        from bench.peerapps import report as render
+
+        saved = json.loads(RESULTS.read_text())
+        print(render.text_table(saved))
+        render.write_doc(saved)
+        render.write_plot(saved)
+        return 0
 
     try:
         peer_versions: dict[str, str] | None = setup_venv()

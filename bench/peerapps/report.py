@@ -171,7 +171,7 @@ def who(e: dict[str, Any] | None, field: str) -> str:
     """A peer's figure and name, with its worker setup unless it is the contender's first."""
     if e is None:
         return "—"
-    setup = "" if e["first"] else f", {e['setup']}"
+    setup = "" if e["first"] else f", {e['setup'].split(' (')[0]}"
     return f"{fmt(field, e[field])} ({e['label']}{setup})"
 
 
@@ -269,8 +269,8 @@ def generated_section(report: dict[str, Any]) -> str:
         f"Run of {report['finished']} (`{report['command']}`, {report['elapsed_s']:.0f} s).",
         "",
         f"- Machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB memory, Linux "
-        f"{m['kernel']}, shared with other engineers' test runs: the load average at the start "
-        "and end of each contender is in the table.",
+        f"{m['kernel']}, shared with other engineers' test runs: the load on it while each "
+        "contender ran is in the table.",
         f"- PostgreSQL {pg.get('server_version', '?')} (fsync={pg.get('fsync', '?')}, "
         f"synchronous_commit={pg.get('synchronous_commit', '?')}, "
         f"shared_buffers={pg.get('shared_buffers', '?')}) and Redis {rd.get('version', '?')} "
@@ -293,12 +293,24 @@ def generated_section(report: dict[str, Any]) -> str:
         "",
         markdown_table(HEADER, main_rows(report)),
         "",
-        f"† This setup drains fewer than the {1 / cfg['latency_interval']:g} jobs/s "
-        "the latency run enqueues: the queue grows during that run, and the figure measures "
-        "the wait behind it rather than an idle worker's wake-up.",
-        "",
+        *[
+            f"- {c.get('label', c['key'])}: a round failed and is left out: {err}"
+            for c in report["contenders"]
+            for err in c.get("errors", [])
+        ],
+        *(
+            [
+                f"† This setup drains fewer than the {1 / cfg['latency_interval']:g} jobs/s "
+                "the latency run enqueues: the queue grows during that run, and the figure "
+                "measures the wait behind it rather than an idle worker's wake-up.",
+                "",
+            ]
+            if any(e["saturated"] for e in entries(report))
+            else []
+        ),
         "Each contender's figures against the best peer's (a ratio above 1 is better for "
-        "throughput, below 1 for latency and CPU; drain and CPU compare 2-process setups only):",
+        "throughput, below 1 for latency and CPU; drain, latency and CPU compare 2-process setups "
+        "only):",
         "",
         markdown_table(RATIO_HEADER, ratio_rows(report)),
         "",
