@@ -8,6 +8,7 @@ is a redelivery: it records whose effect it found and succeeds without doing the
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from typing import Any
@@ -35,13 +36,10 @@ STORE = (
 
 
 def hold_gil(seconds: float) -> None:
-    """Keep the interpreter busy in C without releasing the GIL: the worker's main thread
-    cannot renew its leases meanwhile (a handler that starves its heartbeat)."""
-    n = 20_000_000  # the calibration is part of the hold
-    start = time.perf_counter()
-    sum(range(n))
-    per = (time.perf_counter() - start) / n
-    sum(range(int(max(0.0, seconds - n * per) / per)))
+    """Sleep without releasing the GIL (libc's ``usleep`` through ``ctypes.PyDLL``, which
+    keeps the GIL across the call): the worker's main thread cannot renew its leases
+    meanwhile, as with a handler stuck in C code that holds the GIL."""
+    ctypes.PyDLL(None).usleep(int(seconds * 1_000_000))
 
 
 @job(queue=QUEUE, name="procapp.effect")

@@ -101,10 +101,11 @@ def breaker() -> str:
 def test_a_duplicate_delivery_refuses_the_late_ack_and_a_job_always_stalling_ends_in_the_dlq(
     sqs: dict[str, Any], processes: Processes, report: Report
 ) -> None:
-    """Lease (and visibility) 1 s; the handler holds its worker 3 s without a heartbeat. The
-    message comes back after 2 s and another worker takes the job over; the first worker's
-    late ack is refused. ``once`` stalls on its first attempt only; ``always`` on every one,
-    until the stall cap (MAX_STALLED_COUNT 1) fails it into the DLQ."""
+    """Lease 1 s (visibility 2 s); the handler holds its worker 3 s without a heartbeat. The
+    message comes back and another worker takes the job over; the first worker's late ack is
+    refused. ``once`` stalls on its first attempt only; ``always`` on every one, until the
+    stall cap (``MAX_STALLED_COUNT`` 2 here: a loaded machine may stall a quick attempt on a
+    1 s lease too) fails it into the DLQ."""
     hold = {"hold_gil": 3}
     once = queue.enqueue(
         QUEUE, {**hold, "hold_attempts": 1}, name="procapp.effect", backend="sqs", max_attempts=5
@@ -112,14 +113,15 @@ def test_a_duplicate_delivery_refuses_the_late_ack_and_a_job_always_stalling_end
     always = queue.enqueue(
         QUEUE, {**hold, "hold_attempts": 99}, name="procapp.effect", backend="sqs", max_attempts=5
     ).job_id
-    pool = [worker(processes, sqs, "--concurrency", "1", "--lease", "1") for _ in range(3)]
+    overrides = {**sqs, "MAX_STALLED_COUNT": 2}
+    pool = [worker(processes, overrides, "--concurrency", "1", "--lease", "1") for _ in range(3)]
     start = time.monotonic()
 
     def row(job_id: str) -> dict[str, Any]:
         return dict(ledger().filter(id=job_id).values().get())
 
-    wait_for(lambda: row(once)["state"] == "done", 60, "the first job done")
-    wait_for(lambda: row(always)["state"] == "failed", 60, "the second job in the DLQ")
+    wait_for(lambda: row(once)["state"] == "done", 120, "the first job done")
+    wait_for(lambda: row(always)["state"] == "failed", 120, "the second job in the DLQ")
     wait_for(lambda: processes.stderr_count(f"ack refused for job {once}") >= 1, 30, "late ack")
     wait_for(lambda: messages(dlq=True) == 1, 10, "the DLQ copy in SQS")
     elapsed = time.monotonic() - start
@@ -138,10 +140,10 @@ def test_a_duplicate_delivery_refuses_the_late_ack_and_a_job_always_stalling_end
         dlq_copies_in_sqs=messages(dlq=True),
         s=elapsed,
     )
-    assert (first["attempts"], first["stalls"]) == (2, 1)
+    assert first["attempts"] >= 2 and first["stalls"] >= 1
     assert [e.job_id for e in effects] == [once] and redeliveries(backend().db) == []
     assert lock_lost.filter(job_id=once).count() >= 1
-    assert (last["reason"], last["stalls"]) == ("stalled", 2)
+    assert (last["reason"], last["stalls"]) == ("stalled", 3)
     for w in pool:
         assert w.alive(), w.tail()
         assert w.stop() == 0
@@ -237,7 +239,7 @@ def test_sqs_stopped_mid_run_opens_the_breaker_and_workers_recover_when_it_retur
     queue.enqueue_many(
         QUEUE, [{"sleep": 0.02}] * n_jobs, name="procapp.effect", backend="sqs", max_attempts=20
     )
-    pool = [worker(processes, overrides, "--concurrency", "4", "--lease", "5") for _ in range(2)]
+    pool = [worker(processes, overrides, "--concurrency", "4", "--lease", "10") for _ in range(2)]
     wait_for(lambda: states().get("done", 0) >= 50, 60, "a first part drained")
     own_moto.stop(kill=True)
     down_at = time.monotonic()
@@ -258,7 +260,7 @@ def test_sqs_stopped_mid_run_opens_the_breaker_and_workers_recover_when_it_retur
     time.sleep(2)  # an outage a few seconds long
     own_moto.start()  # empty: queues and messages are gone
     up_at = time.monotonic()
-    wait_for(lambda: states() == {"done": n_jobs}, 120, f"the drain after the restart {states()}")
+    wait_for(lambda: states() == {"done": n_jobs}, 180, "the drain after the restart")
     recovered = time.monotonic() - up_at
     db = backend().db
     effects = SideEffect.objects.using(db).filter(job_id__in=ledger().values("id")).count()

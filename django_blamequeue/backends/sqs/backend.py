@@ -185,7 +185,7 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
         if not leases:
             return frozenset()
         rows = self._renew(leases, seconds, now, "id, receipt_handle, queue, lease_expires_at")
-        self._hide(rows, now)
+        self._hide(rows, now, wait=False)
         renewed = {r[0] for r in rows}
         return frozenset(j for j, _ in leases if j not in renewed)
 
@@ -198,10 +198,13 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
         self._hide(rows.values_list("id", "receipt_handle", "queue", "lease_expires_at"), now)
         return True
 
-    def _hide(self, rows: Iterable[tuple[Any, ...]], now: datetime | None) -> None:
-        """Hide held messages until their lease's end (+1 s). Past SQS's 12-hour cap the
-        change is refused and the message resurfaces: the receive rules hide it again, with
-        a fresh 12 hours, and hand the holder the new receipt handle."""
+    def _hide(
+        self, rows: Iterable[tuple[Any, ...]], now: datetime | None, *, wait: bool = True
+    ) -> None:
+        """Hide held messages until their lease's end (+1 s); ``wait`` False: in the
+        background (``_hide_soon``). Past SQS's 12-hour cap the change is refused and the
+        message resurfaces: the receive rules hide it again, with a fresh 12 hours, and hand
+        the holder the new receipt handle."""
         from ..database.rows import to_dt
 
         t = self._now(now)
@@ -211,7 +214,10 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
             owed.hold(
                 queue, receipt, min(math.ceil((until - t).total_seconds()) + 1, MAX_VISIBILITY)
             )
-        self._follow_up(owed)
+        if wait:
+            self._follow_up(owed)
+        elif owed.visibility:
+            self._hide_soon(owed)
 
     def rescue_expired(
         self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1

@@ -12,6 +12,8 @@ passed. Sending twice is harmless: the receive rules hold or delete a second mes
 from __future__ import annotations
 
 import logging
+import queue as queue_module
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -82,8 +84,12 @@ class SqsBase(LedgerBase):
         self.transport = Transport(config.options)
         self.send_grace = float(config.options.get("SEND_GRACE") or 30.0)
         self._next_refresh = 0.0
+        self._hiding: queue_module.Queue[FollowUps | None] = queue_module.Queue(maxsize=1000)
+        self._hider: threading.Thread | None = None
 
     def close(self) -> None:
+        if self._hider is not None:
+            self._hiding.put(None)
         self.transport.close()
 
     def _notify(self, queues: Sequence[str]) -> None:
@@ -180,19 +186,13 @@ class SqsBase(LedgerBase):
 
     def _queue_gone(self, queue: str) -> None:
         """The queue was deleted or the emulator restarted, taking every message with it:
-        recreate it, mark its pending jobs unsent and send them again now."""
+        recreate it and mark its pending jobs unsent. The send step sends them again on its
+        next pass (in the sweeper's thread: never a worker's loop, which holds leases)."""
         logger.warning("SQS queue for %r is gone; recreating it and re-sending its jobs", queue)
         self.transport.queue(queue)
-        since = self._now(None)
         self.jobs().filter(queue=queue, state=State.PENDING).exclude(sent_at=None).update(
             sent_at=None
         )
-        while True:  # each pass takes rows untouched since ``since``: it ends
-            t = self._now(None)
-            rows = self._take(t, since, CHUNK, queue)
-            if not rows:
-                return
-            self._send_rows(rows, t)
 
     def send_due(self, now: datetime | None = None, limit: int = 500) -> int:
         """The send step: pending jobs with no live message, due within 15 minutes, that no
@@ -267,6 +267,31 @@ class SqsBase(LedgerBase):
             self._copy_to_dlq(owed.to_dlq)
         if owed.send:
             self._send_quietly(owed.send)
+
+    def _hide_soon(self, owed: FollowUps) -> None:
+        """Visibility changes nobody waits for (a renewal's): the ledger already holds the
+        lease, so they go to a background thread and never delay a worker's loop. One that
+        is late or lost only lets the message resurface, to be hidden again by the receive
+        rules. The thread touches SQS only, never the database."""
+        try:
+            self._hiding.put_nowait(owed)
+        except queue_module.Full:
+            logger.info("SQS visibility changes backed up; left to the receive rules")
+            return
+        with self.transport.lock:
+            if self._hider is None or not self._hider.is_alive():
+                self._hider = threading.Thread(
+                    target=self._hide_loop, name="blamequeue-sqs-visibility", daemon=True
+                )
+                self._hider.start()
+
+    def _hide_loop(self) -> None:
+        while (owed := self._hiding.get()) is not None:
+            for queue, changes in owed.visibility.items():
+                try:
+                    self.transport.change_visibility(queue, changes)
+                except Exception as exc:  # a gone queue is noticed by the next receive
+                    logger.info("SQS visibility change on %r failed: %s", queue, exc)
 
     def _quietly(self, queue: str, what: str, call: Any) -> Any:
         try:

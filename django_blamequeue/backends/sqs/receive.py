@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from itertools import count
@@ -96,12 +97,14 @@ class ReceiveOps(SqsBase):
         visibility = min(math.ceil(lease_s) + 1, MAX_VISIBILITY)
         claimed: list[Claimed] = []
         # Messages that lease nothing (a cancelled or purged job's, a duplicate) take up a
-        # receive: receive again while the queues gave all that was asked, a few rounds.
+        # receive: receive again while the queues gave all that was asked, a few rounds,
+        # within a time budget (the worker renews its leases between claims).
+        budget = time.monotonic() + min(1.0, lease_s / 4)
         for _ in range(ROUNDS):
             want = limit - len(claimed)
             got = self._receive(queues, want, visibility)
             claimed += self._lease_received(got, lease_s, now)
-            if len(got) < want or len(claimed) >= limit:
+            if len(got) < want or len(claimed) >= limit or time.monotonic() > budget:
                 break
         return claimed
 

@@ -106,12 +106,12 @@ class Transport:
         self.wait_time = int(options.get("WAIT_TIME_SECONDS") or 0)
         self._client: Any = None
         self._queues: dict[str, QueueInfo] = {}
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
 
     @property
     def client(self) -> Any:
         if self._client is None:
-            with self._lock:
+            with self.lock:
                 if self._client is None:
                     self._client = self._make_client()
         return self._client
