@@ -205,3 +205,54 @@ def test_cancel_flow_without_a_backend_finds_the_flow(backend: str) -> None:
         "dag", [{"name": "a"}, {"name": "b", "depends_on": ["a"]}], backend=backend
     )
     assert queue.cancel_flow(made["flow_id"]) == 2
+
+
+def _node(job_id: str, flow_id: str, depends_on: tuple[str, ...] = ()) -> Any:
+    from dataclasses import replace
+
+    job = queue._new_job(
+        "dag",
+        {},
+        name=None,
+        delay=None,
+        run_at=None,
+        priority=0,
+        max_attempts=None,
+        classification=None,
+        trace_id=None,
+        dedupe_key=None,
+        job_id=job_id,
+    )
+    return replace(job, flow_id=flow_id, blocked=bool(depends_on), depends_on=depends_on)
+
+
+def test_a_flow_delivered_in_batches_waits_for_dependencies_not_stored_yet(
+    backend: str, engine: Backend
+) -> None:
+    """The outbox relay delivers a big flow in pages: a dependant may land before one of its
+    dependencies, or after a dependency already finished. Neither releases it early, and
+    neither leaves it blocked for ever."""
+    from django_blamequeue.core import ids
+
+    flow_id, a, b, c = (ids.new_id() for _ in range(4))
+    engine.enqueue_many([_node(a, flow_id), _node(c, flow_id, (a, b))])  # b not stored yet
+    succeed(engine, claim_one(engine, "dag"))  # a is done; b is still missing
+    assert queue.get_job(c, backend=backend).state == "blocked"  # type: ignore[union-attr]
+    engine.enqueue_many([_node(b, flow_id)])
+    finished = claim_one(engine, "dag")
+    assert finished.job_id == b
+    succeed(engine, finished)
+    assert claim_one(engine, "dag").job_id == c
+
+
+def test_a_dependant_stored_after_its_dependencies_finished_is_pending_at_once(
+    backend: str, engine: Backend
+) -> None:
+    from django_blamequeue.core import ids
+
+    flow_id, a, c = (ids.new_id() for _ in range(3))
+    engine.enqueue_many([_node(a, flow_id)])
+    succeed(engine, claim_one(engine, "dag"))
+    engine.enqueue_many([_node(c, flow_id, (a,))])
+    assert queue.get_job(c, backend=backend).state == "pending"  # type: ignore[union-attr]
+    assert claim_one(engine, "dag").job_id == c

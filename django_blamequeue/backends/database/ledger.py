@@ -235,6 +235,15 @@ class LedgerOps(LedgerBase):
         ]
         if edges:
             FlowDependency.objects.using(self.db).bulk_create(edges, ignore_conflicts=True)
+            # Jobs of one flow may arrive in several batches (the outbox relay pages): a
+            # dependency that already finished releases a dependant stored after it.
+            finished = list(
+                self.jobs()
+                .filter(id__in={e.depends_on_id for e in edges}, state="done")
+                .values_list("id", flat=True)
+            )
+            if finished:
+                self.release_dependants(finished, self._now(None))
         if audited:
             self._audit_enqueue(inserted, events)
 

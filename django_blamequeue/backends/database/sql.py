@@ -254,9 +254,10 @@ def release_dependants(vendor: str, n: int, table: str = JOB) -> str:
 UPDATE {table} SET state = 'pending', available_at = %s, updated_at = %s
 WHERE state = 'blocked'
   AND id IN (SELECT job_id FROM {DEP} WHERE kind = 'dag' AND depends_on_id IN ({ids}))
-  AND NOT EXISTS (
-      SELECT 1 FROM {DEP} d JOIN {table} dj ON dj.id = d.depends_on_id
-      WHERE d.job_id = {table}.id AND d.kind = 'dag' AND dj.state <> 'done')
+  AND NOT EXISTS (  -- a dependency not stored yet (relayed later) is not done either
+      SELECT 1 FROM {DEP} d LEFT JOIN {table} dj ON dj.id = d.depends_on_id
+      WHERE d.job_id = {table}.id AND d.kind = 'dag'
+        AND (dj.state IS NULL OR dj.state <> 'done'))
 RETURNING id, queue
 """
 
