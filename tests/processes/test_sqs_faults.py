@@ -270,7 +270,7 @@ def test_sqs_stopped_mid_run_opens_the_breaker_and_workers_recover_when_it_retur
         outage=f"{up_at - down_at:.1f} s",
         breaker_open_after=f"{failures} failed enqueues",
         fast_fail=f"{fast_ms:.1f} ms",
-        queue_recreated_by=processes.stderr_count("is gone; recreating"),
+        workers_that_recreated_the_queue=processes.stderr_count("is gone; recreating"),
         drained_after_restart=f"{recovered:.1f} s",
         lost=n_jobs - effects,
         done_twice=len(redeliveries(db)),
