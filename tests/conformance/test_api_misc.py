@@ -69,7 +69,8 @@ def test_get_job_answers_none_for_an_unknown_id(backend: str) -> None:
 def test_list_backends_names_each_configured_backend() -> None:
     configured = django_settings.BLAMEQUEUE["BACKENDS"]
     assert queue.list_backends() == [
-        {"name": alias, "protocol": "local", "breaker_state": "closed"} for alias in configured
+        {"name": alias, "protocol": entry["PROTOCOL"], "breaker_state": "closed"}
+        for alias, entry in configured.items()
     ]
 
 
