@@ -26,7 +26,7 @@ from tests.flows.steps import outcome_of, relay, work
 from .redis_support import forget, invariant_problems, shared_url, unique_prefix
 
 pytestmark = [
-    pytest.mark.django_db(transaction=True),
+    pytest.mark.django_db(transaction=True, databases="__all__"),  # the relay visits each
     pytest.mark.usefixtures("quiet_relay"),
 ]
 
