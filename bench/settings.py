@@ -2,8 +2,9 @@
 
 The database comes from ``BENCH_DATABASE_URL``: ``postgres://user@host:port/name`` or
 ``sqlite:////abs/path.sqlite3``. With ``BENCH_REDIS_URL`` the backend is redis instead (the
-database then holds only audit and outbox rows). SQLite is configured exactly like ``testproject`` (rollback
-journal, ``IMMEDIATE`` write transactions, 30 s busy timeout); PostgreSQL runs with fsync on.
+database then holds only audit and outbox rows). SQLite is configured exactly like
+``testproject`` (rollback journal, ``IMMEDIATE`` write transactions, 30 s busy timeout);
+PostgreSQL runs with fsync on.
 Library settings are the defaults (``AUDIT = "operations"``: the happy path writes no audit
 rows), JSON payloads.
 """
