@@ -19,7 +19,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 PYTEST_ARGS ?=
 # PostgreSQL is always started; redis and sqs (moto_server) only where installed. A server
 # that was started must have its tests run (BLAMEQUEUE_TEST_REQUIRE_*): they cannot skip.
-TEST_SERVERS ?= postgres redis
+TEST_SERVERS ?= postgres redis sqs
 
 LINT_PATHS := $(wildcard django_blamequeue tests bench testproject)
 
