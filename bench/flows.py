@@ -2,7 +2,7 @@
 """Parent/child flows on PostgreSQL with 2 worker processes (issue 4, item 10; not a test).
 
     .venv/bin/python bench/flows.py [--wide 10000] [--parents 1000] [--per-parent 10]
-                                    [--concurrency 8] [--no-write]
+                                    [--concurrency 32] [--no-write]
 
 It starts its own PostgreSQL (``tests.servers``, fsync on), creates a fresh database, migrates
 and runs two scenarios with ``--workers`` (2) ``manage.py runworker --no-sweep`` processes —
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parents", type=int, default=1_000)
     parser.add_argument("--per-parent", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--no-write", action="store_true", help="print only; leave the doc alone")
     args = parser.parse_args(argv)

@@ -43,7 +43,7 @@ ADMIN_PREFIX = "system.queue.admin."
 
 #: The happy path of every job: recorded as rows only with ``AUDIT = "all"``.
 HIGH_VOLUME = frozenset(
-    {ENQUEUE, CONSUME_START, CONSUME_SUCCESS, PROGRESS, LEASE_EXTENDED, RELEASE}
+    {ENQUEUE, CONSUME_START, CONSUME_SUCCESS, PROGRESS, LEASE_EXTENDED, RELEASE, FLOW_REPORT}
 )
 
 

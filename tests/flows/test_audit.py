@@ -1,9 +1,12 @@
 """Audit (SPEC §8, issue 4 item 8): flow enqueue, fan-out, child report, settle and cascade are
-audit events — a row (at the default "operations" level) and the ``audit_event`` signal."""
+audit events — the ``audit_event`` signal always, and a row per the ``AUDIT`` level: child
+reports (one per child, the flow's happy path) only with "all", the rest also with the default
+"operations"."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -19,9 +22,11 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 FLOW = "system.queue.flow."
 
 
+@pytest.mark.parametrize("level", ["all", "operations"])
 def test_each_step_of_a_flow_is_an_audit_event_and_a_signal(
-    backend: str, jobs: SimpleNamespace, quiet_relay: None
+    backend: str, jobs: SimpleNamespace, quiet_relay: None, settings: Any, level: str
 ) -> None:
+    settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, "AUDIT": level}
     db = get_backend(backend).db  # type: ignore[attr-defined]
     page = "tests.flows.page"
     with capture_events() as captured:
@@ -47,8 +52,7 @@ def test_each_step_of_a_flow_is_an_audit_event_and_a_signal(
         relay()  # the cascade's report
         work(backend, ["reports"])
     ok, bad, late = (ids.child_id(parent.job_id, k) for k in ("ok", "bad", "late"))
-    rows = list(AuditEvent.objects.using(db).filter(action__startswith=FLOW).order_by("id"))
-    assert [(e.action.removeprefix(FLOW), e.job_id) for e in rows] == [
+    every = [
         ("enqueue", parent.job_id),
         ("fan_out", parent.job_id),
         ("report", ok),
@@ -57,14 +61,23 @@ def test_each_step_of_a_flow_is_an_audit_event_and_a_signal(
         ("cascade", parent.job_id),
         ("report", late),
     ]
-    assert rows[0].data == {"flow_id": parent.job_id, "name": "tests.flows.Report.fail"}
-    assert rows[1].data == {"children": 3}
-    assert [r.data for r in rows if r.action == FLOW + "report"] == [
+    flow_events = [e for e in captured.events if e.action.startswith(FLOW)]
+    assert [(e.action.removeprefix(FLOW), e.job_id) for e in flow_events] == every
+    assert flow_events[0].data == {"flow_id": parent.job_id, "name": "tests.flows.Report.fail"}
+    assert flow_events[1].data == {"children": 3}
+    assert [e.data for e in flow_events if e.action == FLOW + "report"] == [
         {"parent_id": parent.job_id, "state": s} for s in ("done", "failed", "cancelled")
     ]
-    assert rows[4].data == {"children": {"done": 1, "failed": 1, "pending": 1}, "fail_fast": True}
-    signalled = [(e.action, e.job_id) for e in captured.events if e.action.startswith(FLOW)]
-    assert signalled == [(e.action, e.job_id) for e in rows]
+    assert flow_events[4].data == {
+        "children": {"done": 1, "failed": 1, "pending": 1},
+        "fail_fast": True,
+    }
+    rows = list(AuditEvent.objects.using(db).filter(action__startswith=FLOW).order_by("id"))
+    as_rows = [(e.action.removeprefix(FLOW), e.job_id) for e in rows]
+    assert as_rows == (every if level == "all" else [s for s in every if s[0] != "report"])
+    assert [r.data for r in rows] == [
+        e.data for e in flow_events if level == "all" or e.action != FLOW + "report"
+    ]
 
 
 def test_a_fail_fast_cascade_is_audited_with_every_child_it_cancelled(

@@ -60,8 +60,14 @@ def test_a_childs_terminal_ack_writes_its_report_in_the_same_transaction(
     assert dep_of(backend, parent.job_id, "p0").status == "pending"  # until the relay delivers
 
 
+@pytest.fixture
+def audit_all(settings: Any) -> None:
+    """Report events are happy-path volume: rows only with ``AUDIT = "all"``."""
+    settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, "AUDIT": "all"}
+
+
 def test_a_report_delivered_twice_is_recorded_once(
-    backend: str, jobs: SimpleNamespace, quiet_relay: None
+    backend: str, jobs: SimpleNamespace, quiet_relay: None, audit_all: None
 ) -> None:
     b = get_backend(backend)
     parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
@@ -83,7 +89,7 @@ def test_a_report_delivered_twice_is_recorded_once(
 
 
 def test_the_relay_delivering_a_duplicated_row_records_and_settles_once(
-    backend: str, jobs: SimpleNamespace, quiet_relay: None
+    backend: str, jobs: SimpleNamespace, quiet_relay: None, audit_all: None
 ) -> None:
     parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
     work(backend, ["reports"])
