@@ -72,4 +72,3 @@ def test_lease_tokens_are_unguessable_and_distinct() -> None:
     tokens = {ids.new_token() for _ in range(1000)}
     assert len(tokens) == 1000
     assert all(len(t) == 32 for t in tokens)
-
