@@ -73,6 +73,37 @@ def needed(action: str) -> bool:
     return bool(audit_event.receivers) or wanted_as_row(action, get_settings().audit)
 
 
+def ack_events(
+    transition: Any,
+    state: Any,
+    *,
+    job_id: str,
+    queue: str,
+    backend: str,
+    attempt: int,
+    name: str,
+    happy: bool = True,
+) -> list[Event]:
+    """The events of one applied ack (every backend's): ``state`` is where the job went,
+    ``transition`` what the worker decided; ``happy`` False skips the happy-path events
+    (``needed(CONSUME_SUCCESS)`` said nobody wants them)."""
+    t = transition
+    base: dict[str, Any] = {"job_id": job_id, "queue": queue, "backend": backend}
+    base["attempt"] = attempt
+    if state == "done":
+        return [Event(action=CONSUME_SUCCESS, data={"name": name}, **base)] if happy else []
+    if state == "cancelled":
+        return [Event(action=CANCEL, data={"name": name, "while": "running"}, **base)]
+    if state == "pending" and t.give_back_attempt:
+        return [Event(action=RELEASE, data={"name": name}, **base)] if happy else []
+    data = {"name": name, "error": t.error, "reason": t.reason.value if t.reason else None}
+    retry = {"retry_in": t.delay} if state == "pending" else {}
+    events = [Event(action=CONSUME_FAILURE, data={**data, **retry}, **base)]
+    if state == "failed":
+        events.append(Event(action=DLQ_WRITE, data=data, **base))
+    return events
+
+
 def record(events: Iterable[Event], *, using: str | None) -> None:
     """Write rows for ``events`` in the current transaction on ``using``; signal after commit.
 

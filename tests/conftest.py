@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -28,6 +29,20 @@ def postgres_available() -> bool:
 
 def backend_available(alias: str) -> bool:
     return alias in settings.BLAMEQUEUE["BACKENDS"]
+
+
+def isolate(settings: Any, alias: str, tag: str) -> None:
+    """Give backend ``alias`` a key / queue prefix of its own (Redis and SQS keep their data
+    outside the test databases, so a test starts from an empty engine this way, not a flush)."""
+    options = dict(settings.BLAMEQUEUE["BACKENDS"][alias])
+    if "KEY_PREFIX" in options:
+        options["KEY_PREFIX"] = f"{options['KEY_PREFIX']}{tag}"
+    if "QUEUE_PREFIX" in options:
+        options["QUEUE_PREFIX"] = f"{options['QUEUE_PREFIX']}{tag}-"
+    settings.BLAMEQUEUE = {
+        **settings.BLAMEQUEUE,
+        "BACKENDS": {**settings.BLAMEQUEUE["BACKENDS"], alias: options},
+    }
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,7 +14,7 @@ from django.test import Client
 from django_blamequeue import queue
 from django_blamequeue.admin import operations
 from django_blamequeue.models import AuditEvent, Job
-from tests.conftest import backend_available
+from tests.conftest import backend_available, isolate
 
 from .factories import make_failed, make_jobs
 
@@ -30,14 +30,7 @@ def remote(request: pytest.FixtureRequest, settings: Any) -> str:
     alias: str = request.param
     if not backend_available(alias):
         pytest.skip(f"no {alias} server")
-    options = dict(settings.BLAMEQUEUE["BACKENDS"][alias])
-    for key in ("KEY_PREFIX", "QUEUE_PREFIX"):
-        if key in options:
-            options[key] = f"{options[key]}adm{next(_runs)}{'-' if key == 'QUEUE_PREFIX' else ''}"
-    settings.BLAMEQUEUE = {
-        **settings.BLAMEQUEUE,
-        "BACKENDS": {**settings.BLAMEQUEUE["BACKENDS"], alias: options},
-    }
+    isolate(settings, alias, f"adm{next(_runs)}")
     return alias
 
 

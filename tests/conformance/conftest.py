@@ -14,7 +14,7 @@ from django_blamequeue import registry
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.registry import JobDefinition
-from tests.conftest import ALL_BACKENDS, SERVERS, backend_available
+from tests.conftest import ALL_BACKENDS, SERVERS, backend_available, isolate
 
 _names = itertools.count()
 
@@ -58,14 +58,7 @@ def backend(request: pytest.FixtureRequest, settings: SettingsWrapper) -> str:
     alias: str = request.param
     if not backend_available(alias):
         pytest.skip(f"no {SERVERS[alias][1]}")
-    options = dict(settings.BLAMEQUEUE["BACKENDS"][alias])
-    for key in ("KEY_PREFIX", "QUEUE_PREFIX"):
-        if key in options:
-            options[key] = f"{options[key]}c{next(_names)}{'-' if key == 'QUEUE_PREFIX' else ''}"
-    settings.BLAMEQUEUE = {
-        **settings.BLAMEQUEUE,
-        "BACKENDS": {**settings.BLAMEQUEUE["BACKENDS"], alias: options},
-    }
+    isolate(settings, alias, f"c{next(_names)}")
     request.getfixturevalue("transactional_db")
     for marker in request.node.iter_markers("requires"):
         for flag in marker.args:

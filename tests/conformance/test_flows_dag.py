@@ -213,14 +213,6 @@ def _node(job_id: str, flow_id: str, depends_on: tuple[str, ...] = ()) -> Any:
     job = queue._new_job(
         "dag",
         {},
-        name=None,
-        delay=None,
-        run_at=None,
-        priority=0,
-        max_attempts=None,
-        classification=None,
-        trace_id=None,
-        dedupe_key=None,
         job_id=job_id,
     )
     return replace(job, flow_id=flow_id, blocked=bool(depends_on), depends_on=depends_on)

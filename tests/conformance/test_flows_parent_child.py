@@ -93,13 +93,6 @@ def test_a_repeated_enqueue_of_a_child_adds_nothing(
         "pages",
         {"page": 0},
         name=flowjobs.PREFIX + "page",
-        delay=None,
-        run_at=None,
-        priority=0,
-        max_attempts=None,
-        classification=None,
-        trace_id=None,
-        dedupe_key=None,
         job_id=ids.child_id(parent, "p0"),
     )
     engine.enqueue_many([child])

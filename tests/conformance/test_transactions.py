@@ -99,14 +99,6 @@ def test_an_enqueue_of_an_id_that_exists_makes_no_second_job(backend: str, engin
     again = queue._new_job(
         "tx",
         {"n": 2},
-        name=None,
-        delay=None,
-        run_at=None,
-        priority=0,
-        max_attempts=None,
-        classification=None,
-        trace_id=None,
-        dedupe_key=None,
         job_id=job_id,
     )
     engine.enqueue_many([again])

@@ -153,14 +153,6 @@ def test_the_relay_pages_through_the_outbox_in_batches_of_500(
         q._new_job(
             "paged",
             {"n": i},
-            name=None,
-            delay=None,
-            run_at=None,
-            priority=0,
-            max_attempts=None,
-            classification=None,
-            trace_id=None,
-            dedupe_key=None,
         )
         for i in range(1_234)
     ]

@@ -122,7 +122,15 @@ def test_a_duplicate_delivery_refuses_the_late_ack_and_a_job_always_stalling_end
 
     wait_for(lambda: row(once)["state"] == "done", 120, "the first job done")
     wait_for(lambda: row(always)["state"] == "failed", 120, "the second job in the DLQ")
-    wait_for(lambda: processes.stderr_count(f"ack refused for job {once}") >= 1, 30, "late ack")
+    # The stale worker either acks late and is refused (LOCK_LOST), or its heartbeat finds the
+    # lease gone first and it abandons the run: which comes first after the 3 s hold is a race,
+    # and neither lets it change the job.
+    refused, abandoned = f"ack refused for job {once}", f"lost the lease of job {once}"
+
+    def stale_noticed() -> bool:
+        return processes.stderr_count(refused) + processes.stderr_count(abandoned) >= 1
+
+    wait_for(stale_noticed, 30, "the stale worker to be refused or to abandon its run")
     wait_for(lambda: messages(dlq=True) == 1, 10, "the DLQ copy in SQS")
     elapsed = time.monotonic() - start
     first, last = row(once), row(always)
@@ -135,6 +143,7 @@ def test_a_duplicate_delivery_refuses_the_late_ack_and_a_job_always_stalling_end
         runs_of_the_job=first["attempts"],
         side_effects=sum(e.job_id == once for e in effects),
         late_acks_refused=processes.stderr_count("ack refused for job"),
+        stale_runs_abandoned=processes.stderr_count("lost the lease of job"),
         stalling_job=f"{last['state']} ({last['reason']}) after {last['attempts']} runs",
         sqs_receives_of_its_message=last["receive_count"],
         dlq_copies_in_sqs=messages(dlq=True),
@@ -142,7 +151,8 @@ def test_a_duplicate_delivery_refuses_the_late_ack_and_a_job_always_stalling_end
     )
     assert first["attempts"] >= 2 and first["stalls"] >= 1
     assert [e.job_id for e in effects] == [once] and redeliveries(backend().db) == []
-    assert lock_lost.filter(job_id=once).count() >= 1
+    if processes.stderr_count(refused):
+        assert lock_lost.filter(job_id=once).count() >= 1
     assert (last["reason"], last["stalls"]) == ("stalled", 3)
     for w in pool:
         assert w.alive(), w.tail()

@@ -147,31 +147,13 @@ class AckOps(LedgerBase):
                 )
             ]
         _, state, queue, _flow, _parent, attempts, name = row
-        t = a.transition
-        base: dict[str, Any] = {
-            "job_id": a.job_id,
-            "queue": queue,
-            "backend": self.alias,
-            "attempt": attempts,
-        }
-        if state == State.DONE:
-            if not success:
-                return []
-            return [audit.Event(action=audit.CONSUME_SUCCESS, data={"name": name}, **base)]
-        if state == State.CANCELLED:
-            return [
-                audit.Event(action=audit.CANCEL, data={"name": name, "while": "running"}, **base)
-            ]
-        if state == State.PENDING and t.give_back_attempt:
-            return [audit.Event(action=audit.RELEASE, data={"name": name}, **base)]
-        data = {"name": name, "error": t.error, "reason": t.reason.value if t.reason else None}
-        events = [
-            audit.Event(
-                action=audit.CONSUME_FAILURE,
-                data={**data, "retry_in": t.delay} if state == State.PENDING else data,
-                **base,
-            )
-        ]
-        if state == State.FAILED:
-            events.append(audit.Event(action=audit.DLQ_WRITE, data=data, **base))
-        return events
+        return audit.ack_events(
+            a.transition,
+            state,
+            job_id=a.job_id,
+            queue=queue,
+            backend=self.alias,
+            attempt=attempts,
+            name=name,
+            happy=success,
+        )

@@ -165,36 +165,16 @@ class RedisBackend(Operations, FlowOps):
     def _ack_events(
         self, a: Ack, state: State | None, queue: str, attempts: int, name: Any, success: bool
     ) -> list[audit.Event]:
-        t = a.transition
-        base: dict[str, Any] = {
-            "job_id": a.job_id,
-            "queue": queue,
-            "backend": self.alias,
-            "attempt": attempts,
-        }
-        label = name.decode() if isinstance(name, bytes) else name
-        if state == State.DONE:
-            if not success:
-                return []
-            return [audit.Event(action=audit.CONSUME_SUCCESS, data={"name": label}, **base)]
-        if state == State.CANCELLED:
-            data = {"name": label, "while": "running"}
-            return [audit.Event(action=audit.CANCEL, data=data, **base)]
-        if state == State.PENDING and t.give_back_attempt:
-            if not success:
-                return []
-            return [audit.Event(action=audit.RELEASE, data={"name": label}, **base)]
-        data = {"name": label, "error": t.error, "reason": t.reason.value if t.reason else None}
-        events = [
-            audit.Event(
-                action=audit.CONSUME_FAILURE,
-                data={**data, "retry_in": t.delay} if state == State.PENDING else data,
-                **base,
-            )
-        ]
-        if state == State.FAILED:
-            events.append(audit.Event(action=audit.DLQ_WRITE, data=data, **base))
-        return events
+        return audit.ack_events(
+            a.transition,
+            state,
+            job_id=a.job_id,
+            queue=queue,
+            backend=self.alias,
+            attempt=attempts,
+            name=name.decode() if isinstance(name, bytes) else name,
+            happy=success,
+        )
 
     def extend_lease(
         self, job_id: str, token: str, seconds: float, now: datetime | None = None
