@@ -31,6 +31,17 @@ def backend_available(alias: str) -> bool:
     return alias in settings.BLAMEQUEUE["BACKENDS"]
 
 
+def need_server(alias: str) -> None:
+    """Skip a test whose server (``postgres``, ``redis``, ``sqs``) is not running, unless
+    `make test` started it (``BLAMEQUEUE_TEST_REQUIRE_*``): then its absence is a failure."""
+    if backend_available(alias):
+        return
+    name, url_var, require_var = SERVERS[alias]
+    if os.environ.get(require_var) == "1":
+        pytest.fail(f"{name} is required here ({require_var}=1) but {url_var} is not set")
+    pytest.skip(f"no {url_var}")
+
+
 def isolate(settings: Any, alias: str, tag: str) -> None:
     """Give backend ``alias`` a key / queue prefix of its own (Redis and SQS keep their data
     outside the test databases, so a test starts from an empty engine this way, not a flush)."""
@@ -64,8 +75,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def backend(request: pytest.FixtureRequest) -> str:
     """The backend alias under test; the conformance suite runs once per value."""
     alias: str = request.param
-    if not backend_available(alias):
-        pytest.skip(f"no {SERVERS[alias][1]}")
+    need_server(alias)
     request.getfixturevalue("transactional_db")
     return alias
 

@@ -14,7 +14,7 @@ from django.test import Client
 from django_blamequeue import queue
 from django_blamequeue.admin import operations
 from django_blamequeue.models import AuditEvent, Job
-from tests.conftest import backend_available, isolate
+from tests.conftest import isolate, need_server
 
 from .factories import make_failed, make_jobs
 
@@ -28,8 +28,7 @@ _runs = itertools.count()
 def remote(request: pytest.FixtureRequest, settings: Any) -> str:
     """A remote backend with a key / queue prefix of its own for this test."""
     alias: str = request.param
-    if not backend_available(alias):
-        pytest.skip(f"no {alias} server")
+    need_server(alias)
     isolate(settings, alias, f"adm{next(_runs)}")
     return alias
 

@@ -178,10 +178,9 @@ def test_job_list_retry_action_needs_its_permission(client_as: Login) -> None:
 
 
 def test_job_list_reads_the_selected_local_backend(admin_client_: Client) -> None:
-    from tests.conftest import postgres_available
+    from tests.conftest import need_server
 
-    if not postgres_available():
-        pytest.skip("no BLAMEQUEUE_TEST_POSTGRES_URL")
+    need_server("postgres")
     on_pg = make_jobs("pgq", 2, backend="postgres")
     make_jobs("sq", 1)
     assert sorted(listed(admin_client_, "backend=postgres")) == sorted(on_pg)

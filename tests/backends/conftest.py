@@ -12,6 +12,7 @@ from pytest_django import Settings as SettingsWrapper
 
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.sqs import SqsBackend
+from tests.conftest import need_server
 
 _prefixes = itertools.count()
 LEDGERS = ["default", "postgres"]
@@ -28,10 +29,9 @@ def sqs_options(**extra: Any) -> dict[str, Any]:
 def ledger(request: pytest.FixtureRequest) -> str:
     """The Django database that holds the ledger."""
     alias: str = request.param
-    if "sqs" not in settings.BLAMEQUEUE["BACKENDS"]:
-        pytest.skip("no BLAMEQUEUE_TEST_SQS_URL")
-    if alias not in settings.DATABASES:
-        pytest.skip("no BLAMEQUEUE_TEST_POSTGRES_URL")
+    need_server("sqs")
+    if alias == "postgres":
+        need_server("postgres")
     return alias
 
 

@@ -22,6 +22,7 @@ from django_blamequeue.backends.redis import RedisBackend
 from django_blamequeue.core import ids, lifecycle
 from django_blamequeue.records import Ack, NewJob
 from django_blamequeue.serializers import encode
+from tests.conftest import need_server
 
 _serial = itertools.count()
 Make = Callable[..., RedisBackend]
@@ -38,10 +39,8 @@ _ZSETS = {
 
 
 def shared_url() -> str:
-    url = os.environ.get("BLAMEQUEUE_TEST_REDIS_URL", "")
-    if not url:
-        pytest.skip("no BLAMEQUEUE_TEST_REDIS_URL")
-    return url
+    need_server("redis")
+    return os.environ["BLAMEQUEUE_TEST_REDIS_URL"]
 
 
 def unique_prefix(tag: str = "t") -> str:
@@ -51,15 +50,12 @@ def unique_prefix(tag: str = "t") -> str:
 @contextmanager
 def own_redis(appendonly: str = "no", extra_config: Sequence[str] = ()) -> Iterator[Any]:
     """A redis-server of the test's own (so it may be reconfigured, killed or restarted)."""
-    from tests.servers import RedisServer, ServerError
+    from tests.servers import RedisServer
     from tests.settings import TMP
 
     base = Path(tempfile.mkdtemp(prefix="redis-", dir=TMP))
-    try:
-        server = RedisServer(base, appendonly=appendonly, extra_config=extra_config)  # type: ignore[arg-type]
-    except ServerError as exc:
-        shutil.rmtree(base, ignore_errors=True)
-        pytest.skip(str(exc))
+    need_server("redis")  # where one Redis runs, redis-server is installed
+    server = RedisServer(base, appendonly=appendonly, extra_config=extra_config)  # type: ignore[arg-type]
     server.start()
     try:
         yield server

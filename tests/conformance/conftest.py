@@ -14,7 +14,7 @@ from django_blamequeue import registry
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.registry import JobDefinition
-from tests.conftest import ALL_BACKENDS, SERVERS, backend_available, isolate
+from tests.conftest import ALL_BACKENDS, isolate, need_server
 
 _names = itertools.count()
 
@@ -56,8 +56,7 @@ def backend(request: pytest.FixtureRequest, settings: SettingsWrapper) -> str:
     backend's capability flag is False (e.g. SQS cannot move its delivery clock).
     """
     alias: str = request.param
-    if not backend_available(alias):
-        pytest.skip(f"no {SERVERS[alias][1]}")
+    need_server(alias)
     isolate(settings, alias, f"c{next(_names)}")
     request.getfixturevalue("transactional_db")
     for marker in request.node.iter_markers("requires"):

@@ -24,10 +24,9 @@ pytestmark = [
 
 @pytest.fixture
 def needs_postgres() -> None:
-    from tests.conftest import postgres_available
+    from tests.conftest import need_server
 
-    if not postgres_available():
-        pytest.skip("no BLAMEQUEUE_TEST_POSTGRES_URL")
+    need_server("postgres")
 
 
 def outbox(db: str, kind: str) -> list[OutboxEntry]:

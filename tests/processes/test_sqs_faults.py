@@ -26,6 +26,7 @@ from django_blamequeue.backends.sqs import SqsBackend
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.models import AuditEvent, OutboxEntry, SqsJob
 from django_blamequeue.outbox import Relay
+from tests.conftest import need_server
 from tests.procapp.jobs import QUEUE
 from tests.procapp.models import SideEffect
 from tests.servers import MotoServer
@@ -41,8 +42,7 @@ _runs = itertools.count()
 def sqs(settings: SettingsWrapper) -> Iterator[dict[str, Any]]:
     """Settings for this test and its workers: the "sqs" backend on a queue prefix of its
     own, sweeping often. Yields the ``BLAMEQUEUE`` overrides to hand to worker processes."""
-    if "sqs" not in settings.BLAMEQUEUE["BACKENDS"]:
-        pytest.skip("no BLAMEQUEUE_TEST_SQS_URL")
+    need_server("sqs")
     yield _configure(settings)
 
 
@@ -242,8 +242,7 @@ def own_moto(tmp_path: Path) -> Iterator[MotoServer]:
 def test_sqs_stopped_mid_run_opens_the_breaker_and_workers_recover_when_it_returns(
     settings: SettingsWrapper, own_moto: MotoServer, processes: Processes, report: Report
 ) -> None:
-    if "sqs" not in settings.BLAMEQUEUE["BACKENDS"]:
-        pytest.skip("no BLAMEQUEUE_TEST_SQS_URL")
+    need_server("sqs")
     overrides = _configure(settings, ENDPOINT_URL=own_moto.url)
     n_jobs = 300
     queue.enqueue_many(
