@@ -73,6 +73,23 @@ def needed(action: str) -> bool:
     return bool(audit_event.receivers) or wanted_as_row(action, get_settings().audit)
 
 
+def start_events(claimed: Iterable[Any], backend: str) -> list[Event]:
+    """``consume.start`` for each claimed job (every backend's), or nothing if nobody wants it."""
+    if not needed(CONSUME_START):
+        return []
+    return [
+        Event(
+            action=CONSUME_START,
+            job_id=c.job_id,
+            queue=c.queue,
+            backend=backend,
+            attempt=c.attempt,
+            data={"name": c.name},
+        )
+        for c in claimed
+    ]
+
+
 def ack_events(
     transition: Any,
     state: Any,

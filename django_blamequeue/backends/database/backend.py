@@ -103,21 +103,8 @@ class DatabaseBackend(LocalBase, LedgerOps, AckOps, ListingOps, ChildOps, FlowOp
             claimed.sort(
                 key=lambda c: (-c.priority, c.available_at or c.lease_expires_at, c.job_id)
             )
-            if claimed and audit.needed(audit.CONSUME_START):
-                audit.record(
-                    [
-                        audit.Event(
-                            action=audit.CONSUME_START,
-                            job_id=c.job_id,
-                            queue=c.queue,
-                            backend=self.alias,
-                            attempt=c.attempt,
-                            data={"name": c.name},
-                        )
-                        for c in claimed
-                    ],
-                    using=self.db,
-                )
+            if claimed:
+                audit.record(audit.start_events(claimed, self.alias), using=self.db)
         return claimed
 
     def apply_many(self, acks: Sequence[Ack], now: datetime | None = None) -> list[AckResult]:

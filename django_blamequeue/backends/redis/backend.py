@@ -81,23 +81,8 @@ class RedisBackend(Operations, FlowOps):
         spec = self._claim_spec(queues, limit, lease_s)
         reply = self._run("claim", spec, now=now, after=False)
         claimed = claimed_from(reply.result)
-        self._after([reply], self._start_events(claimed))
+        self._after([reply], audit.start_events(claimed, self.alias))
         return claimed
-
-    def _start_events(self, claimed: Sequence[Claimed]) -> list[audit.Event]:
-        if not claimed or not audit.needed(audit.CONSUME_START):
-            return []
-        return [
-            audit.Event(
-                action=audit.CONSUME_START,
-                job_id=c.job_id,
-                queue=c.queue,
-                backend=self.alias,
-                attempt=c.attempt,
-                data={"name": c.name},
-            )
-            for c in claimed
-        ]
 
     @staticmethod
     def _ack_batch(acks: Sequence[Ack], blobs: Blobs) -> list[Any]:
@@ -131,7 +116,9 @@ class RedisBackend(Operations, FlowOps):
         reply = self._run("ack_claim", spec, blobs, now, after=False)
         rows, claimed_rows = reply.result
         claimed = claimed_from(claimed_rows)
-        return self._acked(acks, ack_rows(rows), reply, self._start_events(claimed)), claimed
+        return self._acked(
+            acks, ack_rows(rows), reply, audit.start_events(claimed, self.alias)
+        ), claimed
 
     def _acked(
         self,

@@ -243,21 +243,8 @@ class ReceiveOps(SqsBase):
         return self._claim_messages(again, lease_s, t) if again else []
 
     def _audit_starts(self, claimed: Sequence[Claimed]) -> None:
-        if claimed and audit.needed(audit.CONSUME_START):
-            audit.record(
-                [
-                    audit.Event(
-                        action=audit.CONSUME_START,
-                        job_id=c.job_id,
-                        queue=c.queue,
-                        backend=self.alias,
-                        attempt=c.attempt,
-                        data={"name": c.name},
-                    )
-                    for c in claimed
-                ],
-                using=self.db,
-            )
+        if claimed:
+            audit.record(audit.start_events(claimed, self.alias), using=self.db)
 
 
 def _seconds(until: datetime | None, t: datetime) -> int:
