@@ -90,6 +90,11 @@ def start_events(claimed: Iterable[Any], backend: str) -> list[Event]:
     ]
 
 
+def lock_lost(job_id: str, backend: str, wanted: str) -> Event:
+    """An ack refused for a stale lease token (``LOCK_LOST``): nothing changed."""
+    return Event(action=LOCK_LOST, job_id=job_id, backend=backend, data={"wanted": wanted})
+
+
 def ack_events(
     transition: Any,
     state: Any,

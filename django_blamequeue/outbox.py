@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -165,23 +165,21 @@ class Relay:
     ) -> None:
         from .models import OutboxEntry
 
-        try:
-            self._deliver(db, kind, alias, group)
-            report.sent += len(group)
-            return
-        except Exception:  # isolate: one bad row must not block the rest
-            pass
-        for row in group:
-            try:
-                self._deliver(db, kind, alias, [row])
-                report.sent += 1
-            except Exception as exc:
-                report.skipped += 1
-                metrics.outbox_skipped(alias, kind)
-                logger.warning("outbox row %s (%s → %s) skipped: %s", row.id, kind, alias, exc)
-                OutboxEntry.objects.using(db).filter(id=row.id).update(
-                    attempts=row.attempts + 1, last_error=str(exc)[:2000]
-                )
+        def failed(row: Any, error: str) -> None:
+            OutboxEntry.objects.using(db).filter(id=row.id).update(
+                attempts=row.attempts + 1, last_error=error
+            )
+
+        sent, skipped = deliver_isolated(
+            kind,
+            alias,
+            group,
+            lambda rows: self._deliver(db, kind, alias, rows),
+            failed,
+            lambda row: f"row {row.id}",
+        )
+        report.sent += sent
+        report.skipped += skipped
 
     def _deliver(self, db: str, kind: str, alias: str, rows: list[Any]) -> None:
         """Deliver and delete in a savepoint of the page's transaction on ``db``.
@@ -190,18 +188,53 @@ class Relay:
         the target commits first: a crash before our commit delivers again, and the target
         records it once (jobs by their id, reports by ``status = 'pending'``).
         """
-        from .backends import get_backend
         from .models import OutboxEntry
 
-        target = get_backend(alias)
         with transaction.atomic(using=db):
-            if kind == "report":
-                target.deliver_reports([report_from_body(r.body) for r in rows])
-            elif kind == "enqueue":
-                target.enqueue_many([job_from_body(r.body) for r in rows])
-            else:
-                raise ValueError(f"unknown outbox kind {kind!r}")
+            send(kind, alias, [r.body for r in rows])
             OutboxEntry.objects.using(db).filter(id__in=[r.id for r in rows]).delete()
+
+
+def send(kind: str, alias: str, bodies: Sequence[dict[str, Any]]) -> None:
+    """Deliver outbox bodies of one ``kind`` to backend ``alias`` (idempotent at the target)."""
+    from .backends import get_backend
+
+    target = get_backend(alias)
+    if kind == "report":
+        target.deliver_reports([report_from_body(b) for b in bodies])
+    elif kind == "enqueue":
+        target.enqueue_many([job_from_body(b) for b in bodies])
+    else:
+        raise ValueError(f"unknown outbox kind {kind!r}")
+
+
+def deliver_isolated[T](
+    kind: str,
+    alias: str,
+    group: Sequence[T],
+    deliver: Callable[[list[T]], None],
+    failed: Callable[[T, str], None],
+    label: Callable[[T], object],
+) -> tuple[int, int]:
+    """Deliver a group at once; if that fails, entry by entry, so one bad entry is logged,
+    counted, marked (``failed``) and left for the next pass, never blocking the rest. Every
+    relay (the outbox table's, an engine's own) goes through here. Answers (sent, skipped)."""
+    try:
+        deliver(list(group))
+        return len(group), 0
+    except Exception:  # isolate: retried entry by entry below
+        pass
+    sent = skipped = 0
+    for entry in group:
+        try:
+            deliver([entry])
+            sent += 1
+        except Exception as exc:
+            skipped += 1
+            metrics.outbox_skipped(alias, kind)
+            logger.warning("outbox %s (%s → %s) skipped: %s", label(entry), kind, alias, exc)
+            failed(entry, f"{type(exc).__name__}: {exc}"[:2000])
+    return sent, skipped
 
 
 _nudge_lock = threading.Lock()

@@ -138,14 +138,7 @@ class AckOps(LedgerBase):
     ) -> list[audit.Event]:
         """The audit events of one ack; ``success``: is a done ack's event wanted at all."""
         if row is None:
-            return [
-                audit.Event(
-                    action=audit.LOCK_LOST,
-                    job_id=a.job_id,
-                    backend=self.alias,
-                    data={"wanted": a.transition.state.value},
-                )
-            ]
+            return [audit.lock_lost(a.job_id, self.alias, a.transition.state.value)]
         _, state, queue, _flow, _parent, attempts, name = row
         return audit.ack_events(
             a.transition,

@@ -136,32 +136,21 @@ class RedisBackend(Operations, FlowOps):
             state = State(row[2]) if ok else None
             results.append(AckResult(job_id=a.job_id, ok=ok, state=state))
             if not ok and a.transition.state != State.WAITING_CHILDREN:
-                evs.append(
-                    audit.Event(
-                        action=audit.LOCK_LOST,
-                        job_id=a.job_id,
-                        backend=self.alias,
-                        data={"wanted": a.transition.state.value},
-                    )
-                )
+                evs.append(audit.lock_lost(a.job_id, self.alias, a.transition.state.value))
             elif ok and not row[6]:
-                evs += self._ack_events(a, state, row[3], int(row[4]), row[5], success)
+                name = row[5].decode() if isinstance(row[5], bytes) else row[5]
+                evs += audit.ack_events(
+                    a.transition,
+                    state,
+                    job_id=a.job_id,
+                    queue=row[3],
+                    backend=self.alias,
+                    attempt=int(row[4]),
+                    name=name,
+                    happy=success,
+                )
         self._after([reply], evs)
         return results
-
-    def _ack_events(
-        self, a: Ack, state: State | None, queue: str, attempts: int, name: Any, success: bool
-    ) -> list[audit.Event]:
-        return audit.ack_events(
-            a.transition,
-            state,
-            job_id=a.job_id,
-            queue=queue,
-            backend=self.alias,
-            attempt=attempts,
-            name=name.decode() if isinstance(name, bytes) else name,
-            happy=success,
-        )
 
     def extend_lease(
         self, job_id: str, token: str, seconds: float, now: datetime | None = None

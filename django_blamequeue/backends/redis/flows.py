@@ -8,6 +8,7 @@ the enqueues of children that live elsewhere), at least once; targets record the
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Sequence
@@ -93,26 +94,22 @@ class FlowOps(RedisBase):
             for e in entries:
                 groups.setdefault((e["kind"], e["backend"]), []).append(e)
             for (kind, alias), group in groups.items():
-                try:
-                    _deliver(kind, alias, group)
-                    self._settled(group)
-                    sent += len(group)
-                    continue
-                except Exception:  # isolate: one bad entry must not block the rest
-                    pass
-                for e in group:
-                    try:
-                        _deliver(kind, alias, [e])
-                        self._settled([e])
-                        sent += 1
-                    except Exception as exc:
-                        skipped += 1
-                        logger.warning(
-                            "outbox entry %s (%s → %s) skipped: %s", e["eid"], kind, alias, exc
-                        )
-                        self._settled([e], error=f"{type(exc).__name__}: {exc}"[:2000])
+                done, left = outbox.deliver_isolated(
+                    kind,
+                    alias,
+                    group,
+                    functools.partial(self._send_entries, kind, alias),
+                    lambda entry, error: self._settled([entry], error=error),
+                    lambda entry: f"entry {entry['eid']}",
+                )
+                sent += done
+                skipped += left
             if len(entries) < limit:
                 return sent, skipped
+
+    def _send_entries(self, kind: str, alias: str, entries: list[dict[str, Any]]) -> None:
+        _deliver(kind, alias, entries)
+        self._settled(entries)
 
     def _settled(self, entries: Sequence[dict[str, Any]], error: str | None = None) -> None:
         spec = ["done" if error is None else "failed", [[e["eid"], error or ""] for e in entries]]
