@@ -45,6 +45,8 @@ class Backend(metaclass=ABCMeta):
     supports_dlq_listing = True
     #: Idle workers can wait on a push notification instead of polling.
     supports_listen = False
+    #: How that push arrives, for the worker's banner.
+    wake_up = "LISTEN/NOTIFY"
     #: An enqueue inside ``transaction.atomic()`` is part of that transaction by itself;
     #: otherwise the facade routes it through the outbox.
     transactional_enqueue = False
@@ -236,6 +238,11 @@ class Backend(metaclass=ABCMeta):
     def listener(self, queues: Sequence[str]) -> Any:
         """A ``Listener`` for idle workers, or None to poll. Only with ``supports_listen``."""
         return None
+
+    def deployment_warnings(self) -> list[str]:
+        """Risks of how the engine is run (e.g. a Redis that may evict jobs), one line each,
+        for the worker's start-up banner; ``check()`` reports the same to ``check --deploy``."""
+        return []
 
     def check(self) -> Iterable[CheckMessage]:
         """Deployment checks beyond settings (run by ``manage.py check --deploy``)."""

@@ -204,8 +204,7 @@ class Command(BaseCommand):
         vendor = engine.vendor if engine is not None else b.protocol
         opts = consumer.options
         poll = opts.fast_poll if b.cheap_polling else opts.poll_interval
-        listens = getattr(b, "wake_up", "LISTEN/NOTIFY")
-        wake = listens if b.supports_listen else f"polling every {poll:g} s"
+        wake = b.wake_up if b.supports_listen else f"polling every {poll:g} s"
         rows = [
             ("worker", worker_identity()),
             ("backend", f"{b.alias} ({b.protocol}, {vendor})"),
@@ -229,6 +228,5 @@ class Command(BaseCommand):
                 "burst (exit when empty)" if consumer.options.burst else "run until signalled",
             ),
         ]
-        warn = getattr(b, "deployment_warnings", None)  # e.g. a Redis that may evict jobs
-        rows += [("warning", text) for text in (warn() if warn is not None else [])]
+        rows += [("warning", text) for text in b.deployment_warnings()]
         self.stdout.write(banner(f"django-blamequeue {ver} · runworker", rows))
