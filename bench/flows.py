@@ -150,17 +150,17 @@ class Bench:
         return sum(cpu_of(p.pid) for p in self.procs), postgres_cpu(self.pg_pid)
 
     def run(self, name: str, parents: int, per_parent: int) -> dict[str, Any]:
-        from bench.flowapp.jobs import Fan
+        from bench.flowapp.jobs import PARENTS, Fan
 
         self.reset()
         self.sql("ANALYZE")
+        if self.args.pg_stats:
+            self.sql("SELECT pg_stat_statements_reset()")
         cpu0 = self.cpu()
         t0 = time.perf_counter()
         Fan.definition.enqueue_many([{"n": per_parent}] * parents)  # type: ignore[attr-defined]
         deadline = time.monotonic() + self.args.timeout
-        while self.sql(
-            "SELECT count(*) FROM blamequeue_job WHERE flow_phase IS NOT NULL AND state <> 'done'"
-        )[0][0]:
+        while self.unfinished(PARENTS):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{name}: flows not done after {self.args.timeout} s")
             time.sleep(0.05)
@@ -195,6 +195,8 @@ class Bench:
         }
         if settled != n:
             raise RuntimeError(f"{name}: {settled} of {n} children reported")
+        if self.args.pg_stats:
+            self.print_statements(name, n)
         log(
             f"{name}: fan-out→collect {result['fan_out_to_collect_s']:.2f} s (max "
             f"{result['fan_out_to_collect_max_s']:.2f}), {result['settled_per_s']:,.0f} children "
@@ -202,9 +204,33 @@ class Bench:
         )
         return result
 
+    def unfinished(self, queue: str) -> bool:
+        """Is a job of ``queue`` still to finish? An index probe (``bq_job_queue_state``): the
+        poll must not cost PostgreSQL the CPU the workers are measured on."""
+        return bool(
+            self.sql(
+                "SELECT EXISTS (SELECT 1 FROM blamequeue_job WHERE queue = %s "
+                "AND state IN ('pending', 'blocked', 'inflight', 'waiting_children'))",
+                [queue],
+            )[0][0]
+        )
+
+    def print_statements(self, name: str, children: int) -> None:
+        """The scenario's costliest statements: where PostgreSQL's time per child went."""
+        rows = self.sql(
+            "SELECT total_exec_time, calls, rows, query FROM pg_stat_statements "
+            "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "ORDER BY total_exec_time DESC LIMIT %s",
+            [self.args.pg_stats],
+        )
+        print(f"\n{name}: costliest statements (µs per child, calls, rows, statement)")
+        for total_ms, calls, n_rows, query in rows:
+            text = " ".join(query.split())
+            print(f"{1000 * total_ms / children:8.1f} {calls:7d} {n_rows:8d}  {text[:150]}")
+
     def plain(self, n: int) -> dict[str, Any]:
         """The same no-op child as plain jobs (no parent): what the worker path costs alone."""
-        from bench.flowapp.jobs import child
+        from bench.flowapp.jobs import CHILDREN, child
 
         self.reset()
         self.sql("ANALYZE")
@@ -212,7 +238,7 @@ class Bench:
         for start in range(0, n, 5000):
             child.enqueue_many([None] * min(5000, n - start))
         deadline = time.monotonic() + self.args.timeout
-        while self.sql("SELECT count(*) FROM blamequeue_job WHERE state <> 'done'")[0][0]:
+        while self.unfinished(CHILDREN):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"plain jobs not done after {self.args.timeout} s")
             time.sleep(0.05)
@@ -372,6 +398,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--no-write", action="store_true", help="print only; leave the doc alone")
+    parser.add_argument(
+        "--pg-conf",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="a postgresql.conf line for the throwaway server (repeatable), e.g. auto_explain",
+    )
+    parser.add_argument(
+        "--pg-stats",
+        type=int,
+        default=0,
+        metavar="N",
+        help="print each scenario's N costliest statements (pg_stat_statements)",
+    )
     args = parser.parse_args(argv)
     command = "bench/flows.py " + " ".join(argv if argv is not None else sys.argv[1:])
     report: dict[str, Any] = {
@@ -386,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         base = Path(tmp)
         base.chmod(0o755)  # the PostgreSQL user must traverse it when running as root
         (base / "logs").mkdir()
-        server = PostgresServer(base / "pg")
+        stats = ["shared_preload_libraries = 'pg_stat_statements'"] if args.pg_stats else []
+        server = PostgresServer(base / "pg", extra_config=[*stats, *args.pg_conf])
         log("PostgreSQL: starting a throwaway server (fsync on)")
         server.start()
         try:
@@ -395,6 +436,11 @@ def main(argv: list[str] | None = None) -> int:
             with psycopg.connect(server.url, autocommit=True) as conn:
                 conn.execute("CREATE DATABASE bench_flows")
                 report["pg_version"] = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+            if args.pg_stats:
+                with psycopg.connect(
+                    server.url.rsplit("/", 1)[0] + "/bench_flows", autocommit=True
+                ) as conn:
+                    conn.execute("CREATE EXTENSION pg_stat_statements")
             bench = Bench(
                 args, server.url.rsplit("/", 1)[0] + "/bench_flows", server.pid, base / "logs"
             )

@@ -345,8 +345,15 @@ class PostgresServer(Server):
     superuser = "postgres"
     max_connections = 200
 
-    def __init__(self, base_dir: str | os.PathLike[str], *, port: int | None = None) -> None:
+    def __init__(
+        self,
+        base_dir: str | os.PathLike[str],
+        *,
+        port: int | None = None,
+        extra_config: Sequence[str] = (),
+    ) -> None:
         super().__init__(base_dir, port=port)
+        self.extra_config = tuple(extra_config)  # postgresql.conf lines, e.g. for profiling
         self.data_dir = self.base_dir / "data"
         self.log_file = self.base_dir / "postgres.log"
         self._bin_dir = self._find_bin_dir()
@@ -449,7 +456,7 @@ class PostgresServer(Server):
                 f"max_connections = {self.max_connections}\n"
                 "fsync = on\n"
                 "synchronous_commit = on\n"
-                "full_page_writes = on\n"
+                "full_page_writes = on\n" + "".join(f"{line}\n" for line in self.extra_config)
             )
         (self.data_dir / "pg_hba.conf").write_text(
             "# TYPE  DATABASE  USER  ADDRESS       METHOD\n"
