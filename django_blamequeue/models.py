@@ -218,7 +218,9 @@ class FlowDependency(models.Model):
         ]
         indexes = [
             models.Index("depends_on_id", name="bq_dep_dependency"),
-            models.Index("job_id", "status", name="bq_dep_job_status"),
+            # (parent, status) answers "anything pending / failed?"; the child id at the end
+            # makes a report's look-up (parent, child, pending) one entry whatever the plan.
+            models.Index("job_id", "status", "depends_on_id", name="bq_dep_job_status_child"),
             models.Index("flow_id", name="bq_dep_flow"),
         ]
 

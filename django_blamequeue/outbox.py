@@ -7,6 +7,10 @@ Delivery is at least once and idempotent at the target — jobs by their fixed i
 ``status = 'pending'`` — so a relay killed between the send and the delete repeats harmlessly.
 The relay is nudged by each commit that writes a row, and the sweeper runs it for whatever a
 crash left behind.
+
+The relay also settles the parents whose reports an ack recorded directly (a parent on the
+child's own database, ``settle_soon``): in memory, after that ack's commit. A process that
+dies first loses only the nudge: the flow sweeper settles any parent with nothing pending.
 """
 
 from __future__ import annotations
@@ -66,9 +70,15 @@ def report_from_body(body: dict[str, Any]) -> Report:
 class RelayReport:
     sent: int = 0
     skipped: int = 0
+    settled: int = 0  # parents settled after acks recorded their reports (``settle_soon``)
 
     def __bool__(self) -> bool:
-        return bool(self.sent or self.skipped)
+        return bool(self.sent or self.skipped or self.settled)
+
+    @property
+    def moved(self) -> bool:
+        """Did this pass change anything another pass may build on (a skip changes nothing)?"""
+        return bool(self.sent or self.settled)
 
 
 def database_of(backend: Any) -> str:
@@ -103,6 +113,7 @@ class Relay:
 
         total = RelayReport()
         failures: list[BaseException] = []
+        settle_pending(total)
         for db in self.databases or outbox_databases():
             try:
                 part = self._drain(db)
@@ -237,14 +248,51 @@ def deliver_isolated[T](
     return sent, skipped
 
 
+_settle_lock = threading.Lock()
+_to_settle: dict[str, set[str]] = {}  # backend alias -> parents whose reports were recorded
+
+
+def settle_soon(alias: str, parent_ids: Iterable[str]) -> None:
+    """After a commit that recorded reports on these parents (of backend ``alias``): have
+    the relay settle the due ones. Coalesced: a wide flow's parent is checked once a pass."""
+    with _settle_lock:
+        _to_settle.setdefault(alias, set()).update(parent_ids)
+    nudge(drain=False)
+
+
+def settle_pending(report: RelayReport) -> None:
+    """Settle what ``settle_soon`` queued, each backend's parents in one transaction; if that
+    fails, parent by parent, and one that still fails is logged, counted as skipped and left
+    to the flow sweeper (which settles any parent with nothing pending)."""
+    from .backends import get_backend
+
+    with _settle_lock:
+        work = {alias: sorted(parents) for alias, parents in _to_settle.items()}
+        _to_settle.clear()
+    for alias, parents in work.items():
+        backend = get_backend(alias)
+
+        def settle(ids: list[str], backend: Any = backend) -> None:
+            report.settled += len(backend.settle_reported(ids))
+
+        _, skipped = deliver_isolated(
+            "settle", alias, parents, settle, lambda p, e: None, lambda p: f"parent {p}"
+        )
+        report.skipped += skipped
+
+
 _nudge_lock = threading.Lock()
 _nudge_event = threading.Event()
+_drain_wanted = threading.Event()  # unset: the pass only settles (``settle_soon``)
 _nudge_thread: threading.Thread | None = None
 
 
-def nudge() -> None:
-    """Relay soon, in this process's relay thread (started on first use; nudges coalesce)."""
+def nudge(*, drain: bool = True) -> None:
+    """Relay soon, in this process's relay thread (started on first use; nudges coalesce).
+    ``drain=False``: only settle what ``settle_soon`` queued; no outbox row was written."""
     global _nudge_thread
+    if drain:
+        _drain_wanted.set()
     _nudge_event.set()
     with _nudge_lock:
         if _nudge_thread is None or not _nudge_thread.is_alive():
@@ -270,8 +318,13 @@ def _relay_loop() -> None:
                         _nudge_thread = None
                         return
         _nudge_event.clear()
+        drain = _drain_wanted.is_set()
+        _drain_wanted.clear()
         try:
-            relay.run_once()
+            if drain:
+                relay.run_once()
+            else:
+                settle_pending(RelayReport())
         except Exception:
             logger.exception("outbox relay pass failed; the sweeper will retry")
             connections.close_all()  # a broken connection: the next pass opens a new one

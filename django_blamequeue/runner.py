@@ -60,6 +60,9 @@ class Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
     outcome: lifecycle.Outcome | None = None
     abandoned: bool = False
+    # A parent leased for ``collect``: its children's state, read with the claim by the
+    # worker's own connection (a slot thread's would be opened and closed per job).
+    flow_state: Any = None
 
     def abandon(self, exc_type: type[JobInterrupted]) -> bool:
         """Claim the decision for the worker; False if the handler already finished."""
@@ -133,7 +136,7 @@ def _flow_phase(run: Run, spec: Any, payload: Any) -> lifecycle.Outcome:
     backend = run.ctx.backend
     try:
         if claimed.flow_phase == "collect":
-            state = backend.flow_state(claimed.job_id)
+            state = run.flow_state or backend.flow_state(claimed.job_id)
             result = spec.collect(payload, state)
             return lifecycle.Succeeded(encode(result) if result is not None else None)
         children = build_children(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import tracing
+from . import outbox, tracing
 from .audit import Event
 from .core.states import ACTIVE, State
 from .exceptions import ErrorCode, QueueError
@@ -221,7 +221,7 @@ class CapturedJobs:
                     raise JobsDidNotSettle(f"run_jobs stopped after {max_runs} runs")
                 report.attempts.append(self._run(claimed[0], handler))
                 continue
-            if self._relay.run_once().sent:  # flow reports (and cross-backend jobs) delivered
+            if self._relay.run_once().moved:  # flow reports and settles, cross-backend jobs
                 continue
             step = self._next_wait(queues, horizon)
             if step is None:
@@ -289,6 +289,10 @@ class CapturedJobs:
         [ack] = self.backend.apply_many(
             [Ack(job_id=c.job_id, token=c.token, transition=transition)], self.now()
         )
+        if c.parent_id and ack.ok:
+            # A worker's commit queues the parent's settle for the relay; inside the test's
+            # transaction nothing commits, so queue it here (a parent elsewhere is a no-op).
+            outbox.settle_soon(self.backend.alias, [c.parent_id])
         state = ack.state.value if ack.state is not None else "lock_lost"
         retry = state == "pending" and not transition.give_back_attempt
         return Attempt(

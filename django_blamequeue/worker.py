@@ -115,10 +115,22 @@ class Consumer:
             if listener is not None:
                 listener.stop()
             self.pool.stop()
+            self._settle_queued()
             self._exited.set()
             from django.db import connections
 
             connections.close_all()
+
+    @staticmethod
+    def _settle_queued() -> None:
+        """Settle the parents this process's acks queued for the relay thread, before the
+        process goes (otherwise the flow sweeper would, up to FLOW_SWEEP_INTERVAL later)."""
+        from .outbox import RelayReport, settle_pending
+
+        try:
+            settle_pending(RelayReport())
+        except Exception:
+            logger.warning("settling queued flow parents at exit failed", exc_info=True)
 
     def _loop(self, listener: object) -> None:
         while True:
@@ -221,9 +233,25 @@ class Consumer:
 
     def _dispatch_all(self, claimed: list[Claimed]) -> int:
         now = time.monotonic()
-        self.pool.submit_many([self._dispatch(c, now) for c in claimed])
+        runs = [self._dispatch(c, now) for c in claimed]
+        self._read_flow_states(runs)
+        self.pool.submit_many(runs)
         self.counters.claimed += len(claimed)
         return len(claimed)
+
+    def _read_flow_states(self, runs: list[Run]) -> None:
+        """The children's state of each parent leased for ``collect``, in one read on this
+        thread's connection. If it fails, each run reads its own in its slot."""
+        collects = [r for r in runs if r.claimed.flow_phase == "collect"]
+        if not collects:
+            return
+        try:
+            states = self.backend.flow_states([r.claimed.job_id for r in collects])
+        except Exception:
+            logger.debug("reading flow states with the claim failed", exc_info=True)
+            return
+        for r in collects:
+            r.flow_state = states.get(r.claimed.job_id)
 
     def _dispatch(self, c: Claimed, now: float) -> Run:
         """Track a claimed job as running; the caller hands the run to the pool."""

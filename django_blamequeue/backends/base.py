@@ -205,12 +205,22 @@ class Backend(metaclass=ABCMeta):
         """What ``collect`` sees: the tally, results and errors of a parent's children."""
         raise NotImplementedError
 
+    def flow_states(self, parent_ids: Sequence[str]) -> dict[str, FlowState]:
+        """``flow_state`` of several parents (the worker reads them with the claim that
+        leased their ``collect``); a backend may answer in one round trip."""
+        return {p: self.flow_state(p) for p in parent_ids}
+
     def deliver_reports(self, reports: Sequence[Report], now: datetime | None = None) -> int:
         """Record child reports on their parents' rows, once each; settle what is due."""
         raise NotImplementedError
 
     def report_terminal(self, ids: Sequence[str]) -> int:
         """Write reports for the terminal children among ``ids`` (same transaction)."""
+        raise NotImplementedError
+
+    def settle_reported(self, parent_ids: Sequence[str]) -> list[str]:
+        """Settle the due parents among ``parent_ids`` in a transaction of their own (the
+        relay's step after an ack recorded reports on them); answers the parents settled."""
         raise NotImplementedError
 
     def unsent_for(self, job_ids: Sequence[str], kind: str) -> set[str]:

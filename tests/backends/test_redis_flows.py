@@ -36,7 +36,7 @@ def no_nudges(monkeypatch: pytest.MonkeyPatch) -> None:
     """No nudge thread: outbox entries stay until the test runs the relay itself."""
     from django_blamequeue import outbox
 
-    monkeypatch.setattr(outbox, "nudge", lambda: None)
+    monkeypatch.setattr(outbox, "nudge", lambda **_: None)
 
 
 @pytest.fixture(name="jobs")

@@ -21,7 +21,7 @@ def quiet_relay(monkeypatch: pytest.MonkeyPatch) -> None:
     """No nudge thread: outbox rows stay until the test runs the relay itself."""
     from django_blamequeue import outbox
 
-    monkeypatch.setattr(outbox, "nudge", lambda: None)
+    monkeypatch.setattr(outbox, "nudge", lambda **_: None)
 
 
 def _children(payload: dict[str, Any]) -> list[Child]:

@@ -71,7 +71,7 @@ def test_get_job_shows_the_phase_and_the_childrens_tally(
     b = get_backend(backend)
     [first] = b.claim(["pages"], 1, 30)
     b.apply_many([outcome_of(backend, first)])
-    assert show() == ("waiting_children", "collect", {"pending": 3})  # not yet relayed
+    assert show() == ("waiting_children", "collect", {"done": 1, "pending": 2})  # with the ack
     relay()
     assert show() == ("waiting_children", "collect", {"done": 1, "pending": 2})
     run_to_end(backend, ["reports", "pages"])

@@ -135,3 +135,21 @@ def test_a_re_claimed_parent_never_fans_out_twice(backend: str, report_flow: Any
         sorted(Job.objects.using(db).filter(parent_id=parent.job_id).values_list("id", flat=True))
         == child_ids
     )
+
+
+def test_a_worker_settles_the_parents_its_acks_queued_before_it_exits(
+    backend: str, report_flow: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a relay thread (nudges off) only the worker's exit can settle the parent."""
+    from django_blamequeue import outbox
+
+    monkeypatch.setattr(outbox, "nudge", lambda **_: None)
+    BuildReport = report_flow("fail")
+    parent = BuildReport.enqueue({"pages": 3}, backend=backend)
+    queue.consume(["reports", "pages"], None, backend=backend, concurrency=2, poll_interval=0.05)
+    assert wait_until(
+        lambda: queue.get_job(parent.job_id, backend=backend).children == {"done": 3}, 20
+    )
+    assert queue.get_job(parent.job_id, backend=backend).state == "waiting_children"
+    queue.shutdown(timeout=10)
+    assert queue.get_job(parent.job_id, backend=backend).state == "pending"

@@ -1,11 +1,10 @@
 """The flow sweeper (SPEC §4, issue 4 items 5 and 9): one deterministic test per repair path —
-a lost report, a child that never landed, a kill between the fan-out ack and the child inserts —
-plus the settle and cascade it finishes, and per-parent isolation."""
+a lost report, a lost settle, a child that never landed, a kill between the fan-out ack and the
+child inserts — plus the settle and cascade it finishes, and per-parent isolation."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from django.db import transaction
@@ -43,30 +42,81 @@ def test_a_healthy_flow_needs_no_repair(
 ) -> None:
     jobs.Report.enqueue({"pages": 3}, backend=backend)
     work(backend, ["reports"])
-    work(backend, ["pages"], limit=1)  # its report is still in the outbox: in transit, not lost
+    work(backend, ["pages"], limit=1)  # recorded; its settle check waits for the relay
     assert repair(backend) == {}
+
+
+def other(alias: str) -> str:
+    """The other local backend: children there report back through their outbox."""
+    from tests.conftest import need_server
+
+    need_server("postgres")
+    return "postgres" if alias == "default" else "default"
 
 
 def test_a_deleted_report_row_is_synthesized_again(
     backend: str, jobs: SimpleNamespace, quiet_relay: None
 ) -> None:
-    parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
+    kids = other(backend)  # a child elsewhere reports through its database's outbox
+    parent = jobs.Report.enqueue({"pages": 2, "child_backend": kids}, backend=backend)
     work(backend, ["reports"])
-    work(backend, ["pages"])
-    lost = OutboxEntry.objects.using(db(backend)).filter(kind="report").first()
+    relay()
+    work(kids, ["pages"])
+    lost = OutboxEntry.objects.using(db(kids)).filter(kind="report").first()
     assert lost is not None
     lost.delete()
     relay()
     assert queue.get_job(parent.job_id, backend=backend).children == {"done": 1, "pending": 1}  # type: ignore[union-attr]
 
     assert repair(backend) == {"synthesized": 1}
-    [again] = OutboxEntry.objects.using(db(backend)).filter(kind="report")
+    [again] = OutboxEntry.objects.using(db(kids)).filter(kind="report")
     assert again.job_id == lost.job_id
     assert repair(backend) == {}  # the new row is in transit: nothing more to do
     relay()
     assert queue.get_job(parent.job_id, backend=backend).state == "pending"  # type: ignore[union-attr]
     run_to_end(backend, ["reports", "pages"])
     assert len(collects()) == 1 and collects()[0].completed == 2
+
+
+def test_a_settle_lost_with_its_process_is_done_by_the_sweeper(
+    backend: str, jobs: SimpleNamespace, quiet_relay: None
+) -> None:
+    """The acks recorded every report and committed; the process died before its relay
+    settled the parent (the queued settle was only in its memory)."""
+    from django_blamequeue import outbox
+
+    parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
+    work(backend, ["reports"])
+    work(backend, ["pages"])
+    outbox._to_settle.clear()  # the dead process's queue
+    assert relay().settled == 0
+    assert queue.get_job(parent.job_id, backend=backend).children == {"done": 2}  # type: ignore[union-attr]
+    assert queue.get_job(parent.job_id, backend=backend).state == "waiting_children"  # type: ignore[union-attr]
+
+    assert repair(backend) == {"settled": 1}
+    assert repair(backend) == {}
+    run_to_end(backend, ["reports", "pages"])
+    assert len(collects()) == 1 and collects()[0].completed == 2
+
+
+def test_a_fail_fast_settle_lost_with_its_process_is_done_by_the_sweeper(
+    backend: str, jobs: SimpleNamespace, quiet_relay: None
+) -> None:
+    from django_blamequeue import outbox
+
+    parent = jobs.Report.enqueue({"pages": 3, "broken": [0]}, backend=backend)
+    work(backend, ["reports"])
+    b = get_backend(backend)
+    fail_id = ids.child_id(parent.job_id, "p0")
+    [failing] = [c for c in b.claim(["pages"], 3, 30) if c.job_id == fail_id]
+    b.apply_many([outcome_of(backend, failing)])
+    outbox._to_settle.clear()
+
+    # p0 failed under "fail": due now, not at the end; its settle cascades, and the pass's
+    # cascade step asks the two children still running once more (idempotent).
+    assert repair(backend) == {"settled": 1, "cascaded": 2}
+    live = Job.objects.using(db(backend)).filter(parent_id=parent.job_id, state="inflight")
+    assert sorted(live.values_list("cancel_requested", flat=True)) == [True, True]
 
 
 def test_a_child_row_dropped_before_it_landed_is_enqueued_again(
@@ -143,7 +193,7 @@ def test_a_cascade_missed_after_a_fail_fast_settle_is_done_by_the_sweeper(
         if c.job_id == fail_id:
             b.apply_many([outcome_of(backend, c)])
     with transaction.atomic(using=db(backend)):
-        b.deliver_reports([_report(backend, fail_id)])  # type: ignore[attr-defined]
+        assert b.settle_reported([parent.job_id]) == [parent.job_id]  # the relay's settle
         # a crash right after the settle, before the cascade's effect (simulated: undone)
         Job.objects.using(db(backend)).filter(parent_id=parent.job_id, state="inflight").update(
             cancel_requested=False
@@ -153,14 +203,6 @@ def test_a_cascade_missed_after_a_fail_fast_settle_is_done_by_the_sweeper(
     assert repair(backend) == {"cascaded": 2}
     live = Job.objects.using(db(backend)).filter(parent_id=parent.job_id, state="inflight")
     assert sorted(live.values_list("cancel_requested", flat=True)) == [True, True]
-
-
-def _report(alias: str, child_id: str) -> Any:
-    from django_blamequeue.outbox import report_from_body
-
-    row = OutboxEntry.objects.using(db(alias)).get(kind="report", job_id=child_id)
-    row.delete()
-    return report_from_body(row.body)
 
 
 def test_one_broken_flow_is_logged_and_skipped_and_never_blocks_the_rest(

@@ -1,6 +1,8 @@
-"""Child reports through the outbox (SPEC §4, issue 4 item 3): written with the child's terminal
-transition, delivered at least once and recorded exactly once, the relay nudged by each
-terminal ack, paging with a cursor in batches of 500 and skipping a broken row."""
+"""Child reports (SPEC §4, issue 4 item 3): recorded with the child's terminal transition —
+on a parent of the same backend by the ack itself, for a parent elsewhere through the
+outbox — delivered at least once and recorded exactly once, the relay nudged by each terminal
+ack (it settles the parents after the ack's commit), paging with a cursor in batches of 500
+and skipping a broken row or a parent that fails to settle."""
 
 from __future__ import annotations
 
@@ -31,9 +33,18 @@ def dep_of(alias: str, parent_id: str, key: str) -> FlowDependency:
     return FlowDependency.objects.using(db(alias)).get(job_id=parent_id, key=key)
 
 
-def test_a_childs_terminal_ack_writes_its_report_in_the_same_transaction(
+def other(alias: str) -> str:
+    """The other local backend: children there report back through their outbox."""
+    from tests.conftest import need_server
+
+    need_server("postgres")
+    return "postgres" if alias == "default" else "default"
+
+
+def test_a_childs_terminal_ack_records_its_report_in_the_same_transaction(
     backend: str, jobs: SimpleNamespace, quiet_relay: None
 ) -> None:
+    """Parent and child on one backend: the ack writes the manifest row itself, no outbox."""
     b = get_backend(backend)
     parent = jobs.Report.enqueue({"pages": 1}, backend=backend)
     work(backend, ["reports"])
@@ -41,15 +52,44 @@ def test_a_childs_terminal_ack_writes_its_report_in_the_same_transaction(
     ack = outcome_of(backend, claimed)
 
     def boom(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("recording the report failed")
+
+    with pytest.MonkeyPatch.context() as m, pytest.raises(RuntimeError):
+        m.setattr(type(b), "record_children", boom)
+        b.apply_many([ack])
+    assert Job.objects.using(db(backend)).get(id=claimed.job_id).state == "inflight"  # rolled back
+    assert dep_of(backend, parent.job_id, "p0").status == "pending"
+
+    assert b.apply_many([ack])[0].ok
+    assert dep_of(backend, parent.job_id, "p0").status == "done"
+    assert not OutboxEntry.objects.using(db(backend)).exists()
+    # The settle is the relay's, after the ack's commit (never inside an ack: lock order).
+    assert queue.get_job(parent.job_id, backend=backend).state == "waiting_children"  # type: ignore[union-attr]
+    assert relay().settled == 1
+    assert queue.get_job(parent.job_id, backend=backend).state == "pending"  # type: ignore[union-attr]
+
+
+def test_a_report_for_a_parent_elsewhere_is_written_to_the_outbox_in_the_same_transaction(
+    backend: str, jobs: SimpleNamespace, quiet_relay: None
+) -> None:
+    kids = other(backend)
+    parent = jobs.Report.enqueue({"pages": 1, "child_backend": kids}, backend=backend)
+    work(backend, ["reports"])
+    relay()  # the child lands on the other backend
+    c = get_backend(kids)
+    [claimed] = c.claim(["pages"], 1, 30)
+    ack = outcome_of(kids, claimed)
+
+    def boom(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("the outbox insert failed")
 
     with pytest.MonkeyPatch.context() as m, pytest.raises(RuntimeError):
         m.setattr(outbox, "write_many", boom)
-        b.apply_many([ack])
-    assert Job.objects.using(db(backend)).get(id=claimed.job_id).state == "inflight"  # rolled back
+        c.apply_many([ack])
+    assert Job.objects.using(db(kids)).get(id=claimed.job_id).state == "inflight"  # rolled back
 
-    assert b.apply_many([ack])[0].ok
-    [row] = OutboxEntry.objects.using(db(backend)).filter(kind="report")
+    assert c.apply_many([ack])[0].ok
+    [row] = OutboxEntry.objects.using(db(kids)).filter(kind="report")
     assert (row.job_id, row.backend, row.sent_at) == (claimed.job_id, backend, None)
     report = report_from_body(row.body)
     assert (report.parent_id, report.child_id, report.state) == (
@@ -58,6 +98,84 @@ def test_a_childs_terminal_ack_writes_its_report_in_the_same_transaction(
         "done",
     )
     assert dep_of(backend, parent.job_id, "p0").status == "pending"  # until the relay delivers
+    relay()
+    assert dep_of(backend, parent.job_id, "p0").status == "done"
+    assert queue.get_job(parent.job_id, backend=backend).state == "pending"  # type: ignore[union-attr]
+
+
+def test_acks_committing_together_settle_their_parent_once(
+    jobs: SimpleNamespace, quiet_relay: None, audit_all: None
+) -> None:
+    """PostgreSQL (SQLite runs one writer at a time): the last two children acked in two
+    transactions open at once. Neither sees the other's report, so neither could settle; the
+    relay's settle runs after both commits and does, once."""
+    import threading
+
+    from django.db import connections
+
+    from tests.conftest import need_server
+
+    need_server("postgres")
+    backend = "postgres"
+    b = get_backend(backend)
+    parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
+    work(backend, ["reports"])
+    claimed = b.claim(["pages"], 2, 30)
+    acks = [outcome_of(backend, c) for c in claimed]
+    both_acked = threading.Barrier(2, timeout=30)
+    failures: list[BaseException] = []
+
+    def ack(one: Any) -> None:
+        try:
+            with transaction.atomic(using=db(backend)):
+                assert b.apply_many([one])[0].ok
+                both_acked.wait()  # both reports written, neither committed
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=ack, args=(a,)) for a in acks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not failures
+    assert relay().settled == 1
+    assert relay().settled == 0
+    settles = AuditEvent.objects.using(db(backend)).filter(action=audit.FLOW_SETTLE)
+    assert list(settles.values_list("job_id", flat=True)) == [parent.job_id]
+    run_to_end(backend, ["reports", "pages"])
+    assert [c.completed for c in collects()] == [2]
+
+
+def test_a_settle_that_fails_is_skipped_and_never_blocks_the_others(
+    backend: str, jobs: SimpleNamespace, quiet_relay: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    b = get_backend(backend)
+    broken = jobs.Report.enqueue({"pages": 1}, backend=backend)
+    healthy = jobs.Report.enqueue({"pages": 1}, backend=backend)
+    work(backend, ["reports"])
+    work(backend, ["pages"])
+    real = type(b).settle_reported
+
+    def settle(self: Any, parent_ids: Any) -> list[str]:
+        if broken.job_id in parent_ids:
+            raise RuntimeError("this parent cannot settle")
+        return real(self, parent_ids)  # type: ignore[no-any-return]
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(type(b), "settle_reported", settle)
+        report = relay()
+    assert (report.settled, report.skipped) == (1, 1)
+    assert f"parent {broken.job_id}" in caplog.text
+    assert queue.get_job(healthy.job_id, backend=backend).state == "pending"  # type: ignore[union-attr]
+    # Left to the flow sweeper, which settles any parent with nothing pending.
+    assert queue.get_job(broken.job_id, backend=backend).state == "waiting_children"  # type: ignore[union-attr]
+    assert b.repair_flows() == {**_NOTHING, "settled": 1}
+
+
+_NOTHING = {"relanded": 0, "synthesized": 0, "settled": 0, "cascaded": 0, "skipped": 0}
 
 
 @pytest.fixture
@@ -69,17 +187,19 @@ def audit_all(settings: Any) -> None:
 def test_a_report_delivered_twice_is_recorded_once(
     backend: str, jobs: SimpleNamespace, quiet_relay: None, audit_all: None
 ) -> None:
+    kids = other(backend)
     b = get_backend(backend)
-    parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
+    parent = jobs.Report.enqueue({"pages": 2, "child_backend": kids}, backend=backend)
     work(backend, ["reports"])
-    work(backend, ["pages"], limit=1)
-    [row] = OutboxEntry.objects.using(db(backend)).filter(kind="report")
+    relay()
+    work(kids, ["pages"], limit=1)
+    [row] = OutboxEntry.objects.using(db(kids)).filter(kind="report")
     report = report_from_body(row.body)
 
-    assert b.deliver_reports([report]) == 1  # type: ignore[attr-defined]
-    assert b.deliver_reports([report]) == 0  # type: ignore[attr-defined]
+    assert b.deliver_reports([report]) == 1
+    assert b.deliver_reports([report]) == 0
     contrary = report_from_body({**row.body, "state": "failed", "error": "late and wrong"})
-    assert b.deliver_reports([contrary]) == 0  # type: ignore[attr-defined]
+    assert b.deliver_reports([contrary]) == 0
     dep = FlowDependency.objects.using(db(backend)).get(
         job_id=parent.job_id, depends_on_id=report.child_id
     )
@@ -91,19 +211,21 @@ def test_a_report_delivered_twice_is_recorded_once(
 def test_the_relay_delivering_a_duplicated_row_records_and_settles_once(
     backend: str, jobs: SimpleNamespace, quiet_relay: None, audit_all: None
 ) -> None:
-    parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
+    kids = other(backend)
+    parent = jobs.Report.enqueue({"pages": 2, "child_backend": kids}, backend=backend)
     work(backend, ["reports"])
-    work(backend, ["pages"])
-    rows = list(OutboxEntry.objects.using(db(backend)).filter(kind="report"))
+    relay()
+    work(kids, ["pages"])
+    rows = list(OutboxEntry.objects.using(db(kids)).filter(kind="report"))
     assert len(rows) == 2
     for row in rows:  # a relay that delivered but died before deleting, as seen by the next one
-        OutboxEntry.objects.using(db(backend)).create(
+        OutboxEntry.objects.using(db(kids)).create(
             kind=row.kind, backend=row.backend, job_id=row.job_id, body=row.body
         )
     sent = relay()
     assert (sent.sent, sent.skipped) == (4, 0)
     assert relay().sent == 0
-    assert not OutboxEntry.objects.using(db(backend)).exists()
+    assert not OutboxEntry.objects.using(db(kids)).exists()
     events = AuditEvent.objects.using(db(backend))
     assert events.filter(action="system.queue.flow.report").count() == 2
     assert events.filter(action="system.queue.flow.settle", job_id=parent.job_id).count() == 1
@@ -113,23 +235,34 @@ def test_the_relay_delivering_a_duplicated_row_records_and_settles_once(
 
 
 def test_each_terminal_ack_nudges_the_relay_at_once(backend: str, jobs: SimpleNamespace) -> None:
-    """No sweeper runs here: only the nudge after the ack's commit can deliver the report."""
+    """No sweeper runs here: only the nudge after the ack's commit can settle the parent."""
     parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
     work(backend, ["reports"])
     work(backend, ["pages"], limit=1)
-    assert wait_until(
-        lambda: (
-            FlowDependency.objects.using(db(backend))
-            .filter(job_id=parent.job_id, status="done")
-            .count()
-            == 1
-        ),
-        10,
+    assert (
+        FlowDependency.objects.using(db(backend))
+        .filter(job_id=parent.job_id, status="done")
+        .count()
+        == 1
     )
     work(backend, ["pages"])
     assert wait_until(
-        lambda: queue.get_job(parent.job_id, backend=backend).state == "pending",
-        10,  # type: ignore[union-attr]
+        lambda: queue.get_job(parent.job_id, backend=backend).state == "pending",  # type: ignore[union-attr]
+        10,
+    )
+
+
+def test_each_terminal_ack_of_a_child_elsewhere_nudges_the_relay_at_once(
+    backend: str, jobs: SimpleNamespace
+) -> None:
+    kids = other(backend)
+    parent = jobs.Report.enqueue({"pages": 1, "child_backend": kids}, backend=backend)
+    work(backend, ["reports"])
+    assert wait_until(lambda: get_backend(kids).size("pages") == 1, 10)  # the enqueue relayed
+    work(kids, ["pages"])
+    assert wait_until(
+        lambda: queue.get_job(parent.job_id, backend=backend).state == "pending",  # type: ignore[union-attr]
+        10,
     )
 
 
@@ -171,17 +304,19 @@ def test_the_relay_pages_through_the_outbox_in_batches_of_500(
 def test_a_broken_outbox_row_is_skipped_and_never_blocks_the_rest(
     backend: str, jobs: SimpleNamespace, quiet_relay: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    parent = jobs.Report.enqueue({"pages": 3}, backend=backend)
+    kids = other(backend)
+    parent = jobs.Report.enqueue({"pages": 3, "child_backend": kids}, backend=backend)
     work(backend, ["reports"])
-    work(backend, ["pages"], limit=1)
-    entries = OutboxEntry.objects.using(db(backend))
+    relay()
+    work(kids, ["pages"], limit=1)
+    entries = OutboxEntry.objects.using(db(kids))
     broken = entries.create(
         kind="report", backend=backend, job_id=ids.new_id(), body={"garbage": 1}
     )
-    work(backend, ["pages"])  # the two other reports come after the broken row
+    work(kids, ["pages"])  # the two other reports come after the broken row
     assert entries.count() == 4
 
-    report = Relay([db(backend)]).run_once()
+    report = Relay([db(kids)]).run_once()
     assert (report.sent, report.skipped) == (3, 1)
     assert f"outbox row {broken.id}" in caplog.text
     [left] = entries.all()
@@ -190,7 +325,7 @@ def test_a_broken_outbox_row_is_skipped_and_never_blocks_the_rest(
     info = queue.get_job(parent.job_id, backend=backend)
     assert info is not None and info.state == "pending" and info.children == {"done": 3}
 
-    assert Relay([db(backend)]).run_once().skipped == 1  # tried again, still alone
+    assert Relay([db(kids)]).run_once().skipped == 1  # tried again, still alone
     assert entries.get().attempts == 2
 
 

@@ -1,8 +1,9 @@
 """The fenced acks, shared by every backend whose jobs are rows of a Django database.
 
 One ``UPDATE … FROM (VALUES …)`` per 500 acks, fenced by (id, token, inflight): a stale token
-matches no row and changes nothing. DAG releases, cascades, child reports and audit rows are
-written in the same transaction.
+matches no row and changes nothing. DAG releases, cascades, child reports (recorded on the
+manifest of a parent here, outboxed for a parent elsewhere) and audit rows are written in the
+same transaction.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class AckOps(LedgerBase):
         fanned: dict[str, State | None] = {}
         if fan_outs:
             clock = self._now(now)
-            fanned = {a.job_id: self.apply_fan_out(a, clock) for a in fan_outs}
+            fanned = self.apply_fan_outs(fan_outs, clock)
         for start in range(0, len(plain), ACK_CHUNK):
             chunk = plain[start : start + ACK_CHUNK]
             with self.connection.cursor() as cur:
@@ -117,9 +118,14 @@ class AckOps(LedgerBase):
                 self.release_dependants(done_in_flows, clock)
             if cancelled:
                 self.cascade_cancel(cancelled, clock)
-        children = [r[0] for r in applied.values() if r[4] and r[1] in _TERMINAL_VALUES]
+        children = [r for r in applied.values() if r[4] and r[1] in _TERMINAL_VALUES]
         if children:
-            self.report_terminal(children)
+            # A parent here gets the report in this transaction; one elsewhere, through the
+            # outbox. Either way exactly once: only a pending manifest row changes.
+            here = [r[0] for r in children if r[7] in (self.alias, None)]
+            recorded = self.record_children(here, self._now(now)) if here else set()
+            if len(recorded) < len(children):
+                self.report_terminal([r[0] for r in children if r[0] not in recorded])
         self._notify(
             [
                 r[2]
@@ -139,7 +145,7 @@ class AckOps(LedgerBase):
         """The audit events of one ack; ``success``: is a done ack's event wanted at all."""
         if row is None:
             return [audit.lock_lost(a.job_id, self.alias, a.transition.state.value)]
-        _, state, queue, _flow, _parent, attempts, name = row
+        _, state, queue, _flow, _parent, attempts, name, _parent_backend = row
         return audit.ack_events(
             a.transition,
             state,

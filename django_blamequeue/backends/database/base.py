@@ -102,7 +102,10 @@ class LedgerBase(Backend):
     def release_dependants(self, done_ids: Sequence[str], now: datetime) -> list[str]:
         raise NotImplementedError
 
-    def apply_fan_out(self, ack: Ack, now: datetime) -> State | None:
+    def apply_fan_outs(self, acks: Sequence[Ack], now: datetime) -> dict[str, State | None]:
+        raise NotImplementedError
+
+    def record_children(self, child_ids: Sequence[str], now: datetime) -> set[str]:
         raise NotImplementedError
 
     def children_tally(self, parent_id: str) -> dict[str, int]:

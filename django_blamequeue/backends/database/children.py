@@ -1,18 +1,28 @@
 """Parent/child flows on the local backend: fan-out ack, child reports, settle, repair.
 
-Reports travel through the outbox even when parent and child share this database, so one
-delivery path (and one repair path) serves children on any backend.
+A child's terminal ack records its report on the manifest row of a parent on this backend in
+the ack's own transaction; every other terminal transition — a child of a parent elsewhere,
+a rescue, a cascade, a cancel — writes its report to the outbox in its transaction, and the
+relay delivers it. Either way a report is recorded once: only a ``pending`` row changes.
+
+Settling is never done by an ack: an ack locks child rows, a settle locks the parent and
+then cascades into child rows, and the two orders could deadlock. Once an ack that recorded
+reports commits, the relay settles those parents in a transaction of its own (it reads the
+ack's commit, so the last report of a flow always finds nothing pending); the flow sweeper
+settles what a crash in between left. A settle locks its parents first, ancestors first
+(``flow_depth``, then id), the order in which a cancel walks down a tree.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Count
 
 from ... import audit, outbox
 from ...core.states import TERMINAL, State
@@ -34,58 +44,81 @@ REPORT_CHUNK = 500
 
 class ChildOps(LedgerBase):
     # -- fan-out ---------------------------------------------------------------------------
-    def apply_fan_out(self, ack: Ack, now: datetime) -> State | None:
-        """Park the parent and store its manifest atomically; None if the token is stale.
+    def apply_fan_outs(self, acks: Sequence[Ack], now: datetime) -> dict[str, State | None]:
+        """Park each parent and store its manifest, in the caller's transaction; answers
+        each parent's new state, None where the token was stale.
 
-        Each UPDATE is its own fence (id, token, inflight): nothing is read first and
-        written later, so a lease taken over in between changes nothing here.
+        One fenced UPDATE (id, token, inflight) parks them all — or cancels the ones whose
+        cancel was requested meanwhile — and says which held their lease: nothing is read
+        first and written later. Then one INSERT stores every manifest row (the child's full
+        spec with it) and one enqueue lands every child.
         """
-        held = self.jobs().filter(id=ack.job_id, lease_token=ack.token, state=State.INFLIGHT)
-        released = {"lease_token": None, "lease_expires_at": None, "updated_at": now}
-        if held.filter(cancel_requested=True).update(
-            state=State.CANCELLED, finished_at=now, reason="cancelled", **released
-        ):
-            self.report_terminal([ack.job_id])
-            return State.CANCELLED
-        if not held.update(state=State.WAITING_CHILDREN, flow_phase="collect", **released):
-            return None
-        queue, attempts = self.jobs().filter(id=ack.job_id).values_list("queue", "attempts")[0]
-        children = ack.transition.children
-        self._store_manifest(ack.job_id, children)
+        answer: dict[str, State | None] = {a.job_id: None for a in acks}
+        stamp = self._adapt(now)
+        with self.connection.cursor() as cur:
+            params: list[Any] = [stamp, stamp]
+            for a in acks:
+                params += [a.job_id, a.token]
+            cur.execute(sql.park_parents(self.connection.vendor, len(acks), self.table), params)
+            parked = {r[0]: (State(r[1]), r[2], r[3]) for r in cur.fetchall()}
+        for job_id, (state, _, _) in parked.items():
+            answer[job_id] = state
+        if cancelled := [j for j, (state, _, _) in parked.items() if state == State.CANCELLED]:
+            self.report_terminal(cancelled)
+        fanned = [a for a in acks if answer[a.job_id] == State.WAITING_CHILDREN]
+        if not fanned:
+            return answer
+        self._store_manifests([(a.job_id, a.transition.children) for a in fanned], now)
         audit.record(
             [
                 audit.Event(
                     action=FAN_OUT,
-                    job_id=ack.job_id,
-                    queue=queue,
+                    job_id=a.job_id,
+                    queue=parked[a.job_id][1],
                     backend=self.alias,
-                    attempt=attempts,
-                    data={"children": len(children)},
+                    attempt=parked[a.job_id][2],
+                    data={"children": len(a.transition.children)},
                 )
+                for a in fanned
             ],
             using=self.db,
         )
-        if not children:
-            self.settle([ack.job_id], now)
-        return State.WAITING_CHILDREN
+        if childless := [a.job_id for a in fanned if not a.transition.children]:
+            self.settle(childless, now)
+        return answer
 
-    def _store_manifest(self, parent_id: str, children: Sequence[ChildSpec]) -> None:
-        flow_id = children[0].job.flow_id if children else parent_id
-        FlowDependency.objects.using(self.db).bulk_create(
-            [
-                FlowDependency(
-                    flow_id=flow_id or parent_id,
-                    kind=FlowDependency.KIND_CHILD,
-                    job_id=parent_id,
-                    depends_on_id=c.job.job_id,
-                    key=c.key,
-                    spec={"backend": c.backend, "job": outbox.job_to_body(c.job)},
-                )
-                for c in children
-            ],
-            ignore_conflicts=True,
-        )
-        self._land(children)
+    def _store_manifests(
+        self, manifests: Sequence[tuple[str, Sequence[ChildSpec]]], now: datetime
+    ) -> None:
+        """One manifest row per child (its full spec: a repair re-lands it from the row),
+        a repeated one ignored; then the children land."""
+        rows = [
+            (
+                c.job.flow_id or parent_id,
+                FlowDependency.KIND_CHILD,
+                parent_id,
+                c.job.job_id,
+                c.key,
+                json.dumps({"backend": c.backend, "job": outbox.job_to_body(c.job)}),
+                "pending",
+                now,
+            )
+            for parent_id, children in manifests
+            for c in children
+        ]
+        if rows:
+            with self.connection.cursor() as cur:
+                if self.is_postgres:
+                    varying, arrays = sql.unnest_params(list(zip(*rows, strict=True)))
+                    cur.execute(sql.insert_manifest_postgresql(varying), arrays)
+                else:
+                    stamp = self._adapt(now)
+                    per = self.connection.features.max_query_params // len(rows[0])
+                    for start in range(0, len(rows), per):
+                        chunk = rows[start : start + per]
+                        params = [v for row in chunk for v in (*row[:-1], stamp)]
+                        cur.execute(sql.insert_manifest_sqlite(len(chunk)), params)
+        self._land([c for _, children in manifests for c in children])
 
     def _land(self, children: Sequence[ChildSpec]) -> None:
         """Insert local children here; send the others through this database's outbox."""
@@ -136,23 +169,28 @@ class ChildOps(LedgerBase):
         )
         return len(rows)
 
+    def lock_parents(self, parent_ids: Sequence[str]) -> None:
+        """Lock these parents' rows, ancestors first (see the module's lock order), so one
+        parent settles in one transaction at a time and a relay recording reports cannot miss
+        another's (READ COMMITTED: the second one waits, then reads the first one's commit).
+        SQLite serialises writers."""
+        if not parent_ids or not self.is_postgres:
+            return
+        list(
+            self.jobs()
+            .filter(id__in=sorted(set(parent_ids)))
+            .select_for_update()
+            .order_by("flow_depth", "id")
+            .values_list("id", flat=True)
+        )
+
     def deliver_reports(self, reports: Sequence[Report], now: datetime | None = None) -> int:
         """Record reports on the parents' rows (once: only a pending row changes); settle."""
-        recorded = 0
+        recorded: list[tuple[str, str, str]] = []
         with transaction.atomic(using=self.db):
             t = self._now(now)
-            parents = sorted({r.parent_id for r in reports})
-            if self.is_postgres:  # serialise settles of one parent across relays
-                list(
-                    self.jobs()
-                    .filter(id__in=parents)
-                    .select_for_update()
-                    .order_by("id")
-                    .values_list("id", flat=True)
-                )
+            self.lock_parents([r.parent_id for r in reports])
             unique = {(r.parent_id, r.child_id): r for r in reversed(reports)}  # first one wins
-            changed: set[str] = set()
-            events: list[audit.Event] = []
             batch = list(unique.values())
             for start in range(0, len(batch), REPORT_CHUNK):
                 chunk = batch[start : start + REPORT_CHUNK]
@@ -161,65 +199,120 @@ class ChildOps(LedgerBase):
                     params += [r.parent_id, r.child_id, r.state, r.result, r.result_type, r.error]
                 with self.connection.cursor() as cur:
                     cur.execute(sql.record_reports(self.connection.vendor, len(chunk)), params)
-                    rows = cur.fetchall()
-                recorded += len(rows)
-                for parent_id, child_id, state in rows:  # a duplicate changed nothing: no event
-                    changed.add(parent_id)
-                    data = {"parent_id": parent_id, "state": state}
-                    events.append(
-                        audit.Event(action=REPORT, job_id=child_id, backend=self.alias, data=data)
-                    )
-            audit.record(events, using=self.db)
-            if changed:
-                self.settle(sorted(changed), t)
-        return recorded
+                    recorded += cur.fetchall()
+            self._audit_reports(recorded)
+            if recorded:  # the parents are locked: settle here
+                self.settle(sorted({parent_id for parent_id, _, _ in recorded}), t)
+        return len(recorded)
+
+    def record_children(self, child_ids: Sequence[str], now: datetime) -> set[str]:
+        """Record the reports of these terminal children, whose parents are on this backend,
+        straight from their rows, in the caller's transaction; the relay settles the parents
+        once it commits. Only manifest rows still pending change; answers the children
+        recorded."""
+        recorded: list[tuple[str, str, str]] = []
+        for start in range(0, len(child_ids), REPORT_CHUNK):
+            chunk = list(child_ids[start : start + REPORT_CHUNK])
+            with self.connection.cursor() as cur:
+                if self.is_postgres:
+                    statement = sql.record_children_postgresql(self.table)
+                    cur.execute(statement, [chunk, self._adapt(now)])
+                else:
+                    statement = sql.record_children_sqlite(len(chunk), self.table)
+                    cur.execute(statement, [self._adapt(now), *chunk])
+                recorded += cur.fetchall()
+        self._audit_reports(recorded)
+        parents = sorted({parent_id for parent_id, _, _ in recorded})
+        if parents:
+            transaction.on_commit(lambda: outbox.settle_soon(self.alias, parents), using=self.db)
+        return {child_id for _, child_id, _ in recorded}
+
+    def settle_reported(self, parent_ids: Sequence[str]) -> list[str]:
+        """Settle those of these parents that are due, in a transaction of its own: the
+        relay's step after an ack that recorded reports. A read finds the due ones; they are
+        locked and checked again before anything changes."""
+        with transaction.atomic(using=self.db):
+            due = self._due(parent_ids)
+            if not due:
+                return []
+            self.lock_parents(due)
+            return self._settle_due(due, self._now(None))
+
+    def _audit_reports(self, rows: Sequence[tuple[str, str, str]]) -> None:
+        """Audit the reports just recorded: (parent, child, state); a duplicate changed
+        nothing and is not among them."""
+        audit.record(
+            [
+                audit.Event(
+                    action=REPORT,
+                    job_id=child_id,
+                    backend=self.alias,
+                    data={"parent_id": parent_id, "state": state},
+                )
+                for parent_id, child_id, state in rows
+            ],
+            using=self.db,
+        )
+
+    def _due(self, parent_ids: Sequence[str]) -> list[str]:
+        """The waiting parents among these with no pending child, or with a failure under
+        ``"fail"``. EXISTS stops at the first row: a wide flow is not counted each time.
+        Once due, a parent stays due until it settles (a report never becomes pending)."""
+        due: list[str] = []
+        ids = sorted(set(parent_ids))
+        for start in range(0, len(ids), REPORT_CHUNK):
+            chunk = ids[start : start + REPORT_CHUNK]
+            with self.connection.cursor() as cur:
+                cur.execute(sql.due_parents(len(chunk), self.table), chunk)
+                due += [row[0] for row in cur.fetchall()]
+        return due
 
     def settle(self, parent_ids: Sequence[str], now: datetime) -> list[str]:
-        """Re-pend parents with no pending child, or with a failure under ``"fail"``."""
-        deps = FlowDependency.objects.using(self.db).filter(job_id=OuterRef("id"), kind="child")
-        # EXISTS stops at the first row: a wide flow is not counted on every report batch.
-        due = [
-            p
-            for p, mode, pending, failed in self.jobs()
-            .filter(id__in=list(parent_ids), state=State.WAITING_CHILDREN)
-            .annotate(
-                pending=Exists(deps.filter(status="pending")),
-                failed=Exists(deps.filter(status="failed")),
-            )
-            .values_list("id", "flow_mode", "pending", "failed")
-            if not pending or (mode != "continue" and failed)
-        ]
-        if not due:
+        """Re-pend parents with no pending child, or with a failure under ``"fail"``; the
+        caller holds their locks (``lock_parents``)."""
+        due = self._due(parent_ids)
+        return self._settle_due(due, now) if due else []
+
+    def _settle_due(self, due: Sequence[str], now: datetime) -> list[str]:
+        """Re-pend these due parents (locked by the caller) that still wait; audit the
+        settles with the children's tally; cascade the fail-fast ones."""
+        rows: list[tuple[str, str]] = []
+        stamp = self._adapt(now)
+        for start in range(0, len(due), REPORT_CHUNK):
+            chunk = list(due[start : start + REPORT_CHUNK])
+            with self.connection.cursor() as cur:
+                cur.execute(sql.settle_parents(len(chunk), self.table), [stamp, stamp, *chunk])
+                rows += [(r[0], r[1]) for r in cur.fetchall()]
+        if not rows:
             return []
-        self.jobs().filter(id__in=due, state=State.WAITING_CHILDREN).update(
-            state=State.PENDING, available_at=now, updated_at=now
-        )
-        tally: dict[str, dict[str, int]] = {p: {} for p in due}  # for the settle's audit event
+        settled = [job_id for job_id, _ in rows]
+        tally: dict[str, dict[str, int]] = {p: {} for p in settled}  # for the audit event
         for job_id, status, n in (
             FlowDependency.objects.using(self.db)
-            .filter(job_id__in=due, kind="child")
+            .filter(job_id__in=settled, kind="child")
             .values_list("job_id", "status")
             .annotate(n=Count("id"))
             .order_by()
         ):
             tally[job_id][status] = n
-        fail_fast = [p for p in due if tally[p].get("pending")]
-        rows = dict(self.jobs().filter(id__in=due).values_list("id", "queue"))
-        self._made_pending(list(rows.items()), now)
-        settled = [
-            audit.Event(
-                action=audit.FLOW_SETTLE,
-                job_id=p,
-                queue=rows.get(p),
-                backend=self.alias,
-                data={"children": tally[p], "fail_fast": p in fail_fast},
-            )
-            for p in due
-        ]
-        audit.record(settled, using=self.db)
+        fail_fast = [p for p in settled if tally[p].get("pending")]
+        self._made_pending(rows, now)
+        audit.record(
+            [
+                audit.Event(
+                    action=audit.FLOW_SETTLE,
+                    job_id=p,
+                    queue=queue,
+                    backend=self.alias,
+                    data={"children": tally[p], "fail_fast": p in fail_fast},
+                )
+                for p, queue in rows
+            ],
+            using=self.db,
+        )
         if fail_fast:
             self.cascade_children(fail_fast, now)
-        return due
+        return settled
 
     def cascade_children(self, parent_ids: Sequence[str], now: datetime) -> int:
         """Cancel the unfinished children (pending, blocked and in flight) of these parents.
@@ -248,14 +341,20 @@ class ChildOps(LedgerBase):
         )
 
     def flow_state(self, parent_id: str) -> FlowState:
+        return self.flow_states([parent_id])[parent_id]
+
+    def flow_states(self, parent_ids: Sequence[str]) -> dict[str, FlowState]:
         from ...fanout import state_from_rows
 
-        rows = list(
+        rows: dict[str, list[dict[str, Any]]] = {p: [] for p in parent_ids}
+        for row in (
             FlowDependency.objects.using(self.db)
-            .filter(job_id=parent_id, kind="child")
-            .values("key", "status", "result", "result_type", "error")
-        )
-        return state_from_rows([dict(r) for r in rows])
+            .filter(job_id__in=list(parent_ids), kind="child")
+            .values("job_id", "key", "status", "result", "result_type", "error")
+        ):
+            data: dict[str, Any] = dict(row)
+            rows[data.pop("job_id")].append(data)
+        return {p: state_from_rows(r) for p, r in rows.items()}
 
     def children_tally(self, parent_id: str) -> dict[str, int]:
         return dict(
@@ -319,11 +418,11 @@ class ChildOps(LedgerBase):
             qs = qs.select_for_update()
         if not qs.exists():  # re-check around the repair: it may have settled meanwhile
             return
+        if self.settle([parent_id], now):  # nothing pending, or a failure under "fail"
+            counts["settled"] += 1
+            return
         deps = FlowDependency.objects.using(self.db).filter(job_id=parent_id, kind="child")
         pending = list(deps.filter(status="pending").values_list("depends_on_id", "spec__backend"))
-        if not pending:
-            counts["settled"] += len(self.settle([parent_id], now))
-            return
         by_backend: dict[str, list[str]] = {}
         for child_id, alias in pending:
             by_backend.setdefault(alias or self.alias, []).append(child_id)

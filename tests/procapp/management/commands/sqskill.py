@@ -46,7 +46,7 @@ class Command(BaseCommand):
         parser.add_argument("--times", type=int, required=True)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        outbox.nudge = lambda: None  # this process never relays: only its dying children do
+        outbox.nudge = lambda **_: None  # this process never relays: only its dying children do
         db = outbox.database_of(backends.get_backend("sqs"))
         kills = 0
         for i in range(options["times"]):
