@@ -232,11 +232,18 @@ class ChildOps(LedgerBase):
         relay's step after an ack that recorded reports. A read finds the due ones; they are
         locked and checked again before anything changes."""
         with transaction.atomic(using=self.db):
-            due = self._due(parent_ids)
-            if not due:
+            if not self.is_postgres:  # one writer at a time: nothing to lock
+                return self.settle(parent_ids, self._now(None))
+            found: list[tuple[str, str, datetime]] = []
+            ids = sorted(set(parent_ids))
+            for start in range(0, len(ids), REPORT_CHUNK):
+                chunk = ids[start : start + REPORT_CHUNK]
+                with self.connection.cursor() as cur:  # due, locked in order, re-pended
+                    cur.execute(sql.settle_due_postgresql(self.table), [chunk])
+                    found += cur.fetchall()
+            if not found:
                 return []
-            self.lock_parents(due)
-            return self._settle_due(due, self._now(None))
+            return self._settled([(job_id, queue) for job_id, queue, _ in found], found[0][2])
 
     def _audit_reports(self, rows: Sequence[tuple[str, str, str]]) -> None:
         """Audit the reports just recorded: (parent, child, state); a duplicate changed
@@ -283,20 +290,19 @@ class ChildOps(LedgerBase):
             with self.connection.cursor() as cur:
                 cur.execute(sql.settle_parents(len(chunk), self.table), [stamp, stamp, *chunk])
                 rows += [(r[0], r[1]) for r in cur.fetchall()]
-        if not rows:
-            return []
+        return self._settled(rows, now) if rows else []
+
+    def _settled(self, rows: Sequence[tuple[str, str]], now: datetime) -> list[str]:
+        """After re-pending these (parent, queue): wake their workers, audit the settles with
+        the children's tally, cascade the fail-fast ones."""
         settled = [job_id for job_id, _ in rows]
         tally: dict[str, dict[str, int]] = {p: {} for p in settled}  # for the audit event
-        for job_id, status, n in (
-            FlowDependency.objects.using(self.db)
-            .filter(job_id__in=settled, kind="child")
-            .values_list("job_id", "status")
-            .annotate(n=Count("id"))
-            .order_by()
-        ):
-            tally[job_id][status] = n
+        with self.connection.cursor() as cur:
+            cur.execute(sql.tally_children(len(settled)), settled)
+            for job_id, status, n in cur.fetchall():
+                tally[job_id][status] = n
         fail_fast = [p for p in settled if tally[p].get("pending")]
-        self._made_pending(rows, now)
+        self._made_pending(list(rows), now)
         audit.record(
             [
                 audit.Event(

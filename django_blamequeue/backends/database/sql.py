@@ -363,18 +363,48 @@ RETURNING {DEP}.job_id, {DEP}.depends_on_id, {DEP}.status
 """
 
 
-def due_parents(n: int, table: str = JOB) -> str:
-    """Waiting parents among ``n`` ids with no pending child, or with a failed one unless
-    ``on_child_failure="continue"``. Params: the ids."""
-    return f"""
-SELECT j.id FROM {table} AS j
-WHERE j.id IN ({", ".join(["%s"] * n)}) AND j.state = 'waiting_children'
+_DUE = f"""
   AND (NOT EXISTS (SELECT 1 FROM {DEP} AS d
                    WHERE d.job_id = j.id AND d.kind = 'child' AND d.status = 'pending')
        OR (COALESCE(j.flow_mode, '') <> 'continue'
            AND EXISTS (SELECT 1 FROM {DEP} AS d
                        WHERE d.job_id = j.id AND d.kind = 'child' AND d.status = 'failed')))
 """
+
+
+def due_parents(n: int, table: str = JOB) -> str:
+    """Waiting parents among ``n`` ids with no pending child, or with a failed one unless
+    ``on_child_failure="continue"``. Params: the ids."""
+    return f"""
+SELECT j.id FROM {table} AS j
+WHERE j.id IN ({", ".join(["%s"] * n)}) AND j.state = 'waiting_children' {_DUE}
+"""
+
+
+@cache
+def settle_due_postgresql(table: str = JOB) -> str:
+    """The relay's settle in one statement: of the waiting parents among the ids (one array),
+    the due ones are locked ancestors first (``flow_depth``, id) and re-pended. A parent
+    settled meanwhile by another relay fails the re-check under its lock; once due, a parent
+    stays due (a report never turns pending again). RETURNING: id, queue, the clock."""
+    return f"""
+UPDATE {table} AS p SET state = 'pending', available_at = t.now, updated_at = t.now
+FROM (SELECT statement_timestamp() AS now) AS t,
+     (SELECT j.id FROM {table} AS j
+      WHERE j.id = ANY(%s::varchar[]) AND j.state = 'waiting_children' {_DUE}
+      ORDER BY j.flow_depth, j.id
+      FOR UPDATE OF j) AS due
+WHERE p.id = due.id AND p.state = 'waiting_children'
+RETURNING p.id, p.queue, t.now
+"""
+
+
+def tally_children(n: int) -> str:
+    """(parent, status, count) of the children of ``n`` parents. Params: the parent ids."""
+    return (
+        f"SELECT job_id, status, count(*) FROM {DEP} "
+        f"WHERE kind = 'child' AND job_id IN ({', '.join(['%s'] * n)}) GROUP BY job_id, status"
+    )
 
 
 def settle_parents(n: int, table: str = JOB) -> str:
