@@ -2,7 +2,7 @@
 """Parent/child flows on PostgreSQL with 2 worker processes (issue 4, item 10; not a test).
 
     .venv/bin/python bench/flows.py [--wide 10000] [--parents 1000] [--per-parent 10]
-                                    [--concurrency 32] [--no-write]
+                                    [--concurrency 64] [--no-write]
 
 It starts its own PostgreSQL (``tests.servers``, fsync on), creates a fresh database, migrates
 and runs two scenarios with ``--workers`` (2) ``manage.py runworker --no-sweep`` processes —
@@ -177,6 +177,10 @@ class Bench:
             "SELECT min(created_at), max(reported_at), count(*) FILTER (WHERE status = 'done') "
             "FROM blamequeue_flow_dependency"
         )
+        ((fan_out_s,),) = self.sql(
+            "SELECT extract(epoch FROM max(created_at) - min(created_at)) "
+            "FROM blamequeue_flow_dependency"
+        )
         ((first_claim, last_ack),) = self.sql(
             "SELECT min(started_at), max(finished_at) FROM blamequeue_job "
             "WHERE parent_id IS NOT NULL"
@@ -188,6 +192,7 @@ class Bench:
             "wall_s": wall,
             "fan_out_to_collect_s": statistics.median(to_collect),
             "fan_out_to_collect_max_s": to_collect[-1],
+            "fan_out_s": float(fan_out_s),
             "settled_per_s": n / (last_report - first_fan).total_seconds(),
             "run_per_s": n / (last_ack - first_claim).total_seconds(),
             "worker_cpu_us": 1e6 * (cpu1[0] - cpu0[0]) / n,
@@ -200,7 +205,8 @@ class Bench:
         log(
             f"{name}: fan-out→collect {result['fan_out_to_collect_s']:.2f} s (max "
             f"{result['fan_out_to_collect_max_s']:.2f}), {result['settled_per_s']:,.0f} children "
-            f"settled/s, {result['run_per_s']:,.0f} run/s, wall {wall:.1f} s"
+            f"settled/s, {result['run_per_s']:,.0f} run/s, fan-outs over {fan_out_s:.2f} s, "
+            f"wall {wall:.1f} s"
         )
         return result
 
@@ -351,6 +357,7 @@ def table(report: dict[str, Any]) -> str:
     rows += [
         ("fan-out → collect, median (s)", *both("fan_out_to_collect_s", "{:.2f}")),
         ("fan-out → collect, worst (s)", *both("fan_out_to_collect_max_s", "{:.2f}")),
+        ("first → last fan-out (s)", *both("fan_out_s", "{:.2f}")),
         ("children settled / s", *both("settled_per_s", "{:,.0f}")),
         ("children run / s (claim → ack)", *both("run_per_s", "{:,.0f}")),
         ("enqueue → last collect, wall (s)", *both("wall_s", "{:.1f}")),
@@ -403,7 +410,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parents", type=int, default=1_000)
     parser.add_argument("--per-parent", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=64,
+        help="runworker --concurrency (as bench/throughput.py)",
+    )
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--no-write", action="store_true", help="print only; leave the doc alone")
     parser.add_argument(

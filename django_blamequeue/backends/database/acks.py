@@ -123,7 +123,7 @@ class AckOps(LedgerBase):
             # A parent here gets the report in this transaction; one elsewhere, through the
             # outbox. Either way exactly once: only a pending manifest row changes.
             here = [r[0] for r in children if r[7] in (self.alias, None)]
-            recorded = self.record_children(here, self._now(now)) if here else set()
+            recorded = self.record_children(here, now) if here else set()
             if len(recorded) < len(children):
                 self.report_terminal([r[0] for r in children if r[0] not in recorded])
         self._notify(

@@ -105,7 +105,7 @@ class LedgerBase(Backend):
     def apply_fan_outs(self, acks: Sequence[Ack], now: datetime) -> dict[str, State | None]:
         raise NotImplementedError
 
-    def record_children(self, child_ids: Sequence[str], now: datetime) -> set[str]:
+    def record_children(self, child_ids: Sequence[str], now: datetime | None) -> set[str]:
         raise NotImplementedError
 
     def children_tally(self, parent_id: str) -> dict[str, int]:

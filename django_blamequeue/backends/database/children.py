@@ -205,7 +205,7 @@ class ChildOps(LedgerBase):
                 self.settle(sorted({parent_id for parent_id, _, _ in recorded}), t)
         return len(recorded)
 
-    def record_children(self, child_ids: Sequence[str], now: datetime) -> set[str]:
+    def record_children(self, child_ids: Sequence[str], now: datetime | None) -> set[str]:
         """Record the reports of these terminal children, whose parents are on this backend,
         straight from their rows, in the caller's transaction; the relay settles the parents
         once it commits. Only manifest rows still pending change; answers the children
@@ -216,10 +216,10 @@ class ChildOps(LedgerBase):
             with self.connection.cursor() as cur:
                 if self.is_postgres:
                     statement = sql.record_children_postgresql(self.table)
-                    cur.execute(statement, [chunk, self._adapt(now)])
+                    cur.execute(statement, [chunk, now])  # None: the statement's clock
                 else:
                     statement = sql.record_children_sqlite(len(chunk), self.table)
-                    cur.execute(statement, [self._adapt(now), *chunk])
+                    cur.execute(statement, [self._adapt(self._now(now)), *chunk])
                 recorded += cur.fetchall()
         self._audit_reports(recorded)
         parents = sorted({parent_id for parent_id, _, _ in recorded})

@@ -325,7 +325,8 @@ RETURNING {DEP}.job_id, {DEP}.depends_on_id, {DEP}.status
 # PostgreSQL each child finds its manifest row by its own probe of ``bq_dep_dependency``.
 @cache
 def record_children_postgresql(table: str = JOB) -> str:
-    """Params: the child ids (one array; terminal children of parents here), reported_at."""
+    """Params: the child ids (one array; terminal children of parents here), reported_at
+    (NULL: the statement's clock)."""
     return f"""
 WITH hit AS MATERIALIZED (
     SELECT d.id, j.state, j.result, j.content_type, j.error
@@ -341,7 +342,7 @@ UPDATE {DEP} SET status = hit.state,
     result = CASE WHEN hit.state = 'done' THEN hit.result ELSE NULL END,
     result_type = hit.content_type,
     error = CASE WHEN hit.state = 'done' THEN NULL ELSE hit.error END,
-    reported_at = %s
+    reported_at = COALESCE(%s::timestamptz, statement_timestamp())
 FROM hit WHERE {DEP}.id = hit.id AND {DEP}.status = 'pending'
 RETURNING {DEP}.job_id, {DEP}.depends_on_id, {DEP}.status
 """
