@@ -2,12 +2,13 @@
 """Parent/child flows on PostgreSQL with 2 worker processes (issue 4, item 10; not a test).
 
     .venv/bin/python bench/flows.py [--wide 10000] [--parents 1000] [--per-parent 10]
-                                    [--concurrency 64] [--no-write]
+                                    [--concurrency 64] [--no-write] [--pg-stats N]
+                                    [--pg-conf LINE ...]
 
 It starts its own PostgreSQL (``tests.servers``, fsync on), creates a fresh database, migrates
 and runs two scenarios with ``--workers`` (2) ``manage.py runworker --no-sweep`` processes —
-no sweeper, so every report travels the push path: the child's ack writes it to the outbox,
-the commit nudges the worker's relay thread, the relay records it and settles the parent:
+no sweeper, so every report travels the push path: the child's ack records it on the parent's
+manifest row, the commit nudges the worker's relay thread, the relay settles the parent:
 
 1. one parent x 10,000 children;
 2. 1,000 parents x 10 children (all enqueued in one ``enqueue_many``).
@@ -17,7 +18,9 @@ the first manifest row, to the claim that runs ``collect``; for many parents the
 worst), *children settled/s* (children whose report is recorded on the parent, from the first
 fan-out to the last report), *children run/s* (first child claim to last child ack), and the
 CPU the workers and PostgreSQL spent per child. Then, with the workers stopped, *outbox rows/s*:
-the relay alone (``Relay().run_once()``, this process) draining 10,000 report rows.
+the relay alone (``Relay().run_once()``, this process) draining 10,000 report rows (the path
+of reports for a parent on another backend, and of rescues and cascades). ``--pg-stats N``
+prints each scenario's N costliest statements (``pg_stat_statements``).
 
 It prints a table and writes ``docs/benchmarks-flows.md`` (the generated part between the
 ``bench:begin``/``bench:end`` markers; the prose around them is kept).
