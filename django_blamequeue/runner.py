@@ -136,7 +136,9 @@ def _flow_phase(run: Run, spec: Any, payload: Any) -> lifecycle.Outcome:
     backend = run.ctx.backend
     try:
         if claimed.flow_phase == "collect":
-            state = run.flow_state or backend.flow_state(claimed.job_id)
+            state = (
+                run.flow_state if run.flow_state is not None else backend.flow_state(claimed.job_id)
+            )
             result = spec.collect(payload, state)
             return lifecycle.Succeeded(encode(result) if result is not None else None)
         children = build_children(

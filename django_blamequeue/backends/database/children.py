@@ -281,8 +281,7 @@ class ChildOps(LedgerBase):
         return self._settle_due(due, now) if due else []
 
     def _settle_due(self, due: Sequence[str], now: datetime) -> list[str]:
-        """Re-pend these due parents (locked by the caller) that still wait; audit the
-        settles with the children's tally; cascade the fail-fast ones."""
+        """Re-pend these due parents (locked by the caller) that still wait."""
         rows: list[tuple[str, str]] = []
         stamp = self._adapt(now)
         for start in range(0, len(due), REPORT_CHUNK):
@@ -297,10 +296,12 @@ class ChildOps(LedgerBase):
         the children's tally, cascade the fail-fast ones."""
         settled = [job_id for job_id, _ in rows]
         tally: dict[str, dict[str, int]] = {p: {} for p in settled}  # for the audit event
-        with self.connection.cursor() as cur:
-            cur.execute(sql.tally_children(len(settled)), settled)
-            for job_id, status, n in cur.fetchall():
-                tally[job_id][status] = n
+        for start in range(0, len(settled), REPORT_CHUNK):
+            chunk = settled[start : start + REPORT_CHUNK]
+            with self.connection.cursor() as cur:
+                cur.execute(sql.tally_children(len(chunk)), chunk)
+                for job_id, status, n in cur.fetchall():
+                    tally[job_id][status] = n
         fail_fast = [p for p in settled if tally[p].get("pending")]
         self._made_pending(list(rows), now)
         audit.record(
