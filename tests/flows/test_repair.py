@@ -99,23 +99,29 @@ def test_a_settle_lost_with_its_process_is_done_by_the_sweeper(
     assert len(collects()) == 1 and collects()[0].completed == 2
 
 
-def test_a_fail_fast_settle_lost_with_its_process_is_done_by_the_sweeper(
-    backend: str, jobs: SimpleNamespace, quiet_relay: None
-) -> None:
-    from django_blamequeue import outbox
-
+def _fail_first_of_three(backend: str, jobs: SimpleNamespace) -> str:
+    """A "fail" flow of three pages, all three claimed, only p0 acked (failed); the parent id."""
     parent = jobs.Report.enqueue({"pages": 3, "broken": [0]}, backend=backend)
     work(backend, ["reports"])
     b = get_backend(backend)
     fail_id = ids.child_id(parent.job_id, "p0")
     [failing] = [c for c in b.claim(["pages"], 3, 30) if c.job_id == fail_id]
     b.apply_many([outcome_of(backend, failing)])
+    return parent.job_id
+
+
+def test_a_fail_fast_settle_lost_with_its_process_is_done_by_the_sweeper(
+    backend: str, jobs: SimpleNamespace, quiet_relay: None
+) -> None:
+    from django_blamequeue import outbox
+
+    parent_id = _fail_first_of_three(backend, jobs)
     outbox._to_settle.clear()
 
     # p0 failed under "fail": due now, not at the end; its settle cascades, and the pass's
     # cascade step asks the two children still running once more (idempotent).
     assert repair(backend) == {"settled": 1, "cascaded": 2}
-    live = Job.objects.using(db(backend)).filter(parent_id=parent.job_id, state="inflight")
+    live = Job.objects.using(db(backend)).filter(parent_id=parent_id, state="inflight")
     assert sorted(live.values_list("cancel_requested", flat=True)) == [True, True]
 
 
@@ -184,24 +190,18 @@ def test_a_parent_whose_settle_was_missed_is_settled(
 def test_a_cascade_missed_after_a_fail_fast_settle_is_done_by_the_sweeper(
     backend: str, jobs: SimpleNamespace, quiet_relay: None
 ) -> None:
-    parent = jobs.Report.enqueue({"pages": 3, "broken": [0]}, backend=backend)
-    work(backend, ["reports"])
+    parent_id = _fail_first_of_three(backend, jobs)  # the others stay in flight
     b = get_backend(backend)
-    fail_id = ids.child_id(parent.job_id, "p0")
-    claimed = [c for c in b.claim(["pages"], 3, 30)]
-    for c in claimed:  # only p0 gets acked (and fails); the others stay in flight
-        if c.job_id == fail_id:
-            b.apply_many([outcome_of(backend, c)])
     with transaction.atomic(using=db(backend)):
-        assert b.settle_reported([parent.job_id]) == [parent.job_id]  # the relay's settle
+        assert b.settle_reported([parent_id]) == [parent_id]  # the relay's settle
         # a crash right after the settle, before the cascade's effect (simulated: undone)
-        Job.objects.using(db(backend)).filter(parent_id=parent.job_id, state="inflight").update(
+        Job.objects.using(db(backend)).filter(parent_id=parent_id, state="inflight").update(
             cancel_requested=False
         )
-    assert queue.get_job(parent.job_id, backend=backend).state == "pending"  # type: ignore[union-attr]
+    assert queue.get_job(parent_id, backend=backend).state == "pending"  # type: ignore[union-attr]
 
     assert repair(backend) == {"cascaded": 2}
-    live = Job.objects.using(db(backend)).filter(parent_id=parent.job_id, state="inflight")
+    live = Job.objects.using(db(backend)).filter(parent_id=parent_id, state="inflight")
     assert sorted(live.values_list("cancel_requested", flat=True)) == [True, True]
 
 
