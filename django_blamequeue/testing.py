@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import outbox, tracing
+from . import tracing
 from .audit import Event
 from .core.states import ACTIVE, State
 from .exceptions import ErrorCode, QueueError
@@ -290,9 +290,10 @@ class CapturedJobs:
             [Ack(job_id=c.job_id, token=c.token, transition=transition)], self.now()
         )
         if c.parent_id and ack.ok:
-            # A worker's commit queues the parent's settle for the relay; inside the test's
-            # transaction nothing commits, so queue it here (a parent elsewhere is a no-op).
-            outbox.settle_soon(self.backend.alias, [c.parent_id])
+            # A worker's commit queues the parent's settle for its relay thread; inside the
+            # test's transaction nothing commits (and another thread could not see it), so
+            # settle here, on this connection. A parent elsewhere is not found: a no-op.
+            self.backend.settle_reported([c.parent_id])
         state = ack.state.value if ack.state is not None else "lock_lost"
         retry = state == "pending" and not transition.give_back_attempt
         return Attempt(
