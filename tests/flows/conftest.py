@@ -17,11 +17,14 @@ CALLS: dict[str, list[Any]] = {"fan_out": [], "collect": [], "page": [], "spin":
 
 
 @pytest.fixture
-def quiet_relay(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No nudge thread: outbox rows stay until the test runs the relay itself."""
+def quiet_relay(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No nudge thread: outbox rows and queued settles stay until the test runs the relay
+    itself; settles a test left queued never reach the next test's relay."""
     from django_blamequeue import outbox
 
     monkeypatch.setattr(outbox, "nudge", lambda **_: None)
+    yield
+    outbox._to_settle.clear()
 
 
 def _children(payload: dict[str, Any]) -> list[Child]:

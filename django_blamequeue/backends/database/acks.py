@@ -52,8 +52,8 @@ class AckOps(LedgerBase):
             now = self._now(now)  # PostgreSQL's plain acks read the clock in the statement
         fanned: dict[str, State | None] = {}
         if fan_outs:
-            clock = self._now(now)
-            fanned = self.apply_fan_outs(fan_outs, clock)
+            assert now is not None  # read just above
+            fanned = self.apply_fan_outs(fan_outs, now)
         for start in range(0, len(plain), ACK_CHUNK):
             chunk = plain[start : start + ACK_CHUNK]
             with self.connection.cursor() as cur:
