@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import audit, outbox, registry, tracing, validation
+from . import audit, outbox, registry, tracing, validation, wire
 from .backends import all_backends, get_backend
 from .backends.base import Backend
 from .conf import get_settings
@@ -435,7 +435,7 @@ def _store(target: Backend, jobs: list[NewJob], events: list[audit.Event]) -> li
         db = outbox.database_of(target)
         if connections[db].in_atomic_block:
             target.check_jobs(jobs)  # not through the breaker: the outbox is for outages
-            entries = [("enqueue", target.alias, j.job_id, outbox.job_to_body(j)) for j in jobs]
+            entries = [("enqueue", target.alias, j.job_id, wire.job_to_body(j)) for j in jobs]
             outbox.write_many(entries, using=db)
             audit.record(events, using=db)
             return [

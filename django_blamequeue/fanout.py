@@ -10,11 +10,12 @@ out twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from .exceptions import ErrorCode, QueueError
+from .records import FlowState
 from .registry import JobDefinition, register_definition
 
 OnChildFailure = Literal["fail", "continue"]
@@ -44,23 +45,6 @@ class Child:
     def queue(self) -> str | None:
         definition = getattr(self.job, "definition", self.job)
         return definition.queue if isinstance(definition, JobDefinition) else None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FlowState:
-    """What ``collect`` sees: the children's tally, results and errors by key."""
-
-    completed: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    pending: int = 0
-    results: Mapping[str, Any] = field(default_factory=dict)
-    errors: Mapping[str, str] = field(default_factory=dict)
-    states: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def total(self) -> int:
-        return self.completed + self.failed + self.cancelled + self.pending
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,34 +171,3 @@ def build_children(
         )
         built.append(ChildSpec(key=key, job=job, backend=target.alias))
     return tuple(built)
-
-
-def state_from_rows(rows: list[dict[str, Any]]) -> FlowState:
-    """``FlowState`` from the parent's dependency rows (status, key, result, error)."""
-    from .serializers import decode
-
-    tally = {"done": 0, "failed": 0, "cancelled": 0, "pending": 0}
-    results: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    states: dict[str, str] = {}
-    for row in rows:
-        status = row["status"]
-        tally[status if status in tally else "pending"] += 1
-        states[row["key"]] = status
-        if status == "done" and row["result"] is not None:
-            results[row["key"]] = decode(
-                row["result_type"] or "application/json", "utf-8", bytes(row["result"])
-            )
-        elif status == "done":
-            results[row["key"]] = None
-        if row["error"]:
-            errors[row["key"]] = row["error"]
-    return FlowState(
-        completed=tally["done"],
-        failed=tally["failed"],
-        cancelled=tally["cancelled"],
-        pending=tally["pending"],
-        results=results,
-        errors=errors,
-        states=states,
-    )

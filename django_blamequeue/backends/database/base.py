@@ -8,7 +8,7 @@ the same columns, and runs the same code over it (``model`` and ``table`` say wh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -18,7 +18,7 @@ from django.utils import timezone
 from ... import wakeup
 from ...conf import BackendConfig
 from ...core.states import State
-from ...models import Job, JobFields
+from ...models import Job, JobFields, OutboxEntry
 from ...records import Ack
 from ..base import Backend
 
@@ -78,6 +78,12 @@ class LedgerBase(Backend):
                 for q in distinct:
                     cur.execute("SELECT pg_notify(%s, %s)", [CHANNEL, q])
         transaction.on_commit(lambda: wakeup.notify(distinct), using=self.db)
+
+    def _outbox(self, entries: Iterable[tuple[str, str, str, dict[str, Any]]]) -> None:
+        """Outbox rows ``(kind, backend, job id, body)`` in the current transaction; the
+        relay is nudged once it commits."""
+        if OutboxEntry.objects.using(self.db).add(entries):
+            transaction.on_commit(self.hooks.outbox_written, using=self.db)
 
     def _made_pending(self, rows: Sequence[tuple[str, str]], now: datetime) -> None:
         """(job id, queue) of jobs this transaction made pending (available at ``now``) from

@@ -19,20 +19,17 @@ import json
 import logging
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Count
 
-from ... import audit, outbox
+from ... import audit, wire
 from ...core.states import TERMINAL, State
 from ...models import FlowDependency, OutboxEntry
-from ...records import Ack, ChildSpec, Report
+from ...records import Ack, ChildSpec, FlowState, Report, state_from_rows
 from . import sql
 from .base import LedgerBase
-
-if TYPE_CHECKING:
-    from ...fanout import FlowState
 
 logger = logging.getLogger("django_blamequeue.flows")
 _TERMINAL = [s.value for s in TERMINAL]
@@ -99,7 +96,7 @@ class ChildOps(LedgerBase):
                 parent_id,
                 c.job.job_id,
                 c.key,
-                json.dumps({"backend": c.backend, "job": outbox.job_to_body(c.job)}),
+                json.dumps({"backend": c.backend, "job": wire.job_to_body(c.job)}),
                 "pending",
                 now,
             )
@@ -125,13 +122,10 @@ class ChildOps(LedgerBase):
         here = [c.job for c in children if c.backend == self.alias]
         if here:
             self.enqueue_many(here)
-        outbox.write_many(
-            [
-                ("enqueue", c.backend, c.job.job_id, outbox.job_to_body(c.job))
-                for c in children
-                if c.backend != self.alias
-            ],
-            using=self.db,
+        self._outbox(
+            ("enqueue", c.backend, c.job.job_id, wire.job_to_body(c.job))
+            for c in children
+            if c.backend != self.alias
         )
 
     # -- reports ---------------------------------------------------------------------------
@@ -144,13 +138,13 @@ class ChildOps(LedgerBase):
                 "id", "parent_id", "parent_backend", "state", "result", "content_type", "error"
             )
         )
-        outbox.write_many(
+        self._outbox(
             [
                 (
                     "report",
                     parent_backend or self.alias,
                     job_id,
-                    outbox.report_to_body(
+                    wire.report_to_body(
                         Report(
                             parent_id=parent_id,
                             child_id=job_id,
@@ -164,8 +158,7 @@ class ChildOps(LedgerBase):
                     ),
                 )
                 for job_id, parent_id, parent_backend, state, result, ctype, error in rows
-            ],
-            using=self.db,
+            ]
         )
         return len(rows)
 
@@ -224,16 +217,18 @@ class ChildOps(LedgerBase):
         self._audit_reports(recorded)
         parents = sorted({parent_id for parent_id, _, _ in recorded})
         if parents:
-            transaction.on_commit(lambda: outbox.settle_soon(self.alias, parents), using=self.db)
+            hooks = self.hooks
+            transaction.on_commit(lambda: hooks.settle_soon(self.alias, parents), using=self.db)
         return {child_id for _, child_id, _ in recorded}
 
-    def settle_reported(self, parent_ids: Sequence[str]) -> list[str]:
+    def settle_reported(self, parent_ids: Sequence[str], now: datetime | None = None) -> list[str]:
         """Settle those of these parents that are due, in a transaction of its own: the
         relay's step after an ack that recorded reports. A read finds the due ones; they are
         locked and checked again before anything changes."""
         with transaction.atomic(using=self.db):
-            if not self.is_postgres:  # one writer at a time: nothing to lock
-                return self.settle(parent_ids, self._now(None))
+            if not self.is_postgres or now is not None:  # SQLite: one writer at a time
+                self.lock_parents(parent_ids)
+                return self.settle(parent_ids, self._now(now))
             found: list[tuple[str, str, datetime]] = []
             ids = sorted(set(parent_ids))
             for start in range(0, len(ids), REPORT_CHUNK):
@@ -327,16 +322,25 @@ class ChildOps(LedgerBase):
         Children here are cancelled in this transaction; children on other backends once it
         commits (a crash in between is mended by the flow sweeper, which cascades again).
         """
+        n, remote = self._cascade_here(parent_ids, now)
+        if remote:
+            hooks = self.hooks
+            transaction.on_commit(lambda: hooks.cancel_elsewhere(remote), using=self.db)
+        return n + len(remote)
+
+    def _cascade_here(
+        self, parent_ids: Sequence[str], now: datetime
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """Cancel these parents' unfinished children here, in the caller's transaction, and
+        audit the cascade; answers how many, and the unreported children elsewhere."""
         n = self.cascade_cancel(list(parent_ids), now)
         remote = self._remote_unreported(parent_ids)
-        if remote:
-            transaction.on_commit(lambda: _cancel_remote(remote), using=self.db)
         if n or remote:
             audit.record(
                 [audit.Event(action=CASCADE, job_id=p, backend=self.alias) for p in parent_ids],
                 using=self.db,
             )
-        return n + len(remote)
+        return n, remote
 
     def _remote_unreported(self, parent_ids: Sequence[str]) -> list[tuple[str, str]]:
         """(backend, child id) of these parents' unreported children on other backends."""
@@ -351,8 +355,6 @@ class ChildOps(LedgerBase):
         return self.flow_states([parent_id])[parent_id]
 
     def flow_states(self, parent_ids: Sequence[str]) -> dict[str, FlowState]:
-        from ...fanout import state_from_rows
-
         rows: dict[str, list[dict[str, Any]]] = {p: [] for p in parent_ids}
         for row in (
             FlowDependency.objects.using(self.db)
@@ -379,81 +381,54 @@ class ChildOps(LedgerBase):
             .values_list("job_id", flat=True)
         )
 
-    # -- repair (the flow sweeper) -----------------------------------------------------------
-    def repair_flows(self, now: datetime | None = None, limit: int = 500) -> dict[str, int]:
-        """Mend what the push path missed; each parent in its own savepoint.
+    # -- the flow sweeper's verbs (the algorithm: sweeper/flow_repair.py) ---------------
+    def waiting_parents(self, after: str, limit: int) -> list[str]:
+        return list(
+            self.jobs()
+            .filter(state=State.WAITING_CHILDREN, id__gt=after)
+            .order_by("id")
+            .values_list("id", flat=True)[:limit]
+        )
 
-        Re-lands children that never landed, synthesizes reports for terminal children whose
-        report was lost, settles parents with nothing pending, cascades cancels after a
-        settle. Pages through every waiting parent, ``limit`` at a time. One broken row is
-        logged and skipped; it never blocks the rest.
-        """
-        counts = {"relanded": 0, "synthesized": 0, "settled": 0, "cascaded": 0, "skipped": 0}
-        t = self._now(now)
-        cursor = ""
-        while True:
-            waiting = list(
-                self.jobs()
-                .filter(state=State.WAITING_CHILDREN, id__gt=cursor)
-                .order_by("id")
-                .values_list("id", flat=True)[:limit]
+    def pending_children(self, parent_id: str) -> list[tuple[str, str]]:
+        rows = FlowDependency.objects.using(self.db).filter(
+            job_id=parent_id, kind="child", status="pending"
+        )
+        return [
+            (child_id, alias or self.alias)
+            for child_id, alias in rows.values_list("depends_on_id", "spec__backend")
+        ]
+
+    def reland(self, parent_id: str, child_ids: Sequence[str], now: datetime | None = None) -> int:
+        with transaction.atomic(using=self.db):
+            qs = self.jobs().filter(id=parent_id, state=State.WAITING_CHILDREN)
+            if self.is_postgres:
+                qs = qs.select_for_update()
+            if not qs.exists():  # settled meanwhile: its children are not wanted now
+                return 0
+            specs = FlowDependency.objects.using(self.db).filter(
+                job_id=parent_id, kind="child", status="pending", depends_on_id__in=child_ids
             )
-            for parent_id in waiting:
-                try:
-                    with transaction.atomic(using=self.db):
-                        self._repair_parent(parent_id, t, counts)
-                except Exception as exc:
-                    counts["skipped"] += 1
-                    logger.warning("flow repair skipped parent %s: %s", parent_id, _describe(exc))
-            if len(waiting) < limit:
-                break
-            cursor = waiting[-1]
-        for parent_id in self._settled_with_live_children(limit):
-            try:
-                with transaction.atomic(using=self.db):
-                    counts["cascaded"] += self.cascade_children([parent_id], t)
-            except Exception as exc:
-                counts["skipped"] += 1
-                logger.warning("flow cascade skipped parent %s: %s", parent_id, _describe(exc))
-        return counts
-
-    def _repair_parent(self, parent_id: str, now: datetime, counts: dict[str, int]) -> None:
-        from ...backends import get_backend
-
-        qs = self.jobs().filter(id=parent_id, state=State.WAITING_CHILDREN)
-        if self.is_postgres:
-            qs = qs.select_for_update()
-        if not qs.exists():  # re-check around the repair: it may have settled meanwhile
-            return
-        if self.settle([parent_id], now):  # nothing pending, or a failure under "fail"
-            counts["settled"] += 1
-            return
-        deps = FlowDependency.objects.using(self.db).filter(job_id=parent_id, kind="child")
-        pending = list(deps.filter(status="pending").values_list("depends_on_id", "spec__backend"))
-        by_backend: dict[str, list[str]] = {}
-        for child_id, alias in pending:
-            by_backend.setdefault(alias or self.alias, []).append(child_id)
-        for alias, ids in by_backend.items():
-            target = get_backend(alias)
-            found = _states(target, ids)
-            in_flight = self.unsent_for(ids, "enqueue")
-            missing = [j for j in ids if j not in found and j not in in_flight]
-            if missing:
-                specs = deps.filter(depends_on_id__in=missing).values_list("key", "spec")
-                self._land(
-                    [
-                        ChildSpec(
-                            key=key, job=outbox.job_from_body((spec or {})["job"]), backend=alias
-                        )
-                        for key, spec in specs
-                    ]
+            children = [
+                ChildSpec(
+                    key=key,
+                    job=wire.job_from_body((spec or {})["job"]),
+                    backend=(spec or {}).get("backend") or self.alias,
                 )
-                counts["relanded"] += len(missing)
-            terminal = [j for j, st in found.items() if st in _TERMINAL]
-            if terminal:
-                lost = sorted(set(terminal) - target.unsent_for(terminal, "report"))
-                if lost:
-                    counts["synthesized"] += target.report_terminal(lost)
+                for key, spec in specs.values_list("key", "spec")
+            ]
+            self._land(children)
+        return len(children)
+
+    def cascade_due(self, limit: int) -> list[str]:
+        return self._settled_with_live_children(limit)
+
+    def cascade(
+        self, parent_id: str, now: datetime | None = None
+    ) -> tuple[int, list[tuple[str, str]]]:
+        with transaction.atomic(using=self.db):
+            n, remote = self._cascade_here([parent_id], self._now(now))
+        return n, remote
 
     def child_states(self, ids: Sequence[str]) -> dict[str, str]:
         """The state of each of these jobs that exists here, in one query."""
@@ -499,25 +474,4 @@ class ChildOps(LedgerBase):
         ]
 
 
-def _states(target: Any, ids: Sequence[str]) -> dict[str, str]:
-    lookup = getattr(target, "child_states", None)
-    if lookup is not None:
-        return lookup(ids)  # type: ignore[no-any-return]
-    return {i.job_id: i.state for i in (target.get(j) for j in ids) if i is not None}
-
-
-def _cancel_remote(children: Sequence[tuple[str, str]]) -> None:
-    from ...backends import get_backend
-
-    for alias, child_id in children:
-        try:
-            get_backend(alias).cancel(child_id)
-        except Exception as exc:  # the flow sweeper cascades again
-            logger.warning("cascade to child %s on %s failed: %s", child_id, alias, _describe(exc))
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-__all__ = ["ChildOps", "_describe", "logger"]
+__all__ = ["ChildOps"]

@@ -15,10 +15,12 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.core.checks import Warning as CheckWarning
 from django.db import transaction
 from django.utils import timezone
 
 from ... import audit, wakeup
+from ...conf import get_settings
 from ...core.states import TERMINAL, State
 from ...models import FlowDependency
 from ...records import Ack, AckResult, EnqueuedJob, NewJob, RescueReport
@@ -268,16 +270,11 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
             self._send_quietly(lost)
 
     # -- deployment ------------------------------------------------------------------------
-    def check(self) -> Iterable[CheckMessage]:
+    def check(self, queues: Sequence[str] = ()) -> Iterable[CheckMessage]:
         """W003: ``MAX_PAYLOAD_BYTES`` above an existing queue's ``MaximumMessageSize`` (the
         queues of ``QUEUES``, else those of the registered jobs)."""
-        from django.core.checks import Warning as CheckWarning
-
-        from ... import registry
-        from ...conf import get_settings
-
         cap = get_settings().max_payload_bytes
-        names = self.config.queues or registry.queues()
+        names = self.config.queues or list(queues)
         found = []
         for name in names:
             info = self.transport.existing(name)
