@@ -11,11 +11,14 @@ out twice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from . import enqueueing, registry
+from .backends import get_backend
+from .core import ids
 from .exceptions import ErrorCode, QueueError
-from .records import FlowState
+from .records import ChildSpec, FlowState
 from .registry import JobDefinition, register_definition
 
 OnChildFailure = Literal["fail", "continue"]
@@ -119,14 +122,6 @@ def build_children(
     Child ids are derived from the parent id and the key, so a repeated fan-out or a
     repair re-enqueue of the same child dedups to the same job.
     """
-    from dataclasses import replace
-
-    from . import registry
-    from .api import queue
-    from .backends import get_backend
-    from .core import ids
-    from .records import ChildSpec
-
     children = spec.fan_out(payload)
     depth = parent.flow_depth + 1
     if children and depth > max_depth:
@@ -148,9 +143,10 @@ def build_children(
         if definition is None:
             raise QueueError(ErrorCode.UNKNOWN_JOB, f"child job {name!r} is not registered")
         target = get_backend(child.backend or definition.backend or parent_backend)
-        job = queue._new_job(
+        job = enqueueing.new_job(
             child.queue or definition.queue,
             child.payload,
+            definition=definition,
             name=name,
             delay=None,
             run_at=None,

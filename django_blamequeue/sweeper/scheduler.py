@@ -16,7 +16,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from .. import audit, registry
+from .. import audit, enqueueing, registry
 from ..conf import get_settings
 from ..schedules import latest_due
 
@@ -75,7 +75,6 @@ class Scheduler:
         return {"fired": fired, "skipped": skipped} if fired or skipped else {}
 
     def _fire(self, s: Any, now: datetime) -> int:
-        from ..api import queue
         from ..models import Schedule
 
         assert s.last_fired_at is not None
@@ -95,9 +94,10 @@ class Scheduler:
             )
             if not moved:
                 return 0  # another sweeper fired this occurrence
-            job = queue.enqueue(
+            job = enqueueing.enqueue(
                 s.queue or definition.queue,
                 s.payload,
+                definition=definition,
                 name=s.job,
                 dedupe_key=f"schedule:{s.name}:{due.isoformat()}",
                 backend=s.backend or definition.backend,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from django_blamequeue import audit, outbox, queue, wire
+from django_blamequeue import audit, enqueueing, outbox, queue, wire
 from django_blamequeue.backends import get_backend
 from django_blamequeue.core import ids
 from django_blamequeue.models import AuditEvent, FlowDependency, Job, OutboxEntry, OutboxQuerySet
@@ -280,11 +280,9 @@ class CountingRelay(Relay):
 def test_the_relay_pages_through_the_outbox_in_batches_of_500(
     backend: str, quiet_relay: None
 ) -> None:
-    from django_blamequeue.api import queue as q
-
     assert BATCH == 500
     jobs = [
-        q._new_job(
+        enqueueing.new_job(
             "paged",
             {"n": i},
         )
