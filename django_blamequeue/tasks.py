@@ -41,7 +41,12 @@ from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
 from . import registry, validation
-from .core.lifecycle import is_retryable
+from .api import queue
+from .backends import get_backend
+from .conf import backend_config
+from .console import worker_identity
+from .context import current_job
+from .core.lifecycle import format_traceback, is_retryable
 from .core.states import State
 from .exceptions import JobCancelled, JobInterrupted, JobTimeout, QueueError
 from .records import JobInfo
@@ -199,7 +204,6 @@ class BlameQueueBackend(BaseTaskBackend):
         _register(task)
 
     def check(self, **kwargs: Any) -> list[Any]:
-        from .conf import backend_config
 
         try:
             backend_config(self.blamequeue_backend)
@@ -215,8 +219,6 @@ class BlameQueueBackend(BaseTaskBackend):
         a dedupe key that an unfinished run holds, that run's result is answered and
         ``task_enqueued`` is not sent. ``task_enqueued`` is sent after commit.
         """
-        from .api import queue
-        from .backends import get_backend
 
         self.validate_task(task)
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
@@ -256,7 +258,6 @@ class BlameQueueBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         """The task run's current state; ``TaskResultDoesNotExist`` for no job, or a job
         that is not a task run."""
-        from .api import queue
 
         info = queue.get_job(result_id, backend=self.blamequeue_backend)
         if info is None:
@@ -416,7 +417,6 @@ def _class_path(info: JobInfo) -> str:
 
 
 def _error_of(exc: BaseException) -> TaskError:
-    from .core.lifecycle import format_traceback
 
     cls = type(exc)
     return TaskError(
@@ -437,8 +437,6 @@ def _run(name: str, payload: Any) -> Any:
     ``task_finished`` is sent after every attempt; its status is what ``get_result`` answers
     next: SUCCESSFUL, READY when the failure will be retried, FAILED when it will not.
     """
-    from .console import worker_identity
-    from .context import current_job
 
     ctx = current_job()
     info = ctx.backend.get(ctx.job_id)

@@ -20,6 +20,7 @@ from .context import JobContext
 from .core import lifecycle
 from .core.states import State
 from .exceptions import ErrorCode, JobCancelled, JobTimeout, LeaseLost, QueueError, WorkerShutdown
+from .outbox import RelayReport, settle_pending
 from .records import Ack, AckResult, Claimed, Transition
 from .runner import Handler, Run, SlotPool, transition_for
 
@@ -125,7 +126,6 @@ class Consumer:
     def _settle_queued() -> None:
         """Settle the parents this process's acks queued for the relay thread, before the
         process goes (otherwise the flow sweeper would, up to FLOW_SWEEP_INTERVAL later)."""
-        from .outbox import RelayReport, settle_pending
 
         try:
             settle_pending(RelayReport())

@@ -24,6 +24,7 @@ from .base import CHANNEL, LocalBase
 from .children import ChildOps
 from .flows import FlowOps
 from .ledger import LedgerOps
+from .listen import PgListener
 from .listing import ListingOps
 from .rows import claimed_from_row, to_dt
 
@@ -137,7 +138,6 @@ class DatabaseBackend(LocalBase, LedgerOps, AckOps, ListingOps, ChildOps, FlowOp
     def listener(self, queues: Sequence[str]) -> Any:
         if not self.supports_listen:
             return None
-        from .listen import PgListener
 
         return PgListener(self.db, CHANNEL, queues)
 

@@ -17,6 +17,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 
 from ... import audit
+from ...core.lifecycle import rescue
 from ...core.states import ACTIVE, State
 from ...models import FlowDependency, JobFields
 from ...records import EnqueuedJob, LeaseSignals, NewJob
@@ -359,7 +360,6 @@ class LedgerOps(LedgerBase):
         Each UPDATE is fenced by (inflight, expired), so a row renewed meanwhile is left
         alone. Answers the rows by the state they were sent to.
         """
-        from ...core.lifecycle import rescue
 
         groups: dict[State, list[tuple[Any, ...]]] = {s: [] for s in State}
         for row in rows:

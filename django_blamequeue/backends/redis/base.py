@@ -21,6 +21,7 @@ from . import lua
 from .codec import dumps
 from .connection import UNAVAILABLE, connect, warnings
 from .keys import Keys
+from .listen import RedisListener
 
 logger = logging.getLogger("django_blamequeue.redis")
 
@@ -149,6 +150,5 @@ class RedisBase(Backend):
             self._warned = True
             for message in self.deployment_warnings():
                 logger.warning("%s", message)
-        from .listen import RedisListener
 
         return RedisListener(self, queues)

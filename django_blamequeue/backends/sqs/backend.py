@@ -29,6 +29,7 @@ from ..database.children import ChildOps
 from ..database.flows import FlowOps
 from ..database.ledger import LedgerOps
 from ..database.listing import ListingOps
+from ..database.rows import to_dt
 from . import messages
 from .base import UNAVAILABLE, FollowUps
 from .receive import ReceiveOps
@@ -207,7 +208,6 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
         background (``_hide_soon``). Past SQS's 12-hour cap the change is refused and the
         message resurfaces: the receive rules hide it again, with a fresh 12 hours, and hand
         the holder the new receipt handle."""
-        from ..database.rows import to_dt
 
         t = self._now(now)
         owed = FollowUps()

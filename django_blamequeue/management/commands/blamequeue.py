@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ... import registry
 from ...api import queue
 from ...backends import all_backends
 from ...exceptions import QueueError
@@ -170,7 +171,6 @@ class Command(BaseCommand):
             self.stdout.write(line)
 
     def do_enqueue(self, options: dict[str, Any]) -> None:
-        from ... import registry
 
         definition = registry.get(options["name"])
         if definition is None:
