@@ -26,7 +26,7 @@ _TERMINAL = frozenset(s.value for s in TERMINAL)
 OUTBOX_LEASE_S = 30.0  # a relay that dies mid-send leaves its entries for this long
 
 
-class FlowOps(RedisBase):
+class Flows(RedisBase):
     def _manifest(self, parent_id: str) -> dict[str, dict[str, Any]]:
         """child id → {"s": status, "k": key, "b": backend, "j": spec, "r", "t", "e"}."""
         children: dict[str, dict[str, Any]] = {}

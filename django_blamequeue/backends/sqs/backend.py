@@ -24,15 +24,17 @@ from ...conf import get_settings
 from ...core.states import TERMINAL, State
 from ...models import FlowDependency
 from ...records import Ack, AckResult, EnqueuedJob, NewJob, RescueReport
-from ..database.acks import AckOps
-from ..database.children import ChildOps
-from ..database.flows import FlowOps
-from ..database.ledger import LedgerOps
-from ..database.listing import ListingOps
-from ..database.rows import to_dt
+from ..jobtable.acks import Acks
+from ..jobtable.dag import DagRelease
+from ..jobtable.inserts import Inserts
+from ..jobtable.leases import Leases
+from ..jobtable.listing import Listing
+from ..jobtable.manifests import Manifests
+from ..jobtable.reports import ChildReports
+from ..jobtable.rows import to_dt
 from . import messages
 from .base import UNAVAILABLE, FollowUps
-from .receive import ReceiveOps
+from .receive import Receive
 from .transport import MAX_DELAY, MAX_VISIBILITY, Outgoing
 
 if TYPE_CHECKING:
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 _TERMINAL = frozenset(TERMINAL)
 
 
-class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
+class SqsBackend(Receive, Inserts, Leases, Acks, Listing, Manifests, ChildReports, DagRelease):
     """Amazon SQS (or an emulator) through boto3, with a ledger in a Django database."""
 
     # -- enqueue ---------------------------------------------------------------------------

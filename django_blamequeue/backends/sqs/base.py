@@ -30,8 +30,8 @@ from ... import wakeup
 from ...conf import BackendConfig
 from ...core.states import State
 from ...models import SqsJob
-from ..database.base import LedgerBase
-from ..database.rows import to_dt
+from ..jobtable.base import LedgerBase
+from ..jobtable.rows import to_dt
 from . import messages
 from .messages import SEND_COLUMNS
 from .transport import MAX_DELAY, Outgoing, QueueGone, SqsUnavailable, Transport

@@ -19,7 +19,7 @@ from .rows import info_from_model
 _ACTIVE = [s.value for s in ACTIVE]
 
 
-class ListingOps(LedgerBase):
+class Listing(LedgerBase):
     def purge(self, queue: str) -> int:
         with transaction.atomic(using=self.db):
             ids = list(

@@ -1,4 +1,4 @@
-"""Parent/child flows on the local backend: fan-out ack, child reports, settle, repair.
+"""Parent/child flows in the job table: child reports, settles and cascades.
 
 A child's terminal ack records its report on the manifest row of a parent on this backend in
 the ack's own transaction; every other terminal transition — a child of a parent elsewhere,
@@ -15,119 +15,26 @@ settles what a crash in between left. A settle locks its parents first, ancestor
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count
 
 from ... import audit, wire
 from ...core.states import TERMINAL, State
 from ...models import FlowDependency, OutboxEntry
-from ...records import Ack, ChildSpec, FlowState, Report, state_from_rows
-from . import sql
+from ...records import Report
+from . import flowsql
 from .base import LedgerBase
 
-logger = logging.getLogger("django_blamequeue.flows")
 _TERMINAL = [s.value for s in TERMINAL]
-FAN_OUT = audit.FLOW_FAN_OUT
 REPORT = audit.FLOW_REPORT
 CASCADE = audit.FLOW_CASCADE
 REPORT_CHUNK = 500
 
 
-class ChildOps(LedgerBase):
-    # -- fan-out ---------------------------------------------------------------------------
-    def apply_fan_outs(self, acks: Sequence[Ack], now: datetime) -> dict[str, State | None]:
-        """Park each parent and store its manifest, in the caller's transaction; answers
-        each parent's new state, None where the token was stale.
-
-        One fenced UPDATE (id, token, inflight) parks them all — or cancels the ones whose
-        cancel was requested meanwhile — and says which held their lease: nothing is read
-        first and written later. Then one INSERT stores every manifest row (the child's full
-        spec with it) and one enqueue lands every child.
-        """
-        answer: dict[str, State | None] = {a.job_id: None for a in acks}
-        stamp = self._adapt(now)
-        with self.connection.cursor() as cur:
-            params: list[Any] = [stamp, stamp]
-            for a in acks:
-                params += [a.job_id, a.token]
-            cur.execute(sql.park_parents(self.connection.vendor, len(acks), self.table), params)
-            parked = {r[0]: (State(r[1]), r[2], r[3]) for r in cur.fetchall()}
-        for job_id, (state, _, _) in parked.items():
-            answer[job_id] = state
-        if cancelled := [j for j, (state, _, _) in parked.items() if state == State.CANCELLED]:
-            self.report_terminal(cancelled)
-        fanned = [a for a in acks if answer[a.job_id] == State.WAITING_CHILDREN]
-        if not fanned:
-            return answer
-        self._store_manifests([(a.job_id, a.transition.children) for a in fanned], now)
-        audit.record(
-            [
-                audit.Event(
-                    action=FAN_OUT,
-                    job_id=a.job_id,
-                    queue=parked[a.job_id][1],
-                    backend=self.alias,
-                    attempt=parked[a.job_id][2],
-                    data={"children": len(a.transition.children)},
-                )
-                for a in fanned
-            ],
-            using=self.db,
-        )
-        if childless := [a.job_id for a in fanned if not a.transition.children]:
-            self.settle(childless, now)
-        return answer
-
-    def _store_manifests(
-        self, manifests: Sequence[tuple[str, Sequence[ChildSpec]]], now: datetime
-    ) -> None:
-        """One manifest row per child (its full spec: a repair re-lands it from the row),
-        a repeated one ignored; then the children land."""
-        rows = [
-            (
-                c.job.flow_id or parent_id,
-                FlowDependency.KIND_CHILD,
-                parent_id,
-                c.job.job_id,
-                c.key,
-                json.dumps({"backend": c.backend, "job": wire.job_to_body(c.job)}),
-                "pending",
-                now,
-            )
-            for parent_id, children in manifests
-            for c in children
-        ]
-        if rows:
-            with self.connection.cursor() as cur:
-                if self.is_postgres:
-                    varying, arrays = sql.unnest_params(list(zip(*rows, strict=True)))
-                    cur.execute(sql.insert_manifest_postgresql(varying), arrays)
-                else:
-                    stamp = self._adapt(now)
-                    per = self.connection.features.max_query_params // len(rows[0])
-                    for start in range(0, len(rows), per):
-                        chunk = rows[start : start + per]
-                        params = [v for row in chunk for v in (*row[:-1], stamp)]
-                        cur.execute(sql.insert_manifest_sqlite(len(chunk)), params)
-        self._land([c for _, children in manifests for c in children])
-
-    def _land(self, children: Sequence[ChildSpec]) -> None:
-        """Insert local children here; send the others through this database's outbox."""
-        here = [c.job for c in children if c.backend == self.alias]
-        if here:
-            self.enqueue_many(here)
-        self._outbox(
-            ("enqueue", c.backend, c.job.job_id, wire.job_to_body(c.job))
-            for c in children
-            if c.backend != self.alias
-        )
-
+class ChildReports(LedgerBase):
     # -- reports ---------------------------------------------------------------------------
     def report_terminal(self, ids: Sequence[str]) -> int:
         """Outbox a report for each terminal child among ``ids`` (same transaction)."""
@@ -191,7 +98,7 @@ class ChildOps(LedgerBase):
                 for r in chunk:
                     params += [r.parent_id, r.child_id, r.state, r.result, r.result_type, r.error]
                 with self.connection.cursor() as cur:
-                    cur.execute(sql.record_reports(self.connection.vendor, len(chunk)), params)
+                    cur.execute(flowsql.record_reports(self.connection.vendor, len(chunk)), params)
                     recorded += cur.fetchall()
             self._audit_reports(recorded)
             if recorded:  # the parents are locked: settle here
@@ -208,10 +115,10 @@ class ChildOps(LedgerBase):
             chunk = list(child_ids[start : start + REPORT_CHUNK])
             with self.connection.cursor() as cur:
                 if self.is_postgres:
-                    statement = sql.record_children_postgresql(self.table)
+                    statement = flowsql.record_children_postgresql(self.table)
                     cur.execute(statement, [chunk, now])  # None: the statement's clock
                 else:
-                    statement = sql.record_children_sqlite(len(chunk), self.table)
+                    statement = flowsql.record_children_sqlite(len(chunk), self.table)
                     cur.execute(statement, [self._adapt(self._now(now)), *chunk])
                 recorded += cur.fetchall()
         self._audit_reports(recorded)
@@ -234,7 +141,7 @@ class ChildOps(LedgerBase):
             for start in range(0, len(ids), REPORT_CHUNK):
                 chunk = ids[start : start + REPORT_CHUNK]
                 with self.connection.cursor() as cur:  # due, locked in order, re-pended
-                    cur.execute(sql.settle_due_postgresql(self.table), [chunk])
+                    cur.execute(flowsql.settle_due_postgresql(self.table), [chunk])
                     found += cur.fetchall()
             if not found:
                 return []
@@ -265,7 +172,7 @@ class ChildOps(LedgerBase):
         for start in range(0, len(ids), REPORT_CHUNK):
             chunk = ids[start : start + REPORT_CHUNK]
             with self.connection.cursor() as cur:
-                cur.execute(sql.due_parents(len(chunk), self.table), chunk)
+                cur.execute(flowsql.due_parents(len(chunk), self.table), chunk)
                 due += [row[0] for row in cur.fetchall()]
         return due
 
@@ -282,7 +189,7 @@ class ChildOps(LedgerBase):
         for start in range(0, len(due), REPORT_CHUNK):
             chunk = list(due[start : start + REPORT_CHUNK])
             with self.connection.cursor() as cur:
-                cur.execute(sql.settle_parents(len(chunk), self.table), [stamp, stamp, *chunk])
+                cur.execute(flowsql.settle_parents(len(chunk), self.table), [stamp, stamp, *chunk])
                 rows += [(r[0], r[1]) for r in cur.fetchall()]
         return self._settled(rows, now) if rows else []
 
@@ -294,7 +201,7 @@ class ChildOps(LedgerBase):
         for start in range(0, len(settled), REPORT_CHUNK):
             chunk = settled[start : start + REPORT_CHUNK]
             with self.connection.cursor() as cur:
-                cur.execute(sql.tally_children(len(chunk)), chunk)
+                cur.execute(flowsql.tally_children(len(chunk)), chunk)
                 for job_id, status, n in cur.fetchall():
                     tally[job_id][status] = n
         fail_fast = [p for p in settled if tally[p].get("pending")]
@@ -351,74 +258,12 @@ class ChildOps(LedgerBase):
             .values_list("spec__backend", "depends_on_id")
         )
 
-    def flow_state(self, parent_id: str) -> FlowState:
-        return self.flow_states([parent_id])[parent_id]
-
-    def flow_states(self, parent_ids: Sequence[str]) -> dict[str, FlowState]:
-        rows: dict[str, list[dict[str, Any]]] = {p: [] for p in parent_ids}
-        for row in (
-            FlowDependency.objects.using(self.db)
-            .filter(job_id__in=list(parent_ids), kind="child")
-            .values("job_id", "key", "status", "result", "result_type", "error")
-        ):
-            data: dict[str, Any] = dict(row)
-            rows[data.pop("job_id")].append(data)
-        return {p: state_from_rows(r) for p, r in rows.items()}
-
-    def children_tally(self, parent_id: str) -> dict[str, int]:
-        return dict(
-            FlowDependency.objects.using(self.db)
-            .filter(job_id=parent_id, kind="child")
-            .values_list("status")
-            .annotate(n=Count("id"))
-            .order_by()
-        )
-
     def unsent_for(self, job_ids: Sequence[str], kind: str) -> set[str]:
         return set(
             OutboxEntry.objects.using(self.db)
             .filter(job_id__in=list(job_ids), kind=kind, sent_at__isnull=True)
             .values_list("job_id", flat=True)
         )
-
-    # -- the flow sweeper's verbs (the algorithm: sweeper/flow_repair.py) ---------------
-    def waiting_parents(self, after: str, limit: int) -> list[str]:
-        return list(
-            self.jobs()
-            .filter(state=State.WAITING_CHILDREN, id__gt=after)
-            .order_by("id")
-            .values_list("id", flat=True)[:limit]
-        )
-
-    def pending_children(self, parent_id: str) -> list[tuple[str, str]]:
-        rows = FlowDependency.objects.using(self.db).filter(
-            job_id=parent_id, kind="child", status="pending"
-        )
-        return [
-            (child_id, alias or self.alias)
-            for child_id, alias in rows.values_list("depends_on_id", "spec__backend")
-        ]
-
-    def reland(self, parent_id: str, child_ids: Sequence[str], now: datetime | None = None) -> int:
-        with transaction.atomic(using=self.db):
-            qs = self.jobs().filter(id=parent_id, state=State.WAITING_CHILDREN)
-            if self.is_postgres:
-                qs = qs.select_for_update()
-            if not qs.exists():  # settled meanwhile: its children are not wanted now
-                return 0
-            specs = FlowDependency.objects.using(self.db).filter(
-                job_id=parent_id, kind="child", status="pending", depends_on_id__in=child_ids
-            )
-            children = [
-                ChildSpec(
-                    key=key,
-                    job=wire.job_from_body((spec or {})["job"]),
-                    backend=(spec or {}).get("backend") or self.alias,
-                )
-                for key, spec in specs.values_list("key", "spec")
-            ]
-            self._land(children)
-        return len(children)
 
     def cascade_due(self, limit: int) -> list[str]:
         return self._settled_with_live_children(limit)
@@ -429,10 +274,6 @@ class ChildOps(LedgerBase):
         with transaction.atomic(using=self.db):
             n, remote = self._cascade_here([parent_id], self._now(now))
         return n, remote
-
-    def child_states(self, ids: Sequence[str]) -> dict[str, str]:
-        """The state of each of these jobs that exists here, in one query."""
-        return dict(self.jobs().filter(id__in=list(ids)).values_list("id", "state"))
 
     def _settled_with_live_children(self, limit: int) -> list[str]:
         """Parents here that settled fail-fast or were cancelled while children still run.
@@ -472,6 +313,3 @@ class ChildOps(LedgerBase):
             for pid, state, mode in rows.values_list("id", "state", "flow_mode")
             if state == State.CANCELLED or (mode != "continue" and pid in failed)
         ]
-
-
-__all__ = ["ChildOps"]
