@@ -17,7 +17,7 @@ from .backends import all_backends, get_backend
 from .backends.base import Backend
 from .conf import get_settings
 from .core import ids
-from .core.flows import validate_dag
+from .core.dag import validate_dag
 from .exceptions import ErrorCode, QueueError
 from .records import EnqueuedJob, JobInfo
 from .worker import Consumer, WorkerOptions

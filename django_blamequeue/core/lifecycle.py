@@ -16,7 +16,7 @@ from ..exceptions import Unrecoverable
 from ..records import ChildSpec, Transition
 from ..serializers import Encoded
 from .backoff import backoff_seconds
-from .states import Reason, State
+from .states import Reason, State, can_transition
 
 logger = logging.getLogger("django_blamequeue.lifecycle")
 
@@ -115,7 +115,15 @@ def _retry_or_fail(
 
 
 def decide(outcome: Outcome, *, attempt: int, max_attempts: int, policy: Policy) -> Transition:
-    """The transition for one attempt (``attempt`` is 1-based, counted at claim)."""
+    """The transition for one attempt (``attempt`` is 1-based, counted at claim); always one
+    that ``states.ALLOWED`` permits from ``inflight``, the only state an ack applies to."""
+    transition = _decide(outcome, attempt=attempt, max_attempts=max_attempts, policy=policy)
+    if not can_transition(State.INFLIGHT, transition.state):  # pragma: no cover - a bug here
+        raise AssertionError(f"decided {transition.state} from inflight: not allowed")
+    return transition
+
+
+def _decide(outcome: Outcome, *, attempt: int, max_attempts: int, policy: Policy) -> Transition:
     match outcome:
         case Succeeded(result):
             return Transition(state=State.DONE, result=result, yields_to_cancel=False)
@@ -146,12 +154,22 @@ def decide(outcome: Outcome, *, attempt: int, max_attempts: int, policy: Policy)
     raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
 
 
-def rescue(*, attempts: int, max_attempts: int, stalls: int, max_stalled: int) -> State:
-    """Where an expired lease goes: back to pending, or the DLQ once it stalled too often.
+def rescue(
+    *,
+    attempts: int,
+    max_attempts: int,
+    stalls: int,
+    max_stalled: int,
+    cancel_requested: bool = False,
+) -> State:
+    """rule: rescue — where an expired lease goes: back to pending, or the DLQ once it
+    stalled too often; cancelled if a cancel was requested meanwhile.
 
     ``stalls`` is the count *including* this expiry. A crash does not give the attempt back,
     so a job whose last attempt stalled has no attempt left and fails too.
     """
+    if cancel_requested:
+        return State.CANCELLED
     if stalls > max_stalled or attempts >= max_attempts:
         return State.FAILED
     return State.PENDING

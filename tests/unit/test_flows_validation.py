@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from django_blamequeue import ErrorCode, QueueError
-from django_blamequeue.core.flows import validate_dag
+from django_blamequeue.core.dag import validate_dag
 
 
 def refused(children: Any) -> QueueError:

@@ -1,8 +1,8 @@
 """The flow statements of the job table: DAG releases, child reports, settles, manifests.
 
 Reports are recorded only on rows still ``pending`` (once each); a settle re-pends a due parent
-that still waits. Which parents are due is ``core.flows.settle_due`` (rule "flow-settle"),
-stated here as SQL (``_DUE``).
+that still waits. Each statement that carries a rule of ``core.rules`` names it (``rule:``):
+dag-release, report-once, settle-due.
 """
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 
+from ...core.rules import CONTINUE
 from .sql import DEP, JOB, unnest_rows
 
 
 def release_dependants(vendor: str, n: int, table: str = JOB) -> str:
-    """Blocked DAG jobs whose every dependency is done → pending. Params: now, now, *ids."""
+    """Blocked DAG jobs whose every dependency is done → pending (rule: dag-release).
+    Params: now, now, *ids."""
     ids = ", ".join(["%s"] * n)
     return f"""
 UPDATE {table} SET state = 'pending', available_at = %s, updated_at = %s
@@ -50,7 +52,8 @@ _REPORT_CASTS = ("varchar", "varchar", "varchar", "bytea", "varchar", "text")
 
 
 def record_reports(vendor: str, n: int) -> str:
-    """Params: reported_at, then six per report."""
+    """Reports onto pending manifest rows only (rule: report-once). Params: reported_at,
+    then six per report."""
     if vendor == "postgresql":
         row = "(" + ", ".join(f"%s::{c}" for c in _REPORT_CASTS) + ")"
         return f"""
@@ -87,8 +90,9 @@ RETURNING {DEP}.job_id, {DEP}.depends_on_id, {DEP}.status
 # PostgreSQL each child finds its manifest row by its own probe of ``bq_dep_dependency``.
 @cache
 def record_children_postgresql(table: str = JOB) -> str:
-    """Params: the child ids (one array; terminal children of parents here), reported_at
-    (NULL: the statement's clock)."""
+    """Reports straight from the children's rows, onto pending manifest rows only (rule:
+    report-once). Params: the child ids (one array; terminal children of parents here),
+    reported_at (NULL: the statement's clock)."""
     return f"""
 WITH hit AS MATERIALIZED (
     SELECT d.id, j.state, j.result, j.content_type, j.error
@@ -126,10 +130,11 @@ RETURNING {DEP}.job_id, {DEP}.depends_on_id, {DEP}.status
 """
 
 
+# rule: settle-due (core.rules.settle_due), for the parent rows ``j``.
 _DUE = f"""
   AND (NOT EXISTS (SELECT 1 FROM {DEP} AS d
                    WHERE d.job_id = j.id AND d.kind = 'child' AND d.status = 'pending')
-       OR (COALESCE(j.flow_mode, '') <> 'continue'
+       OR (COALESCE(j.flow_mode, '') <> '{CONTINUE}'
            AND EXISTS (SELECT 1 FROM {DEP} AS d
                        WHERE d.job_id = j.id AND d.kind = 'child' AND d.status = 'failed')))
 """

@@ -14,6 +14,7 @@ from django.db.models.functions import Greatest
 
 from ... import audit
 from ...core.lifecycle import rescue
+from ...core.rules import STALLED_MESSAGE
 from ...core.states import State
 from ...records import LeaseSignals
 from . import sql
@@ -120,19 +121,15 @@ class Leases(LedgerBase):
         Each UPDATE is fenced by (inflight, expired), so a row renewed meanwhile is left
         alone. Answers the rows by the state they were sent to.
         """
-
         groups: dict[State, list[tuple[Any, ...]]] = {s: [] for s in State}
         for row in rows:
             _job_id, attempts, max_attempts, stalls, cancel_requested, _q = row
-            to = (
-                State.CANCELLED
-                if cancel_requested
-                else rescue(
-                    attempts=attempts,
-                    max_attempts=max_attempts,
-                    stalls=stalls + 1,
-                    max_stalled=max_stalled,
-                )
+            to = rescue(
+                attempts=attempts,
+                max_attempts=max_attempts,
+                stalls=stalls + 1,
+                max_stalled=max_stalled,
+                cancel_requested=bool(cancel_requested),
             )
             groups[to].append(row)
         fence = {"state": State.INFLIGHT, "lease_expires_at__lt": t}
@@ -142,7 +139,7 @@ class Leases(LedgerBase):
             "lease_expires_at": None,
             "updated_at": t,
         }
-        msg = "the lease expired before the worker acked (worker crashed or stalled)"
+        msg = STALLED_MESSAGE
         if groups[State.PENDING]:
             self.jobs().filter(id__in=[r[0] for r in groups[State.PENDING]], **fence).update(
                 state=State.PENDING, available_at=t, error=msg, reason="stalled", **common

@@ -10,6 +10,7 @@ from typing import Any
 from django.db import transaction
 
 from ... import audit
+from ...core.rules import DLQ_RETRY_RESETS
 from ...core.states import ACTIVE, WAITING, State
 from ...models import FlowDependency, OutboxEntry
 from ...records import JobInfo, PruneReport, QueueStats
@@ -75,24 +76,16 @@ class Listing(LedgerBase):
             t = self._now(now)
             rows = list(qs.filter(state=State.FAILED).values_list("id", "queue", "dedupe_key"))
             held = self._held_keys([(q, k) for _, q, k in rows if k])
-            # A dedupe key now held by a newer live job stays in the DLQ (no duplicate run).
+            # rule: dlq-retry. A dedupe key now held by a newer live job stays in the DLQ.
             rows = [r for r in rows if not r[2] or (r[1], r[2]) not in held]
             ids = [r[0] for r in rows]
+            resets = {k: t if v == "now" else v for k, v in DLQ_RETRY_RESETS.items()}
             n = 0
             for start in range(0, len(ids), 5000):
                 n += (
                     self.jobs()
                     .filter(id__in=ids[start : start + 5000], state=State.FAILED)
-                    .update(
-                        state=State.PENDING,
-                        attempts=0,
-                        stalls=0,
-                        available_at=t,
-                        finished_at=None,
-                        cancel_requested=False,
-                        progress=0,
-                        updated_at=t,
-                    )
+                    .update(**resets, updated_at=t)
                 )
             self._made_pending([(r[0], r[1]) for r in rows], t)
             audit.record(

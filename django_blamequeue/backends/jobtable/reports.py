@@ -22,6 +22,7 @@ from typing import Any
 from django.db import transaction
 
 from ... import audit, wire
+from ...core.rules import fails_fast
 from ...core.states import TERMINAL, State
 from ...models import FlowDependency, OutboxEntry
 from ...records import Report
@@ -276,7 +277,8 @@ class ChildReports(LedgerBase):
         return n, remote
 
     def _settled_with_live_children(self, limit: int) -> list[str]:
-        """Parents here that settled fail-fast or were cancelled while children still run.
+        """Parents here that settled fail-fast or were cancelled while children still run
+        (rule: cascade).
 
         Parents still waiting are left out in SQL, so a crowd of healthy flows never hides
         the few that need a cascade.
@@ -311,5 +313,5 @@ class ChildReports(LedgerBase):
         return [
             pid
             for pid, state, mode in rows.values_list("id", "state", "flow_mode")
-            if state == State.CANCELLED or (mode != "continue" and pid in failed)
+            if state == State.CANCELLED or (fails_fast(mode) and pid in failed)
         ]

@@ -166,6 +166,8 @@ _PG_CASTS = (
 
 @cache
 def _ack_set(table: str) -> str:
+    """The SET of every ack; its state CASE is rule: cancel-wins (a cancel request turns a
+    yielding transition, column 11, into cancelled)."""
     return f"""
 SET state = CASE WHEN v.column11 = 1 AND {table}.cancel_requested THEN 'cancelled'
                  ELSE v.column3 END,
@@ -209,7 +211,7 @@ def ack_many_postgresql(varying: Sequence[bool], table: str = JOB) -> str:
     )
     return (
         f"UPDATE {table} {_ack_set(table)} FROM {rows} AS v "
-        f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "
+        f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
         f"AND {table}.state = 'inflight' "
         "RETURNING id, state, queue, flow_id, parent_id, attempts, name, parent_backend"
     )
@@ -225,7 +227,7 @@ def ack_many(vendor: str, n: int, table: str = JOB) -> str:
     values = ", ".join([row] * n)
     return (
         f"UPDATE {table} {_ack_set(table)} FROM (VALUES {values}) AS {alias} "
-        f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "
+        f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
         f"AND {table}.state = 'inflight' "
         "RETURNING id, state, queue, flow_id, parent_id, attempts, name, parent_backend"
     )

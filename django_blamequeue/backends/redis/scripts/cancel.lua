@@ -8,13 +8,13 @@ if terminal_state(state) then return finish({1, 0, 0, state}) end
 if state == 'inflight' then
   if h[3] ~= '1' then
     redis.call('HSET', k, 'cancel_req', '1', 'updated', fmt(NOW))
-    emit('system.queue.cancel.requested', id, q, nil, nil)
+    emit(A.CANCEL_REQUESTED, id, q, nil, nil)
   end
   return finish({1, 0, 1, state})
 end
 unindex(id, q, state, h[4])
 redis.call('HSET', k, 'reason', 'cancelled')
 terminal(id, q, 'cancelled')
-emit('system.queue.cancel', id, q, nil, nil)
+emit(A.CANCEL, id, q, nil, nil)
 cascade_children(id)
 return finish({1, 1, 0, 'cancelled'})

@@ -6,5 +6,5 @@ for _, id in ipairs(redis.call('SMEMBERS', P .. ':flow:' .. flow)) do
 end
 local n = cancel_ids(ids)
 cascade_cancel(ids)  -- children of these parents on other backends
-emit('system.queue.flow.cancel', nil, nil, nil, {flow_id = flow, count = n})
+emit(A.FLOW_CANCEL, nil, nil, nil, {flow_id = flow, count = n})
 return finish(n)

@@ -1,6 +1,7 @@
 -- ARGS: ["ids", ids] or ["queue", queue, offset, limit]. A failed job goes
 -- back to pending with a fresh budget, unless its dedupe key is now held by another live job
 -- (it stays in the DLQ: no duplicate run). Reply: {retried, skipped}.
+-- rule: dlq-retry (core.rules.DLQ_RETRY_RESETS)
 local function retry(id, dlq)
   local k = jk(id)
   local h = redis.call('HMGET', k, 'state', 'queue', 'dedupe_key', 'priority')
@@ -20,7 +21,7 @@ local function retry(id, dlq)
              'updated', fmt(NOW))
   redis.call('HDEL', k, 'finished')
   make_pending(id, q, num(h[4], 0), NOW)
-  emit('system.queue.dlq.retry', id, q, nil, nil)
+  emit(A.DLQ_RETRY, id, q, nil, nil)
   return 1
 end
 local ids, dlq

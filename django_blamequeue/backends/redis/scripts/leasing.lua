@@ -85,7 +85,7 @@ local function fan_out(id, k, h, children)
     land(c)
   end
   redis.call('HINCRBY', k, 'kp', added)
-  emit('system.queue.flow.fan_out', id, q, tonumber(h[5]), {children = #children})
+  emit(A.FLOW_FAN_OUT, id, q, tonumber(h[5]), {children = #children})
   if #children == 0 then settle(id) end
   return {id, 1, 'waiting_children', q, h[5], h[6], 1}
 end
@@ -95,7 +95,7 @@ local function apply_ack(a)
   local k = jk(id)
   local h = redis.call('HMGET', k, 'state', 'token', 'cancel_req', 'queue', 'attempts', 'name',
                        'priority', 'flow_id', 'dedupe_key', 'parent_id')
-  if h[1] ~= 'inflight' or h[2] ~= token then return {id, 0} end
+  if h[1] ~= 'inflight' or h[2] ~= token then return {id, 0} end  -- rule: fence
   local q = h[4]
   unindex(id, q, 'inflight')
   local now = fmt(NOW)
@@ -106,7 +106,7 @@ local function apply_ack(a)
   end
   local result = a[4] and blob(a[4])
   local err, tb, reason = a[5], a[6], a[7]
-  local wins = a[10] == 1 and h[3] == '1'  -- a pending cancel request wins
+  local wins = a[10] == 1 and h[3] == '1'  -- rule: cancel-wins
   local state = wins and 'cancelled' or wanted
   local attempts = tonumber(h[5])
   local function put(field, value) set[#set + 1] = field; set[#set + 1] = value end

@@ -135,6 +135,7 @@ local function terminal(id, q, state)
 end
 
 -- A child's outcome on its parent's manifest, once: only a pending entry changes.
+-- rule: report-once (core.rules.records_report)
 local function record(parent, child, state, result, rtype, err)
   local m = mk(parent)
   if redis.call('HGET', m, 's:' .. child) ~= 'pending' then return false end
@@ -147,7 +148,7 @@ local function record(parent, child, state, result, rtype, err)
   redis.call('HINCRBY', pk, 'kp', -1)
   local counter = ({done = 'kd', failed = 'kf', cancelled = 'kc'})[state]
   if counter then redis.call('HINCRBY', pk, counter, 1) end
-  emit('system.queue.flow.report', child, nil, nil, {parent_id = parent, state = state})
+  emit(A.FLOW_REPORT, child, nil, nil, {parent_id = parent, state = state})
   return true
 end
 
@@ -193,6 +194,7 @@ local function remote_children(parent)
 end
 
 -- Cancel what can no longer run: blocked DAG dependants and children, transitively.
+-- rule: cascade (core.rules.cascades)
 cascade_cancel = function(ids)
   local seen, frontier, total, remote = {}, ids, 0, 0
   for _, id in ipairs(ids) do seen[id] = true end
@@ -225,12 +227,12 @@ cancel_ids = function(ids)
       n = n + 1
       if h[1] == 'inflight' then
         redis.call('HSET', k, 'cancel_req', '1', 'updated', fmt(NOW))
-        emit('system.queue.cancel.requested', id, h[2], nil, {cascade = true})
+        emit(A.CANCEL_REQUESTED, id, h[2], nil, {cascade = true})
       else
         unindex(id, h[2], h[1], h[3])
         redis.call('HSET', k, 'reason', 'cancelled')
         terminal(id, h[2], 'cancelled')
-        emit('system.queue.cancel', id, h[2], nil, {cascade = true})
+        emit(A.CANCEL, id, h[2], nil, {cascade = true})
       end
     end
   end
@@ -239,19 +241,20 @@ end
 
 local function cascade_children(parent)
   local n, remote = cascade_cancel({parent})
-  if n > 0 or remote > 0 then emit('system.queue.flow.cascade', parent, nil, nil, {}) end
+  if n > 0 or remote > 0 then emit(A.FLOW_CASCADE, parent, nil, nil, {}) end
   return n + remote
 end
 
 -- Re-pend a parked parent when no child is pending, or at a failure under "fail" (then the
 -- unfinished children are cancelled). Counters on the parent make this O(1).
+-- rule: settle-due (core.rules.settle_due)
 settle = function(parent)
   local pk = jk(parent)
   local h = redis.call('HMGET', pk, 'state', 'flow_mode', 'kp', 'kf', 'kd', 'kc', 'queue',
                        'priority')
   if h[1] ~= 'waiting_children' then return false end
   local pending, failed = num(h[3], 0), num(h[4], 0)
-  if pending > 0 and not (h[2] ~= 'continue' and failed > 0) then return false end
+  if pending > 0 and not (h[2] ~= CONTINUE and failed > 0) then return false end
   local q = h[7]
   unindex(parent, q, 'waiting_children')
   redis.call('HSET', pk, 'updated', fmt(NOW))
@@ -261,12 +264,13 @@ settle = function(parent)
   for name, v in pairs(counts) do
     if v > 0 then tally[name] = v end
   end
-  emit('system.queue.flow.settle', parent, q, nil, {children = tally, fail_fast = pending > 0})
+  emit(A.FLOW_SETTLE, parent, q, nil, {children = tally, fail_fast = pending > 0})
   if pending > 0 then cascade_children(parent) end
   return true
 end
 
 -- Blocked DAG jobs whose last unfinished dependency just finished become pending.
+-- rule: dag-release (core.rules.released)
 local function release_dependants(id)
   local key = P .. ':dependants:' .. id
   for _, d in ipairs(redis.call('SMEMBERS', key)) do
@@ -319,7 +323,7 @@ local function insert_job(j, payload)
   end
   if j[14] then redis.call('SADD', P .. ':flow:' .. j[14], id) end
   if key then redis.call('HSET', qk(q, 'dedupe'), key, id) end
-  if HV then emit('system.queue.enqueue', id, q, nil, {name = name}) end
+  if HV then emit(A.ENQUEUE, id, q, nil, {name = name}) end
   if not blocked then
     index_pending(id, q, prio, avail)
     return id, 0, true
@@ -340,7 +344,7 @@ local function insert_job(j, payload)
   if dead then
     redis.call('HSET', k, 'reason', 'cancelled')
     terminal(id, q, 'cancelled')
-    emit('system.queue.cancel', id, q, nil, {cascade = true})
+    emit(A.CANCEL, id, q, nil, {cascade = true})
   elseif open > 0 then
     redis.call('SADD', qk(q, 'blocked'), id)
   else

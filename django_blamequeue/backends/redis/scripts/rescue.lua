@@ -2,7 +2,7 @@
 -- or fail as stalled past max_stalled or on their last attempt; a job asked to cancel whose
 -- worker died is cancelled. Reply: {repended, failed, cancelled}.
 local limit, max_stalled = ARGS[1], ARGS[2]
-local MSG = 'the lease expired before the worker acked (worker crashed or stalled)'
+local MSG = STALLED_MESSAGE  -- rule: rescue (core.lifecycle.rescue)
 local ids = redis.call('ZRANGEBYSCORE', P .. ':inflight', '-inf', '(' .. fmt(NOW), 'LIMIT', 0,
                        limit)
 local counts = {pending = 0, failed = 0, cancelled = 0}
@@ -38,9 +38,9 @@ for _, id in ipairs(ids) do
       cascade_cancel({id})
     end
     counts[to] = counts[to] + 1
-    emit('system.queue.stalled', id, q, attempts, {to = to, stalls = stalls})
+    emit(A.STALLED, id, q, attempts, {to = to, stalls = stalls})
     if to == 'failed' then
-      emit('system.queue.dlq.write', id, q, attempts, {reason = 'stalled', error = MSG})
+      emit(A.DLQ_WRITE, id, q, attempts, {reason = 'stalled', error = MSG})
     end
   end
 end
