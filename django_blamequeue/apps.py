@@ -18,10 +18,11 @@ class BlameQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from .checks import check_backends, check_settings
+        from .checks import check_backends, check_queues_served, check_settings
         from .context import JobContextFilter
 
         checks.register(check_settings, "blamequeue")
+        checks.register(check_queues_served, "blamequeue")
         checks.register(check_backends, "blamequeue", deploy=True)
         for name in AUTODISCOVER_MODULES:
             autodiscover_modules(name)
