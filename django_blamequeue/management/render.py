@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from ..records import JobInfo, QueueStats
 
@@ -212,6 +213,7 @@ class ScheduleView:
     job: str
     queue: str | None  # None: the job is not registered in this process
     rule: str
+    tz: str
     enabled: bool
     last_fired: datetime | None
     next_fires: Sequence[datetime]
@@ -232,6 +234,13 @@ def render_schedules(views: Sequence[ScheduleView]) -> list[str]:
         elif v.problem:
             nexts = f"cannot tell: {v.problem}"
         else:
-            nexts = ", ".join(when(f) for f in v.next_fires)
+            nexts = ", ".join(when(f) + _local(f, v.tz) for f in v.next_fires)
         lines.append(f"  next        {nexts}")
     return lines
+
+
+def _local(moment: datetime, tz: str) -> str:
+    """`` (02:30 CET)``: the wall time a cron rule speaks of, unless that is UTC."""
+    if tz in ("", "UTC"):
+        return ""
+    return f" ({moment.astimezone(ZoneInfo(tz)):%H:%M %Z})"

@@ -239,6 +239,16 @@ def test_schedules_lists_settings_and_admin_schedules_with_their_next_fire_times
     assert [f - last for f in poll_fires] == [timedelta(seconds=s) for s in (120, 180, 240)]
 
 
+def test_schedules_shows_a_cron_rules_fire_times_in_its_own_timezone_too(
+    jobs: dict[str, Any], settings: SettingsWrapper
+) -> None:
+    rule = {"job": "tests.op.ok", "cron": "30 2 * * *", "timezone": "Europe/Berlin"}
+    settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, "SCHEDULES": {"berlin": rule}}
+    [block] = _blocks(run("blamequeue", "schedules"))
+    assert "  rule        30 2 * * * (Europe/Berlin)" in block
+    assert len(re.findall(r"\d\d:\d\d:00 UTC \(02:30 CES?T\)", block)) == 3
+
+
 def test_schedules_marks_a_disabled_schedule_and_a_job_this_process_does_not_know(
     jobs: dict[str, Any], settings: SettingsWrapper
 ) -> None:

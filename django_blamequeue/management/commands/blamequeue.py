@@ -267,7 +267,7 @@ def _schedules(count: int) -> list[ScheduleView]:
         found = rows.get(name)
         last = found.last_fired_at if found is not None else None
         tz = e.get("timezone") or "UTC"
-        rule = e["cron"] if e.get("cron") else f"every {e['interval']:g} s"
+        rule = f"{e['cron']} ({tz})" if e.get("cron") else f"every {e['interval']:g} s"
         problem, fires = None, []
         try:
             fires = schedules.upcoming(
@@ -286,7 +286,8 @@ def _schedules(count: int) -> list[ScheduleView]:
                 source=e["source"],
                 job=e["job"],
                 queue=e.get("queue") or (definition.queue if definition else None),
-                rule=f"{rule} ({tz})",
+                rule=rule,
+                tz=tz,
                 enabled=e.get("enabled", True) is not False,
                 last_fired=last,
                 next_fires=fires,
