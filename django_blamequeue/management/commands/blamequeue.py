@@ -87,9 +87,9 @@ class Command(BaseCommand):
             delayed = _delayed(b)
             if delayed is None:
                 blind.append(b.alias)
+            nothing = Delayed(count=0, next_in=0.0)
             for st in b.stats():
-                none = Delayed(count=0, next_in=0.0)
-                rows.append((st, None if delayed is None else delayed.get(st.queue, none)))
+                rows.append((st, None if delayed is None else delayed.get(st.queue, nothing)))
         self.write(render_stats(rows))
         for entry in queue.list_backends():
             if options["backend"] in (None, entry["name"]):
