@@ -175,16 +175,18 @@ class PageRun:
         return sys.modules[name].__dict__
 
     def settings_in_force(self, block: Block, namespace: dict[str, Any]) -> None:
-        raw = namespace.get("BLAMEQUEUE")
+        """Check the settings this block assigns, and put BLAMEQUEUE / TASKS in force."""
+        assigned = set() if block.is_doctest else assigned_names(block.code)
+        raw = namespace.get("BLAMEQUEUE") if "BLAMEQUEUE" in assigned else None
         if raw is not None:
             databases = namespace.get("DATABASES") or ANY_DATABASE
             caches = namespace.get("CACHES") or ANY_CACHE
             problems = validate(raw, databases=databases, caches=caches)
             assert problems == [], f"{block.where}: manage.py check would say {problems}"
             self.settings.BLAMEQUEUE = raw
-        if "TASKS" in namespace:
+        if "TASKS" in assigned:
             self.settings.TASKS = namespace["TASKS"]
-        if "LOGGING" in namespace:
+        if "LOGGING" in assigned:
             check_logging(block)
 
     def commands(self, block: Block) -> None:
@@ -192,6 +194,17 @@ class PageRun:
             if line.startswith("$ python manage.py "):
                 args = shlex.split(line.removeprefix("$ python manage.py "))
                 call_command(*args, stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def assigned_names(code: str) -> set[str]:
+    """The top-level names ``code`` assigns (``BLAMEQUEUE = {...}``)."""
+    return {
+        target.id
+        for node in ast.parse(code).body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
 
 
 class JobIdChecker(doctest.OutputChecker):
