@@ -46,6 +46,8 @@ $(RUNTIME_STAMP): pyproject.toml | $(PY)
 # does (failure, Ctrl-C). The recipe exits with pytest's code (make reports "Error 5" when no
 # tests were collected, then exits 2). With PostgreSQL started, its tests must not be skipped.
 test: $(DEV_STAMP)
+	@mkdir -p $(TMP) && $(VENV)/bin/lint-imports --no-cache >$(TMP)/lint-imports.log 2>&1 || { cat $(TMP)/lint-imports.log; exit 1; }
+	@echo "make test: import layers kept (lint-imports)"
 	@set -u; \
 	dir_of() { echo "$(TMP)/$${1/postgres/pg}"; }; \
 	stop_servers() { for kind in sqs redis postgres; do \
@@ -68,6 +70,7 @@ demo: $(RUNTIME_STAMP)
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(DEV_STAMP)
 	MYPYPATH=testproject $(VENV)/bin/mypy django_blamequeue

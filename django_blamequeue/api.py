@@ -6,26 +6,21 @@ Every argument is checked and every payload encoded before a backend is called, 
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from . import audit, outbox, registry, tracing, validation
+from . import audit, enqueueing, registry, tracing, validation
 from .backends import all_backends, get_backend
 from .backends.base import Backend
 from .conf import get_settings
-from .context import current_job_or_none
 from .core import ids
 from .core.flows import validate_dag
 from .exceptions import ErrorCode, QueueError
-from .records import EnqueuedJob, JobInfo, NewJob
-from .serializers import encode_many
-
-if TYPE_CHECKING:
-    from .worker import Consumer
+from .records import EnqueuedJob, JobInfo
+from .worker import Consumer, WorkerOptions
 
 T = TypeVar("T")
 
@@ -43,101 +38,6 @@ class Queue:
         self._lock = threading.Lock()
 
     # -- enqueue -------------------------------------------------------------------------
-    def _new_job(
-        self,
-        queue_name: str,
-        payload: Any,
-        *,
-        name: str | None = None,
-        delay: Any = None,
-        run_at: Any = None,
-        priority: Any = 0,
-        max_attempts: Any = None,
-        classification: Any = None,
-        trace_id: Any = None,
-        dedupe_key: Any = None,
-        job_id: str | None = None,
-    ) -> NewJob:
-        """One validated job (the other arguments as for ``enqueue``)."""
-        return self._new_jobs(
-            queue_name,
-            [payload],
-            name=name,
-            delay=delay,
-            run_at=run_at,
-            priority=priority,
-            max_attempts=max_attempts,
-            classification=classification,
-            trace_id=trace_id,
-            dedupe_keys=[dedupe_key],
-            job_ids=[job_id],
-        )[0]
-
-    def _new_jobs(
-        self,
-        queue_name: str,
-        payloads: Sequence[Any],
-        *,
-        name: str | None,
-        delay: Any,
-        run_at: Any,
-        priority: Any,
-        max_attempts: Any,
-        classification: Any,
-        trace_id: Any,
-        dedupe_keys: Sequence[Any],
-        job_ids: Sequence[str | None] | None = None,
-    ) -> list[NewJob]:
-        """Validated jobs of one queue; what they share is checked once, not per payload."""
-        settings = get_settings()
-        definition = None
-        if name is not None:
-            if not isinstance(name, str) or not name:
-                raise QueueError(ErrorCode.UNKNOWN_JOB, f"job name must be a string, not {name!r}")
-            definition = registry.get(name)
-            if definition is None:
-                raise QueueError(
-                    ErrorCode.UNKNOWN_JOB,
-                    f"no job is registered as {name!r} (decorate it with @job, and make sure "
-                    "its module is imported: jobs.py / tasks.py of an installed app are)",
-                )
-        if max_attempts is None:
-            max_attempts = (definition.max_attempts if definition else None) or (
-                settings.default_max_attempts
-            )
-        ctx = current_job_or_none()
-        common: dict[str, Any] = {
-            "queue": validation.queue_name(queue_name),
-            "name": name or queue_name,
-            "priority": validation.priority(priority),
-            "delay": validation.delay(delay),
-            "run_at": validation.run_at(run_at),
-            "max_attempts": validation.positive_int(max_attempts, "max_attempts"),
-            "timeout": definition.timeout if definition else None,
-            "classification": validation.optional_text(classification, "classification", 100),
-        }
-        shared_trace = (
-            validation.optional_text(trace_id, "trace_id", 64)
-            or tracing.current_trace_id()
-            or (ctx.trace_id if ctx and ctx.trace_id else None)
-        )
-        flow = definition.flow if definition is not None else None
-        jobs = []
-        for i, payload in enumerate(encode_many(payloads)):
-            new = NewJob(
-                job_id=(job_ids[i] if job_ids is not None else None) or ids.new_id(),
-                payload=payload,
-                trace_id=shared_trace or os.urandom(16).hex(),  # uuid4().hex's shape, cheaper
-                dedupe_key=validation.optional_text(dedupe_keys[i], "dedupe_key", 255),
-                **common,
-            )
-            if flow is not None:
-                new = replace(
-                    new, flow_phase="fan_out", flow_mode=flow.on_child_failure, flow_id=new.job_id
-                )
-            jobs.append(new)
-        return jobs
-
     def enqueue(
         self,
         queue_name: str,
@@ -185,42 +85,21 @@ class Queue:
         backend: str | None = None,
     ) -> list[EnqueuedJob]:
         """Store many jobs of one queue in one statement batch (all or none)."""
-        if isinstance(payloads, str | bytes | Mapping) or not isinstance(payloads, Iterable):
-            raise QueueError(ErrorCode.BAD_PAYLOAD, "enqueue_many takes an iterable of payloads")
-        items = list(payloads)
-        if dedupe_keys is not None and len(dedupe_keys) != len(items):
-            raise QueueError(ErrorCode.BAD_ARGUMENT, "dedupe_keys must match payloads in length")
-        target = get_backend(backend)
-        if not items:
-            return []
-        # The span is current while the jobs are built: they carry its trace context.
-        with tracing.enqueue_span(queue_name, target.alias) as span:
-            jobs = self._new_jobs(
-                queue_name,
-                items,
-                name=name,
-                delay=delay,
-                run_at=run_at,
-                priority=priority,
-                max_attempts=max_attempts,
-                classification=classification,
-                trace_id=trace_id,
-                dedupe_keys=dedupe_keys if dedupe_keys is not None else [dedupe_key] * len(items),
-            )
-            flows = [  # a @flow's root: audited as a flow enqueue, with the insert
-                audit.Event(
-                    action=audit.FLOW_ENQUEUE,
-                    job_id=j.job_id,
-                    queue=j.queue,
-                    backend=target.alias,
-                    data={"flow_id": j.flow_id, "name": j.name},
-                )
-                for j in jobs
-                if j.flow_phase
-            ]
-            enqueued = _store(target, jobs, flows)
-            tracing.enqueued(span, enqueued)
-            return enqueued
+        return enqueueing.enqueue_many(
+            queue_name,
+            payloads,
+            definition=_definition(name),
+            name=name,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            max_attempts=max_attempts,
+            classification=classification,
+            trace_id=trace_id,
+            dedupe_key=dedupe_key,
+            dedupe_keys=dedupe_keys,
+            backend=backend,
+        )
 
     def enqueue_flow(
         self, queue_name: str, children: Sequence[Mapping[str, Any]], *, backend: str | None = None
@@ -234,9 +113,10 @@ class Queue:
         with tracing.enqueue_span(queue_name, target.alias) as span:
             jobs = []
             for c in children:
-                job = self._new_job(
+                job = enqueueing.new_job(
                     queue_name,
                     c.get("payload"),
+                    definition=_definition(c.get("job")),
                     name=c.get("job"),
                     delay=c.get("delay"),
                     run_at=None,
@@ -255,14 +135,14 @@ class Queue:
                     "blocked": bool(depends),
                     "depends_on": depends,
                 }
-                jobs.append(NewJob(**{**_fields(job), **node}))
+                jobs.append(replace(job, **node))
             event = audit.Event(
                 action=audit.FLOW_ENQUEUE,
                 queue=queue_name,
                 backend=target.alias,
                 data={"flow_id": flow_id, "jobs": len(jobs)},
             )
-            tracing.enqueued(span, _store(target, jobs, [event]))
+            tracing.enqueued(span, enqueueing.store(target, jobs, [event]))
         return {
             "flow_id": flow_id,
             "jobs": [{"name": c["name"], "job_id": by_name[c["name"]]} for c in children],
@@ -284,8 +164,6 @@ class Queue:
     ) -> Consumer:
         """Start consuming in background threads. ``handler(job, ctx)``; None dispatches by
         job name to ``@job`` handlers."""
-        from .worker import Consumer, WorkerOptions
-
         if isinstance(queue_name, str):
             queues = [queue_name]
         elif isinstance(queue_name, Sequence | set | frozenset):
@@ -418,34 +296,20 @@ class Queue:
         ]
 
 
-def _store(target: Backend, jobs: list[NewJob], events: list[audit.Event]) -> list[EnqueuedJob]:
-    """Hand validated jobs to their backend, transactionally on every backend (SPEC §3).
-
-    A local backend's enqueue is a row of the caller's transaction by itself. For an engine
-    outside the database (redis, sqs), an enqueue inside ``transaction.atomic()`` on the
-    backend's Django database is written to the outbox in that transaction and relayed after
-    commit (nothing is sent on rollback, nothing lost between COMMIT and the send); the job id
-    is fixed here, so a relay that sends twice creates one job. A dedupe key is then resolved
-    by the engine when the relay delivers: the answer is the new id, not yet the holder's.
-    Outside a transaction the jobs go straight to the engine.
-    """
-    from django.db import connections
-
-    if not target.transactional_enqueue:
-        db = outbox.database_of(target)
-        if connections[db].in_atomic_block:
-            target.check_jobs(jobs)  # not through the breaker: the outbox is for outages
-            entries = [("enqueue", target.alias, j.job_id, outbox.job_to_body(j)) for j in jobs]
-            outbox.write_many(entries, using=db)
-            audit.record(events, using=db)
-            return [
-                EnqueuedJob(job_id=j.job_id, queue_name=j.queue, backend=target.alias) for j in jobs
-            ]
-    return _call(target, lambda: target.enqueue_many(jobs, events=events))
-
-
-def _fields(job: NewJob) -> dict[str, Any]:
-    return {f: getattr(job, f) for f in job.__dataclass_fields__}
+def _definition(name: object) -> registry.JobDefinition | None:
+    """The registered job ``name`` names (None: the job is named after its queue)."""
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise QueueError(ErrorCode.UNKNOWN_JOB, f"job name must be a string, not {name!r}")
+    definition = registry.get(name)
+    if definition is None:
+        raise QueueError(
+            ErrorCode.UNKNOWN_JOB,
+            f"no job is registered as {name!r} (decorate it with @job, and make sure "
+            "its module is imported: jobs.py / tasks.py of an installed app are)",
+        )
+    return definition
 
 
 queue = Queue()

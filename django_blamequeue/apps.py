@@ -18,9 +18,11 @@ class BlameQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from . import outbox
         from .checks import check_backends, check_queues_served, check_settings
         from .context import JobContextFilter
 
+        outbox.install()  # the backends' hooks: relay, settle and cascade through the services
         checks.register(check_settings, "blamequeue")
         checks.register(check_queues_served, "blamequeue")
         checks.register(check_backends, "blamequeue", deploy=True)

@@ -13,6 +13,8 @@ from typing import Any
 
 from django.db import transaction
 
+from .conf import get_settings
+from .models import AuditEvent
 from .signals import audit_event
 
 logger = logging.getLogger("django_blamequeue.audit")
@@ -68,7 +70,6 @@ def wanted_as_row(action: str, level: str) -> bool:
 
 def needed(action: str) -> bool:
     """Cheap pre-check so hot paths skip building events nobody will see."""
-    from .conf import get_settings
 
     return bool(audit_event.receivers) or wanted_as_row(action, get_settings().audit)
 
@@ -132,8 +133,6 @@ def record(events: Iterable[Event], *, using: str | None) -> None:
     ``using`` is the database alias whose transaction the state change runs in (the local
     backend's), or None for the default database (remote backends).
     """
-    from .conf import get_settings
-    from .models import AuditEvent
 
     events = list(events)
     if not events:

@@ -13,7 +13,9 @@ from typing import Any
 from django.apps import AppConfig
 from django.core import checks
 
-from django_blamequeue import conf
+from . import conf, registry
+from .backends import get_backend
+from .exceptions import QueueError
 
 __all__ = ["check_backends", "check_queues_served", "check_settings"]
 
@@ -36,17 +38,15 @@ def check_backends(
 ) -> list[checks.CheckMessage]:
     """``manage.py check --deploy``: each backend's own look at its engine (``Backend.check``),
     e.g. a Redis that may evict jobs. An engine that cannot be reached is a warning, W006."""
-    from django_blamequeue.backends import get_backend
-    from django_blamequeue.exceptions import QueueError
-
     try:
         aliases = list(conf.get_settings().backends)
     except QueueError:  # invalid settings: check_settings reports them
         return []
+    queues = registry.queues()
     messages: list[checks.CheckMessage] = []
     for alias in aliases:
         try:
-            messages += list(get_backend(alias).check())
+            messages += list(get_backend(alias).check(queues))
         except Exception as exc:
             messages.append(
                 checks.Warning(

@@ -11,13 +11,20 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
-from kombu.serialization import registry
 
-from django_blamequeue.exceptions import ErrorCode, QueueError
+from .confcheck import validate
+from .confschema import (
+    BACKEND_DEFAULTS,
+    SETTINGS_WHERE,
+    Problem,
+    Where,
+    content_type_of,
+)
+from .exceptions import ErrorCode, QueueError
 
 __all__ = [
     "BACKEND_DEFAULTS",
@@ -33,77 +40,6 @@ __all__ = [
 ]
 
 _DAY = 86400.0
-
-PROTOCOLS = ("local", "redis", "sqs")
-UNAVAILABLE = {"amqp": "AMQP 0-9-1 (RabbitMQ etc.)", "nats": "NATS JetStream"}
-#: Keys a backend entry may hold besides PROTOCOL and QUEUES, with their defaults.
-BACKEND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
-    "local": {"DATABASE": "default", "LISTEN": True},
-    "redis": {
-        "CONNECTION": None,
-        "URL": None,
-        "PASSWORD": None,
-        "USERNAME": None,
-        "TLS": False,
-        "KEY_PREFIX": "blamequeue",
-        "DATABASE": "default",  # the Django database of its outbox and audit rows
-    },
-    "sqs": {
-        "DATABASE": "default",  # the Django database that holds the job records (ledger)
-        "REGION": None,
-        "ENDPOINT_URL": None,
-        "QUEUE_PREFIX": "",
-        "ACCESS_KEY_ID": None,
-        "SECRET_ACCESS_KEY": None,
-        "MAX_RECEIVE_COUNT": 10,  # the RedrivePolicy of queues it creates (poison messages)
-        "WAIT_TIME_SECONDS": 0,  # ReceiveMessage long polling; it blocks a worker's loop
-        "SEND_GRACE": 30.0,  # seconds before the send step re-sends a message never marked sent
-    },
-}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Problem:
-    """One thing wrong with the configuration: ``id`` is stable, ``message`` says what and where."""
-
-    id: str
-    message: str
-    hint: str = ""
-    level: Literal["error", "warning"] = "error"
-
-
-class Where:
-    """Names a place in the configuration, the way the user wrote it.
-
-    Settings paths render as ``BLAMEQUEUE["BACKENDS"]["fast"]["PROTOCOL"]``; for the environment
-    boot, ``names`` maps a path to the variable that set it (``BLAMEQUEUE_REDIS_URL``).
-    """
-
-    def __init__(self, names: Mapping[tuple[str, ...], str] | None = None) -> None:
-        self.environment = names is not None
-        self._names = names or {}
-
-    def __call__(self, *path: object) -> str:
-        if name := self._names.get(tuple(str(p) for p in path)):
-            return name
-        if self.environment:
-            return f"{path[0]}{_subscripts(path[1:])} (BLAMEQUEUE_* environment)"
-        return f"BLAMEQUEUE{_subscripts(path)}"
-
-
-def _subscripts(path: tuple[object, ...]) -> str:
-    return "".join(f'["{p}"]' if isinstance(p, str) else f"[{p!r}]" for p in path)
-
-
-SETTINGS_WHERE = Where()
-
-
-def content_type_of(name: str) -> str | None:
-    """The content type for a kombu serializer name or content type; None if kombu knows neither."""
-    if "/" in name:
-        return name
-    content_type: str | None = registry.name_to_type.get(name)
-    return content_type
 
 
 def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
@@ -222,8 +158,6 @@ def problems(raw: object = _UNSET) -> list[Problem]:
 
 
 def _validate(raw: object, where: Where) -> list[Problem]:
-    from django_blamequeue.confcheck import validate  # it imports this module's types
-
     databases = getattr(django_settings, "DATABASES", {})
     caches = getattr(django_settings, "CACHES", {})
     return validate(raw, where=where, databases=databases, caches=caches)

@@ -19,88 +19,25 @@ from kombu.exceptions import SerializerNotInstalled
 from kombu.serialization import dumps as _kombu_dumps
 from kombu.serialization import registry
 
-from django_blamequeue.conf import (
+from .confschema import (
+    AUDIT_LEVELS,
     BACKEND_DEFAULTS,
     PROTOCOLS,
+    RETENTION_KEYS,
+    SCHEDULE_KEYS,
     SETTINGS_WHERE,
+    TOP_KEYS,
     UNAVAILABLE,
+    UNSAFE_CONTENT,
     Problem,
     Where,
     content_type_of,
 )
+from .schedules import cron_error
 
-__all__ = ["cron_error", "validate"]
+__all__ = ["validate"]
 
 _dumps: Callable[..., tuple[str, str, str | bytes]] = _kombu_dumps  # kombu is untyped
-
-TOP_KEYS = (
-    "BACKENDS",
-    "DEFAULT_BACKEND",
-    "SERIALIZER",
-    "ACCEPT_CONTENT",
-    "MAX_PAYLOAD_BYTES",
-    "AUDIT",
-    "SCHEDULES",
-    "DEFAULT_LEASE",
-    "DEFAULT_MAX_ATTEMPTS",
-    "MAX_STALLED_COUNT",
-    "BACKOFF_BASE",
-    "BACKOFF_MAX",
-    "BACKOFF_JITTER",
-    "PROGRESS_THROTTLE",
-    "RETENTION",
-    "SWEEP_INTERVAL",
-    "FLOW_SWEEP_INTERVAL",
-    "SHUTDOWN_GRACE",
-    "MAX_FLOW_DEPTH",
-)
-RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT")
-AUDIT_LEVELS = ("all", "operations", "off")
-SCHEDULE_KEYS = ("job", "cron", "interval", "timezone", "payload", "queue", "enabled", "backend")
-UNSAFE_CONTENT = {"application/x-python-serialize": "pickle", "application/x-yaml": "yaml"}
-
-
-def cron_error(expr: str) -> str | None:
-    """Why ``expr`` is not a 5-field cron expression, or None when it is one."""
-    fields = expr.split()
-    if len(fields) != 5:
-        return f"has {len(fields)} fields; cron needs 5 (minute hour day month weekday)"
-    for text, (label, low, high, names) in zip(fields, _CRON_FIELDS, strict=True):
-        for item in text.split(","):
-            if error := _cron_item_error(item, low, high, names):
-                return f"{label} field {text!r}: {error}"
-    return None
-
-
-_MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
-_DAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
-_CRON_FIELDS: tuple[tuple[str, int, int, Mapping[str, int]], ...] = (
-    ("minute", 0, 59, {}),
-    ("hour", 0, 23, {}),
-    ("day-of-month", 1, 31, {}),
-    ("month", 1, 12, {m: i for i, m in enumerate(_MONTHS, 1)}),
-    ("day-of-week", 0, 7, {d: i for i, d in enumerate(_DAYS)}),
-)
-
-
-def _cron_item_error(item: str, low: int, high: int, names: Mapping[str, int]) -> str | None:
-    base, slash, step = item.partition("/")
-    if slash and not (step.isascii() and step.isdigit() and int(step) > 0):
-        return f"step {step!r} is not a positive integer"
-    if base == "*":
-        return None
-    first, dash, last = base.partition("-")
-    values = []
-    for text in (first, last) if dash else (first,):
-        value = int(text) if text.isascii() and text.isdigit() else names.get(text.lower())
-        if value is None:
-            return f"{text!r} is not a number" + (" or a name" if names else "")
-        if not low <= value <= high:
-            return f"{value} is outside {low}-{high}"
-        values.append(value)
-    if dash and values[0] > values[1]:
-        return f"range {base!r} runs backwards"
-    return None
 
 
 def validate(

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from .worker import Counters
+from .counters import Counters
 
 
 def banner(title: str, rows: Sequence[tuple[str, str]]) -> str:

@@ -10,11 +10,15 @@ out twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from . import enqueueing, registry
+from .backends import get_backend
+from .core import ids
 from .exceptions import ErrorCode, QueueError
+from .records import ChildSpec, FlowState
 from .registry import JobDefinition, register_definition
 
 OnChildFailure = Literal["fail", "continue"]
@@ -44,23 +48,6 @@ class Child:
     def queue(self) -> str | None:
         definition = getattr(self.job, "definition", self.job)
         return definition.queue if isinstance(definition, JobDefinition) else None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FlowState:
-    """What ``collect`` sees: the children's tally, results and errors by key."""
-
-    completed: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    pending: int = 0
-    results: Mapping[str, Any] = field(default_factory=dict)
-    errors: Mapping[str, str] = field(default_factory=dict)
-    states: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def total(self) -> int:
-        return self.completed + self.failed + self.cancelled + self.pending
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,14 +122,6 @@ def build_children(
     Child ids are derived from the parent id and the key, so a repeated fan-out or a
     repair re-enqueue of the same child dedups to the same job.
     """
-    from dataclasses import replace
-
-    from . import registry
-    from .api import queue
-    from .backends import get_backend
-    from .core import ids
-    from .records import ChildSpec
-
     children = spec.fan_out(payload)
     depth = parent.flow_depth + 1
     if children and depth > max_depth:
@@ -164,9 +143,10 @@ def build_children(
         if definition is None:
             raise QueueError(ErrorCode.UNKNOWN_JOB, f"child job {name!r} is not registered")
         target = get_backend(child.backend or definition.backend or parent_backend)
-        job = queue._new_job(
+        job = enqueueing.new_job(
             child.queue or definition.queue,
             child.payload,
+            definition=definition,
             name=name,
             delay=None,
             run_at=None,
@@ -187,34 +167,3 @@ def build_children(
         )
         built.append(ChildSpec(key=key, job=job, backend=target.alias))
     return tuple(built)
-
-
-def state_from_rows(rows: list[dict[str, Any]]) -> FlowState:
-    """``FlowState`` from the parent's dependency rows (status, key, result, error)."""
-    from .serializers import decode
-
-    tally = {"done": 0, "failed": 0, "cancelled": 0, "pending": 0}
-    results: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    states: dict[str, str] = {}
-    for row in rows:
-        status = row["status"]
-        tally[status if status in tally else "pending"] += 1
-        states[row["key"]] = status
-        if status == "done" and row["result"] is not None:
-            results[row["key"]] = decode(
-                row["result_type"] or "application/json", "utf-8", bytes(row["result"])
-            )
-        elif status == "done":
-            results[row["key"]] = None
-        if row["error"]:
-            errors[row["key"]] = row["error"]
-    return FlowState(
-        completed=tally["done"],
-        failed=tally["failed"],
-        cancelled=tally["cancelled"],
-        pending=tally["pending"],
-        results=results,
-        errors=errors,
-        states=states,
-    )

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 
 from . import audit
+from .backends import all_backends
 from .signals import audit_event
 
 if TYPE_CHECKING:
@@ -227,8 +228,6 @@ class QueueStatsCollector:
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
-
-        from .backends import all_backends
 
         depth = GaugeMetricFamily(
             "blamequeue_queue_jobs",

@@ -6,6 +6,7 @@ these models: the admin shows them read-only.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import models
@@ -32,6 +33,16 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def active(self) -> JobQuerySet:
         return self.filter(state__in=ACTIVE_STATES)
+
+
+class OutboxQuerySet(models.QuerySet["OutboxEntry"]):
+    def add(self, entries: Iterable[tuple[str, str, str, dict[str, Any]]]) -> int:
+        """Write ``(kind, backend, job_id, body)`` rows in the current transaction of this
+        queryset's database; the caller nudges the relay once that commits."""
+        rows = [OutboxEntry(kind=k, backend=b, job_id=j, body=body) for k, b, j, body in entries]
+        if rows:
+            self.bulk_create(rows)
+        return len(rows)
 
 
 class JobFields(models.Model):
@@ -243,6 +254,8 @@ class OutboxEntry(models.Model):
     last_error = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+
+    objects = OutboxQuerySet.as_manager()
 
     class Meta:
         db_table = "blamequeue_outbox"

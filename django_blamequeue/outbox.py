@@ -15,55 +15,24 @@ dies first loses only the nudge: the flow sweeper settles any parent with nothin
 
 from __future__ import annotations
 
-import base64
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 
-from . import metrics
-from .records import NewJob, Report
-from .serializers import Encoded
+from . import metrics, routing
+from .backends import all_backends, get_backend
+from .backends.base import Backend, install_hooks
+from .models import OutboxEntry
+from .records import OutboxItem
+from .wire import job_from_body, report_from_body
 
 logger = logging.getLogger("django_blamequeue.outbox")
 BATCH = 500
-
-
-def job_to_body(job: NewJob) -> dict[str, Any]:
-    body = asdict(job)
-    body["payload"] = {
-        "content_type": job.payload.content_type,
-        "content_encoding": job.payload.content_encoding,
-        "body": base64.b64encode(job.payload.body).decode(),
-    }
-    body["run_at"] = job.run_at.isoformat() if job.run_at else None
-    body["depends_on"] = list(job.depends_on)
-    return body
-
-
-def job_from_body(body: dict[str, Any]) -> NewJob:
-    data = dict(body)
-    p = data.pop("payload")
-    data["payload"] = Encoded(p["content_type"], p["content_encoding"], base64.b64decode(p["body"]))
-    data["run_at"] = datetime.fromisoformat(data["run_at"]) if data.get("run_at") else None
-    data["depends_on"] = tuple(data.get("depends_on") or ())
-    return NewJob(**data)
-
-
-def report_to_body(report: Report) -> dict[str, Any]:
-    body = asdict(report)
-    body["result"] = base64.b64encode(report.result).decode() if report.result is not None else None
-    return body
-
-
-def report_from_body(body: dict[str, Any]) -> Report:
-    data = dict(body)
-    data["result"] = base64.b64decode(data["result"]) if data.get("result") is not None else None
-    return Report(**data)
 
 
 @dataclass(kw_only=True)
@@ -90,8 +59,6 @@ def database_of(backend: Any) -> str:
 
 def outbox_databases() -> list[str]:
     """Every database that may hold outbox rows: the default and each backend's."""
-    from .backends import all_backends
-
     dbs = ["default"]
     for b in all_backends():
         db = database_of(b)
@@ -109,8 +76,6 @@ class Relay:
 
     def run_once(self) -> RelayReport:
         """Drain the outbox table of every database, then the engines' own outboxes."""
-        from .backends import all_backends
-
         total = RelayReport()
         failures: list[BaseException] = []
         settle_pending(total)
@@ -125,10 +90,10 @@ class Relay:
             total.skipped += part.skipped
         if self.databases is None:
             for backend in all_backends():
-                if not backend.has_outbox:
+                if not (backend.has_outbox or backend.sends_later):
                     continue
                 try:
-                    sent, skipped = backend.drain_outbox(self.batch)
+                    sent, skipped = self.drain_engine(backend)
                 except Exception as exc:
                     logger.warning("outbox relay: backend %r failed: %s", backend.alias, exc)
                     failures.append(exc)
@@ -139,6 +104,36 @@ class Relay:
             raise failures[0]  # nothing got through: let the caller see the error
         return total
 
+    def drain_engine(self, backend: Backend) -> tuple[int, int]:
+        """An engine's own outbox: take a page (leased to this relay), deliver each group
+        to its target, mark it done; answers (sent, skipped). Then its late sends."""
+        sent = skipped = 0
+        after = ""  # entries come in order: a pass never takes one twice
+        while backend.has_outbox:
+            items = backend.take_outbox(self.batch, after)
+            if not items:
+                break
+            after = items[-1].ref
+            groups: dict[tuple[str, str], list[OutboxItem]] = {}
+            for item in items:
+                groups.setdefault((item.kind, item.backend), []).append(item)
+            for (kind, alias), group in groups.items():
+                done, left = deliver_isolated(
+                    kind,
+                    alias,
+                    group,
+                    functools.partial(_deliver_items, backend, kind, alias),
+                    lambda item, error: backend.outbox_done([item], error=error),
+                    lambda item: f"entry {item.ref}",
+                )
+                sent += done
+                skipped += left
+            if len(items) < self.batch:
+                break
+        if backend.sends_later:
+            sent += backend.send_unsent(self.batch)
+        return sent, skipped
+
     def _drain(self, db: str) -> RelayReport:
         """Page through ``db``'s outbox; each page one transaction, its rows locked.
 
@@ -147,9 +142,6 @@ class Relay:
         delivering every row. A group that fails is retried row by row in savepoints, so one
         bad row is logged, counted and left for the next pass, never blocking the rest.
         """
-        from django.db import connections
-
-        from .models import OutboxEntry
 
         report = RelayReport()
         cursor = 0
@@ -174,8 +166,6 @@ class Relay:
     def _deliver_group(
         self, db: str, kind: str, alias: str, group: list[Any], report: RelayReport
     ) -> None:
-        from .models import OutboxEntry
-
         def failed(row: Any, error: str) -> None:
             OutboxEntry.objects.using(db).filter(id=row.id).update(
                 attempts=row.attempts + 1, last_error=error
@@ -199,8 +189,6 @@ class Relay:
         the target commits first: a crash before our commit delivers again, and the target
         records it once (jobs by their id, reports by ``status = 'pending'``).
         """
-        from .models import OutboxEntry
-
         with transaction.atomic(using=db):
             send(kind, alias, [r.body for r in rows])
             OutboxEntry.objects.using(db).filter(id__in=[r.id for r in rows]).delete()
@@ -208,15 +196,27 @@ class Relay:
 
 def send(kind: str, alias: str, bodies: Sequence[dict[str, Any]]) -> None:
     """Deliver outbox bodies of one ``kind`` to backend ``alias`` (idempotent at the target)."""
-    from .backends import get_backend
-
-    target = get_backend(alias)
     if kind == "report":
-        target.deliver_reports([report_from_body(b) for b in bodies])
+        routing.deliver_reports(alias, [report_from_body(b) for b in bodies])
     elif kind == "enqueue":
-        target.enqueue_many([job_from_body(b) for b in bodies])
+        routing.deliver_jobs(alias, [job_from_body(b) for b in bodies])
     else:
         raise ValueError(f"unknown outbox kind {kind!r}")
+
+
+def _deliver_items(backend: Backend, kind: str, alias: str, items: list[OutboxItem]) -> None:
+    """Deliver engine outbox items of one kind to ``alias``, then mark them done there."""
+    routing.target(alias)  # an alias nobody configured fails here, naming it
+    problems = [i.problem for i in items if i.problem]
+    if problems:
+        raise ValueError(problems[0])
+    if kind == "enqueue":
+        routing.deliver_jobs(alias, [i.job for i in items if i.job is not None])
+    elif kind == "report":
+        routing.deliver_reports(alias, [i.report for i in items if i.report is not None])
+    else:
+        raise ValueError(f"unknown outbox kind {kind!r}")
+    backend.outbox_done(items)
 
 
 def deliver_isolated[T](
@@ -264,8 +264,6 @@ def settle_pending(report: RelayReport) -> None:
     """Settle what ``settle_soon`` queued, each backend's parents in one transaction; if that
     fails, parent by parent, and one that still fails is logged, counted as skipped and left
     to the flow sweeper (which settles any parent with nothing pending)."""
-    from .backends import get_backend
-
     with _settle_lock:
         work = {alias: sorted(parents) for alias, parents in _to_settle.items()}
         _to_settle.clear()
@@ -304,7 +302,6 @@ def nudge(*, drain: bool = True) -> None:
 
 def _relay_loop() -> None:
     global _nudge_thread
-    from django.db import connections
 
     relay = Relay()
     while True:
@@ -336,9 +333,23 @@ def write(kind: str, backend: str, job_id: str, body: dict[str, Any], *, using: 
 
 
 def write_many(entries: Iterable[tuple[str, str, str, dict[str, Any]]], *, using: str) -> None:
-    from .models import OutboxEntry
-
-    rows = [OutboxEntry(kind=k, backend=b, job_id=j, body=body) for k, b, j, body in entries]
-    if rows:
-        OutboxEntry.objects.using(using).bulk_create(rows)
+    if OutboxEntry.objects.using(using).add(entries):
         transaction.on_commit(nudge, using=using)
+
+
+class RelayHooks:
+    """The ``Hooks`` every backend calls: relay and settle here, cascade through routing."""
+
+    def outbox_written(self) -> None:
+        nudge()
+
+    def settle_soon(self, alias: str, parent_ids: Sequence[str]) -> None:
+        settle_soon(alias, parent_ids)
+
+    def cancel_elsewhere(self, children: Sequence[tuple[str, str]]) -> None:
+        routing.cancel_children(children)
+
+
+def install() -> None:
+    """Give the backends their hooks (``AppConfig.ready``)."""
+    install_hooks(RelayHooks())

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from .core.states import Reason, State
-from .serializers import Encoded
+from .serializers import Encoded, decode
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +92,22 @@ class Report:
     result: bytes | None = None
     result_type: str | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutboxItem:
+    """An entry of an engine's own outbox, taken by a relay: deliver it, then mark it done.
+
+    ``problem`` says why an entry could not be read; delivering it fails with that text, so
+    the relay counts and keeps it instead of stopping on it.
+    """
+
+    ref: str  # the engine's id of the entry
+    kind: str  # "enqueue" or "report"
+    backend: str  # the alias of the backend it is bound for
+    job: NewJob | None = None
+    report: Report | None = None
+    problem: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,3 +218,49 @@ class JobInfo:
     flow_key: str | None = None
     flow_phase: str | None = None
     children: Mapping[str, int] | None = None  # a flow parent's tally of children by state
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowState:
+    """What ``collect`` sees: the children's tally, results and errors by key."""
+
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    pending: int = 0
+    results: Mapping[str, Any] = field(default_factory=dict)
+    errors: Mapping[str, str] = field(default_factory=dict)
+    states: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.completed + self.failed + self.cancelled + self.pending
+
+
+def state_from_rows(rows: list[dict[str, Any]]) -> FlowState:
+    """``FlowState`` from the parent's dependency rows (status, key, result, error)."""
+    tally = {"done": 0, "failed": 0, "cancelled": 0, "pending": 0}
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    states: dict[str, str] = {}
+    for row in rows:
+        status = row["status"]
+        tally[status if status in tally else "pending"] += 1
+        states[row["key"]] = status
+        if status == "done" and row["result"] is not None:
+            results[row["key"]] = decode(
+                row["result_type"] or "application/json", "utf-8", bytes(row["result"])
+            )
+        elif status == "done":
+            results[row["key"]] = None
+        if row["error"]:
+            errors[row["key"]] = row["error"]
+    return FlowState(
+        completed=tally["done"],
+        failed=tally["failed"],
+        cancelled=tally["cancelled"],
+        pending=tally["pending"],
+        results=results,
+        errors=errors,
+        states=states,
+    )

@@ -6,13 +6,12 @@ import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
+from . import enqueueing
 from .core.lifecycle import RetryPredicate
 from .exceptions import ErrorCode, QueueError
-
-if TYPE_CHECKING:
-    from .records import EnqueuedJob
+from .records import EnqueuedJob
 
 _lock = threading.Lock()
 _registry: dict[str, JobDefinition] = {}
@@ -37,18 +36,14 @@ class JobDefinition:
 
     def enqueue(self, payload: Any = None, **options: Any) -> EnqueuedJob:
         """Enqueue a run of this job; options as ``queue.enqueue``."""
-        from .api import queue
-
-        options.setdefault("backend", self.backend)
-        options.setdefault("priority", self.priority)
-        return queue.enqueue(self.queue, payload, name=self.name, **options)
+        return self.enqueue_many([payload], **options)[0]
 
     def enqueue_many(self, payloads: list[Any], **options: Any) -> list[EnqueuedJob]:
-        from .api import queue
-
         options.setdefault("backend", self.backend)
         options.setdefault("priority", self.priority)
-        return queue.enqueue_many(self.queue, payloads, name=self.name, **options)
+        return enqueueing.enqueue_many(
+            self.queue, payloads, definition=self, name=self.name, **options
+        )
 
 
 def _check(queue: object, max_attempts: object, timeout: object, retryable: object) -> None:

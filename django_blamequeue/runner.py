@@ -16,9 +16,11 @@ from typing import Any
 from django.db import close_old_connections, connections
 
 from . import registry, tracing
+from .conf import get_settings
 from .context import JobContext, _current
 from .core import lifecycle
-from .exceptions import JobInterrupted
+from .exceptions import JobInterrupted, QueueError
+from .fanout import build_children
 from .interrupt import Guard
 from .records import Claimed, Transition
 from .serializers import decode, encode
@@ -128,9 +130,6 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
 
 def _flow_phase(run: Run, spec: Any, payload: Any) -> lifecycle.Outcome:
     """Phase by the stored manifest: none yet → fan out; parked and re-pended → collect."""
-    from .conf import get_settings
-    from .exceptions import QueueError
-    from .fanout import build_children
 
     claimed = run.claimed
     backend = run.ctx.backend
@@ -158,7 +157,6 @@ def transition_for(
 ) -> Transition:
     """The lifecycle's decision for one attempt, with the settings' backoff and the job's
     ``retryable`` predicate (the worker and ``testing`` both decide through here)."""
-    from .conf import get_settings
 
     settings = get_settings()
     policy = lifecycle.Policy(

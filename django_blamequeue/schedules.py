@@ -14,6 +14,7 @@ each is an hour of its own. Intervals are absolute seconds and ignore the calend
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -89,3 +90,46 @@ def _second_pass(local: datetime, cron: str) -> bool:
         and local.utcoffset() != first.utcoffset()
         and croniter(cron).expanded[1] != ["*"]
     )
+
+
+def cron_error(expr: str) -> str | None:
+    """Why ``expr`` is not a 5-field cron expression, or None when it is one."""
+    fields = expr.split()
+    if len(fields) != 5:
+        return f"has {len(fields)} fields; cron needs 5 (minute hour day month weekday)"
+    for text, (label, low, high, names) in zip(fields, _CRON_FIELDS, strict=True):
+        for item in text.split(","):
+            if error := _cron_item_error(item, low, high, names):
+                return f"{label} field {text!r}: {error}"
+    return None
+
+
+_MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+_DAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+_CRON_FIELDS: tuple[tuple[str, int, int, Mapping[str, int]], ...] = (
+    ("minute", 0, 59, {}),
+    ("hour", 0, 23, {}),
+    ("day-of-month", 1, 31, {}),
+    ("month", 1, 12, {m: i for i, m in enumerate(_MONTHS, 1)}),
+    ("day-of-week", 0, 7, {d: i for i, d in enumerate(_DAYS)}),
+)
+
+
+def _cron_item_error(item: str, low: int, high: int, names: Mapping[str, int]) -> str | None:
+    base, slash, step = item.partition("/")
+    if slash and not (step.isascii() and step.isdigit() and int(step) > 0):
+        return f"step {step!r} is not a positive integer"
+    if base == "*":
+        return None
+    first, dash, last = base.partition("-")
+    values = []
+    for text in (first, last) if dash else (first,):
+        value = int(text) if text.isascii() and text.isdigit() else names.get(text.lower())
+        if value is None:
+            return f"{text!r} is not a number" + (" or a name" if names else "")
+        if not low <= value <= high:
+            return f"{value} is outside {low}-{high}"
+        values.append(value)
+    if dash and values[0] > values[1]:
+        return f"range {base!r} runs backwards"
+    return None

@@ -18,12 +18,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import tracing
+from . import registry, tracing
 from .audit import Event
+from .backends import get_backend
+from .context import JobContext, _current
 from .core.states import ACTIVE, State
 from .exceptions import ErrorCode, QueueError
 from .outbox import Relay
 from .records import Ack, Claimed, JobInfo
+from .runner import Run, invoke, transition_for
 from .signals import audit_event
 
 if TYPE_CHECKING:
@@ -155,7 +158,6 @@ class CapturedJobs:
     """
 
     def __init__(self, backend: str | None = None) -> None:
-        from .backends import get_backend
 
         self.backend = get_backend(backend)
         if not hasattr(self.backend, "jobs"):
@@ -251,9 +253,6 @@ class CapturedJobs:
         return wait + timedelta(microseconds=1)
 
     def _run(self, c: Claimed, handler: Handler | None) -> Attempt:
-        from . import registry
-        from .context import JobContext, _current
-        from .runner import Run, invoke, transition_for
 
         definition = registry.get(c.name)
         ctx = JobContext(

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from .core import lifecycle
 from .exceptions import JobInterrupted
 
 if TYPE_CHECKING:
@@ -141,8 +142,6 @@ def traced_run(
 ) -> Outcome:
     """``invoke`` inside the attempt's span, which records how the attempt ended."""
     from opentelemetry.trace import SpanKind, Status, StatusCode
-
-    from .core import lifecycle
 
     c = run.claimed
     attributes = {

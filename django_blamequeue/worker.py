@@ -11,7 +11,9 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from django.db import connections
 
 from . import metrics, registry, wakeup
 from .backends.base import Backend
@@ -19,13 +21,14 @@ from .conf import get_settings
 from .context import JobContext
 from .core import lifecycle
 from .core.states import State
-from .exceptions import ErrorCode, JobCancelled, JobTimeout, LeaseLost, QueueError, WorkerShutdown
+from .counters import Counters, StartWindow
+from .exceptions import ErrorCode, QueueError, WorkerShutdown
+from .heartbeat import Heartbeat
+from .outbox import RelayReport, settle_pending
 from .records import Ack, AckResult, Claimed, Transition
 from .runner import Handler, Run, SlotPool, transition_for
 
 logger = logging.getLogger("django_blamequeue.worker")
-
-SIGNAL_POLL = 1.0  # seconds between checks for cancel requests on held leases
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,25 +42,13 @@ class WorkerOptions:
     burst: bool = False
 
 
-@dataclass(kw_only=True)
-class Counters:
-    claimed: int = 0
-    done: int = 0
-    retried: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    released: int = 0
-    lock_lost: int = 0
-    timed_out: int = 0
-    started_at: float = field(default_factory=time.monotonic)
-
-
 class Consumer:
     def __init__(self, backend: Backend, options: WorkerOptions, handler: Handler | None = None):
         self.backend = backend
         self.options = options
         self.handler = handler
         self.counters = Counters()
+        self.heartbeat = Heartbeat(backend, options.lease)
         self.listening = False
         self._settings = get_settings()
         self._wake = threading.Event()
@@ -65,10 +56,9 @@ class Consumer:
         self._running: dict[str, Run] = {}
         self._acks: list[Ack] = []
         self._ack_runs: dict[str, tuple[Run, Transition]] = {}
-        self._starts: deque[float] = deque()
+        self._starts = StartWindow(options.rate_limit)
         self._stopping = False
         self._grace_until: float | None = None
-        self._next_signals = 0.0
         self._error_delay = 0.0
         self._thread = threading.Thread(target=self._main, name="blamequeue-consumer", daemon=True)
         self._exited = threading.Event()
@@ -117,16 +107,12 @@ class Consumer:
             self.pool.stop()
             self._settle_queued()
             self._exited.set()
-            from django.db import connections
-
             connections.close_all()
 
     @staticmethod
     def _settle_queued() -> None:
         """Settle the parents this process's acks queued for the relay thread, before the
         process goes (otherwise the flow sweeper would, up to FLOW_SWEEP_INTERVAL later)."""
-        from .outbox import RelayReport, settle_pending
-
         try:
             settle_pending(RelayReport())
         except Exception:
@@ -161,13 +147,7 @@ class Consumer:
 
     def _free_slots(self) -> int:
         free = self.options.concurrency - len(self._running)
-        if self.options.rate_limit is None or free <= 0:
-            return free
-        limit, per = self.options.rate_limit
-        now = time.monotonic()
-        while self._starts and self._starts[0] <= now - per:
-            self._starts.popleft()
-        return min(free, limit - len(self._starts))
+        return free if free <= 0 else min(free, self._starts.room(time.monotonic()))
 
     def _wait_time(self) -> float:
         now = time.monotonic()
@@ -181,14 +161,8 @@ class Consumer:
             wait = self.options.fast_poll
         else:
             wait = self.options.poll_interval
-        if self.options.rate_limit is not None and self._starts:
-            wait = min(wait, max(0.001, self._starts[0] + self.options.rate_limit[1] - now))
-        for run in self._running.values():
-            if run.deadline is not None:
-                wait = min(wait, max(0.0, run.deadline - now))
-            wait = min(wait, max(0.0, run.renew_at - now))
-        if self._running:
-            wait = min(wait, max(0.0, self._next_signals - now))
+        wait = min(wait, self._starts.next_room(now))
+        wait = min(wait, self.heartbeat.next_due(self._running, now))
         return max(wait, 0.0005)
 
     # -- claims ----------------------------------------------------------------------------
@@ -281,8 +255,7 @@ class Consumer:
         self._running[c.job_id] = run
         if metrics.enabled:
             metrics.run_started(self.backend.alias, c, lease)
-        if self.options.rate_limit is not None:
-            self._starts.append(now)
+        self._starts.started(now)
         return run
 
     def _extended(self, run: Run, seconds: float) -> None:
@@ -348,46 +321,26 @@ class Consumer:
         self._decide(run, outcome)
 
     def _check_deadlines(self) -> None:
-        now = time.monotonic()
-        for run in list(self._running.values()):
-            if run.deadline is not None and now >= run.deadline:
-                timeout = run.deadline - run.started
-                self.counters.timed_out += 1
-                logger.warning(
-                    "job %s timed out after %.3g s", run.claimed.job_id, timeout, extra=_extra(run)
-                )
-                self._interrupt(run, JobTimeout, lifecycle.TimedOut(timeout))
+        for stop in self.heartbeat.deadlines(self._running, time.monotonic()):
+            self.counters.timed_out += 1
+            run = stop.run
+            logger.warning(
+                "job %s timed out after %.3g s",
+                run.claimed.job_id,
+                run.deadline - run.started if run.deadline else 0.0,
+                extra=_extra(run),
+            )
+            self._interrupt(run, stop.exc_type, stop.outcome)
 
     def _heartbeat(self) -> None:
         if not self._running:
             return
-        assert self.backend.resilience is not None
         now = time.monotonic()
-        due = [r for r in self._running.values() if now >= r.renew_at]
         try:
-            if due:
-                leases = [(r.claimed.job_id, r.claimed.token) for r in due]
-                lost = self.backend.resilience.call(
-                    lambda: self.backend.renew_leases(leases, self.options.lease), idempotent=True
-                )
-                for r in due:
-                    r.lease_until = now + self.options.lease
-                    r.renew_at = now + self.options.lease / 2
-                for job_id in lost:
-                    if (run := self._running.get(job_id)) is not None:
-                        self._interrupt(run, LeaseLost, None)
-            if now >= self._next_signals and self._running:
-                self._next_signals = now + SIGNAL_POLL
-                held = [(r.claimed.job_id, r.claimed.token) for r in self._running.values()]
-                signals = self.backend.resilience.call(
-                    lambda: self.backend.lease_signals(held), idempotent=True
-                )
-                for job_id in signals.cancel_requested:
-                    if (run := self._running.get(job_id)) is not None:
-                        self._interrupt(run, JobCancelled, lifecycle.Cancelled())
-                for job_id in signals.lost:
-                    if (run := self._running.get(job_id)) is not None:
-                        self._interrupt(run, LeaseLost, None)
+            for step in (self.heartbeat.renew, self.heartbeat.signals):
+                for stop in step(self._running, now):
+                    if stop.run.claimed.job_id in self._running:
+                        self._interrupt(stop.run, stop.exc_type, stop.outcome)
         except QueueError as exc:
             self._backoff(exc)
 
@@ -411,29 +364,17 @@ class Consumer:
             self._count(res.ok, res.state, run, transition)
 
     def _count(self, ok: bool, state: State | None, run: Run, transition: Transition) -> None:
-        c = self.counters
         if ok and metrics.enabled:
             took = time.monotonic() - run.started
             metrics.run_finished(self.backend.alias, run.claimed.queue, took)
         if not ok:
-            c.lock_lost += 1
             logger.warning(
                 "ack refused for job %s: %s (another worker took it over)",
                 run.claimed.job_id,
                 ErrorCode.LOCK_LOST,
                 extra=_extra(run),
             )
-            return
-        if state == State.DONE:
-            c.done += 1
-        elif state == State.FAILED:
-            c.failed += 1
-        elif state == State.CANCELLED:
-            c.cancelled += 1
-        elif state == State.PENDING and transition.give_back_attempt:
-            c.released += 1
-        elif state == State.PENDING:
-            c.retried += 1
+        self.counters.count(ok, state, released=transition.give_back_attempt)
 
     def _backoff(self, exc: Exception) -> None:
         self._error_delay = min(max(self._error_delay * 2, 0.1), 5.0)

@@ -15,6 +15,7 @@ from django.utils.http import urlencode
 from ..models import AuditEvent
 from . import display
 from .base import ReadOnlyAdmin, backend_database, selected_backend
+from .console import Console
 from .filters import ActionFilter, BackendFilter, JobIdFilter, QueueFilter, UserFilter
 
 DATA_CHARS = 160
@@ -50,7 +51,6 @@ class AuditEventAdmin(ReadOnlyAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        from .console import Console
 
         context = {
             "tabs": Console.tabs(request, "audit"),

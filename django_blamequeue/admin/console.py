@@ -22,8 +22,10 @@ from ..backends import all_backends
 from ..backends.base import Backend
 from ..exceptions import QueueError
 from ..records import QueueStats
+from ..validation import queue_name
 from . import display, operations
 from .base import PURGE, RETRY, VIEW, VIEW_AUDIT, allowed, backend_or_404, require
+from .flows import flow_page
 
 if TYPE_CHECKING:
     from .jobs import JobAdmin
@@ -70,8 +72,6 @@ def _int(value: str | None, default: int = 0) -> int:
 def _queue_name(value: str | None) -> str | None:
     """A queue name from a request, or None if it is not one (the view answers 400)."""
     try:
-        from ..validation import queue_name
-
         return queue_name(value)
     except QueueError:
         return None
@@ -293,7 +293,6 @@ class Console:
 
     # -- flows ---------------------------------------------------------------------------
     def flow(self, request: HttpRequest, flow_id: str) -> HttpResponse:
-        from .flows import flow_page
 
         require(request, VIEW)
         return flow_page(self, request, flow_id)

@@ -16,7 +16,8 @@ from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from .base import local_backends, matching, selected_backend
+from .base import backend_database, local_backends, matching, selected_backend
+from .operations import known_actions
 
 #: How many of the newest rows a sampled filter reads to offer choices.
 SAMPLE_ROWS = 5_000
@@ -82,7 +83,6 @@ class ValueFilter(admin.SimpleListFilter):
 
 
 def database_of(request: HttpRequest, model_admin: Any) -> str:
-    from .base import backend_database
 
     return backend_database(selected_backend(request))
 
@@ -169,7 +169,6 @@ class ActionFilter(ValueFilter):
     field = "action"
 
     def choices_for(self, request: HttpRequest, model_admin: Any) -> list[str]:
-        from .operations import known_actions
 
         return known_actions()
 

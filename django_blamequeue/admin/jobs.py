@@ -32,6 +32,7 @@ from .base import (
     allowed,
     backend_database,
     backend_or_404,
+    local_backends,
     matching,
     require,
     selected_backend,
@@ -286,7 +287,6 @@ def _cancel(request: HttpRequest, object_id: str) -> HttpResponse:
 
 def selected_backend_of(job: Job) -> str | None:
     """The backend alias a listed row came from (the database it was read from)."""
-    from .base import local_backends
 
     db = job._state.db
     for b in local_backends():

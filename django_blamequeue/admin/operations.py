@@ -18,6 +18,7 @@ from django.http import HttpRequest
 from .. import audit
 from ..api import queue
 from ..backends.base import Backend
+from ..sweeper.scheduler import FIRE
 
 ADMIN_RETRY = audit.ADMIN_PREFIX + "retry"
 ADMIN_RETRY_ALL = audit.ADMIN_PREFIX + "retry_all"
@@ -39,7 +40,6 @@ def known_actions() -> list[str]:
     """Every audit action name the package writes (for the audit log's filter)."""
     names = {v for k, v in vars(audit).items() if k.isupper() and isinstance(v, str)}
     names = {n for n in names if n.startswith("system.") and n != audit.ADMIN_PREFIX}
-    from ..sweeper.scheduler import FIRE
 
     return sorted(names | set(ADMIN_ACTIONS) | {FIRE})
 

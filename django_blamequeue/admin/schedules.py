@@ -19,9 +19,10 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from .. import audit, registry, schedules
-from ..confcheck import cron_error
 from ..models import Schedule
+from ..schedules import cron_error
 from . import display
+from .console import Console
 
 ADMIN_SCHEDULE = audit.ADMIN_PREFIX + "schedule."
 RULE_FIELDS = ("cron", "interval", "timezone")
@@ -80,7 +81,6 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 def _tabs(request: HttpRequest) -> dict[str, Any]:
-    from .console import Console
 
     return {"tabs": Console.tabs(request, "schedules")}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABCMeta, abstractmethod
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..conf import BackendConfig
 from ..records import (
@@ -20,9 +20,11 @@ from ..records import (
     CancelResult,
     Claimed,
     EnqueuedJob,
+    FlowState,
     JobInfo,
     LeaseSignals,
     NewJob,
+    OutboxItem,
     PruneReport,
     QueueStats,
     Report,
@@ -33,8 +35,50 @@ if TYPE_CHECKING:
     from django.core.checks import CheckMessage
 
     from ..audit import Event
-    from ..fanout import FlowState
     from .resilience import Resilience
+
+
+class Hooks(Protocol):
+    """What a backend asks of the layers above it, without importing them.
+
+    The backends sit below the services (the outbox relay, flow routing, the sweeper), so a
+    backend cannot call them; it calls these hooks instead, and ``routing`` installs the real
+    ones when the app is ready. Each hook only hastens work that the sweeper would also do:
+    until they are installed nothing is lost, only later.
+    """
+
+    def outbox_written(self) -> None:
+        """Entries were committed to an outbox (the table, or an engine's own): relay soon."""
+
+    def settle_soon(self, alias: str, parent_ids: Sequence[str]) -> None:
+        """A commit recorded child reports on these parents of backend ``alias``: settle the
+        due ones (in a transaction of their own, never inside an ack)."""
+
+    def cancel_elsewhere(self, children: Sequence[tuple[str, str]]) -> None:
+        """Cancel these ``(backend alias, job id)`` children that live on other backends
+        (a cascade reached them); a failure is left to the flow sweeper."""
+
+
+class _Unhooked:
+    """Before ``install_hooks``: nobody is told, and the sweeper does the work later."""
+
+    def outbox_written(self) -> None:
+        pass
+
+    def settle_soon(self, alias: str, parent_ids: Sequence[str]) -> None:
+        pass
+
+    def cancel_elsewhere(self, children: Sequence[tuple[str, str]]) -> None:
+        pass
+
+
+_hooks: Hooks = _Unhooked()
+
+
+def install_hooks(hooks: Hooks) -> None:
+    """Give every backend (built or not) these hooks; ``routing.install`` calls it."""
+    global _hooks
+    _hooks = hooks
 
 
 class Backend(metaclass=ABCMeta):
@@ -64,8 +108,12 @@ class Backend(metaclass=ABCMeta):
     #: (SQS: visibility timeouts and message delays run on AWS's clock).
     supports_time_travel = True
     #: The engine keeps its own outbox (flow reports and cross-backend enqueues written
-    #: atomically with its transitions, e.g. inside a Redis script): ``drain_outbox`` relays it.
+    #: atomically with its transitions, e.g. inside a Redis script): the relay takes its
+    #: entries (``take_outbox``), delivers them and marks them done (``outbox_done``).
     has_outbox = False
+    #: Some jobs' messages are sent after their state commits (SQS): the relay's passes call
+    #: ``send_unsent`` for what a crash left unsent.
+    sends_later = False
     #: Engine errors that mean "unavailable" (mapped to ``BACKEND_UNAVAILABLE``).
     unavailable_errors: tuple[type[BaseException], ...] = ()
     #: The Django database alias that holds this backend's jobs and audit rows (the local
@@ -77,6 +125,11 @@ class Backend(metaclass=ABCMeta):
         self.alias = config.alias
         self.config = config
         self.resilience: Resilience | None = None
+
+    @property
+    def hooks(self) -> Hooks:
+        """The services above, reached only through ``Hooks``."""
+        return _hooks
 
     # -- enqueue -------------------------------------------------------------------------
     @abstractmethod
@@ -218,22 +271,63 @@ class Backend(metaclass=ABCMeta):
         """Write reports for the terminal children among ``ids`` (same transaction)."""
         raise NotImplementedError
 
-    def settle_reported(self, parent_ids: Sequence[str]) -> list[str]:
+    def settle_reported(self, parent_ids: Sequence[str], now: datetime | None = None) -> list[str]:
         """Settle the due parents among ``parent_ids`` in a transaction of their own (the
-        relay's step after an ack recorded reports on them); answers the parents settled."""
+        relay's step after an ack recorded reports on them, the flow sweeper's first check);
+        answers the parents settled."""
         raise NotImplementedError
 
     def unsent_for(self, job_ids: Sequence[str], kind: str) -> set[str]:
         """The ids among ``job_ids`` that still have an unsent outbox row of ``kind``."""
         raise NotImplementedError
 
-    def repair_flows(self, now: datetime | None = None, limit: int = 500) -> dict[str, int]:
-        """The flow sweeper's pass: re-land, synthesize, settle, cascade (counts by kind)."""
+    def child_states(self, ids: Sequence[str]) -> dict[str, str]:
+        """The state of each of these jobs that exists here (a backend may answer in one
+        round trip)."""
+        return {i.job_id: i.state for i in (self.get(j) for j in ids) if i is not None}
+
+    # -- the flow sweeper's verbs (``sweeper/flow_repair.py`` runs the algorithm) ----------
+    def waiting_parents(self, after: str, limit: int) -> list[str]:
+        """Ids of parents parked in ``waiting_children``, in id order, after ``after``."""
         raise NotImplementedError
 
-    def drain_outbox(self, limit: int = 500) -> tuple[int, int]:
-        """With ``has_outbox``: deliver the engine's unsent outbox entries to their targets
-        (at least once; targets record them once) and answer (sent, skipped)."""
+    def pending_children(self, parent_id: str) -> list[tuple[str, str]]:
+        """``(child id, backend alias)`` of the parent's children that have not reported."""
+        raise NotImplementedError
+
+    def reland(self, parent_id: str, child_ids: Sequence[str], now: datetime | None = None) -> int:
+        """Land these unreported children again from the parent's manifest (their full
+        specs are there), only while the parent still waits for them (checked atomically
+        with the landing); answers how many were landed."""
+        raise NotImplementedError
+
+    def cascade_due(self, limit: int) -> list[str]:
+        """Parents that settled fail-fast or were cancelled while children may still run."""
+        raise NotImplementedError
+
+    def cascade(
+        self, parent_id: str, now: datetime | None = None
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """Cancel the parent's unfinished children here; answers how many, and the
+        ``(backend alias, child id)`` of its unreported children on other backends."""
+        raise NotImplementedError
+
+    def cascade_done(self, parent_id: str) -> None:
+        """Nothing is left to cancel for this parent elsewhere (a no-op where
+        ``cascade_due`` is derived from the rows themselves)."""
+
+    # -- an engine's own outbox (only with ``has_outbox``) ---------------------------------
+    def take_outbox(self, limit: int, after: str = "") -> list[OutboxItem]:
+        """Lease up to ``limit`` unsent entries after ``after`` (an earlier item's ``ref``)
+        for this relay; an entry whose lease runs out is offered again."""
+        raise NotImplementedError
+
+    def outbox_done(self, items: Sequence[OutboxItem], error: str | None = None) -> None:
+        """Delivered: forget these entries; with ``error``: keep them, count the attempt."""
+        raise NotImplementedError
+
+    def send_unsent(self, limit: int = 500) -> int:
+        """With ``sends_later``: send jobs whose message a crash left unsent."""
         raise NotImplementedError
 
     def outstanding(self, queues: Sequence[str]) -> int:
@@ -254,8 +348,9 @@ class Backend(metaclass=ABCMeta):
         for the worker's start-up banner; ``check()`` reports the same to ``check --deploy``."""
         return []
 
-    def check(self) -> Iterable[CheckMessage]:
-        """Deployment checks beyond settings (run by ``manage.py check --deploy``)."""
+    def check(self, queues: Sequence[str] = ()) -> Iterable[CheckMessage]:
+        """Deployment checks beyond settings (run by ``manage.py check --deploy``);
+        ``queues``: those of the registered jobs, for checks made per queue."""
         return ()
 
     def on_unavailable(self) -> None:

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 from ..backends.base import Backend
 from ..conf import Settings
+from ..models import AuditEvent
 from ..outbox import database_of
 from ..records import PruneReport
 
@@ -21,7 +22,6 @@ class Pruner:
         self.name = f"pruner[{backend.alias}]"
 
     def run_once(self, now: datetime | None = None) -> PruneReport:
-        from ..models import AuditEvent
 
         assert self.backend.resilience is not None
         s = self.settings

@@ -16,8 +16,10 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from .. import audit, registry
+from .. import audit, enqueueing, registry
+from ..backends import get_backend
 from ..conf import get_settings
+from ..models import Schedule
 from ..schedules import latest_due
 
 logger = logging.getLogger("django_blamequeue.scheduler")
@@ -33,7 +35,6 @@ class Scheduler:
 
     def sync_settings(self, now: datetime) -> None:
         """Mirror ``SCHEDULES`` into the table (anchored at now: the first fire is the next)."""
-        from ..models import Schedule
 
         wanted = get_settings().schedules
         if wanted is self._synced:  # settings only change through a reset: once per change
@@ -58,8 +59,6 @@ class Scheduler:
         self._synced = wanted
 
     def run_once(self, now: datetime | None = None) -> dict[str, int]:
-        from ..backends import get_backend
-        from ..models import Schedule
 
         t = now or get_backend(None).now()
         self.sync_settings(t)
@@ -75,8 +74,6 @@ class Scheduler:
         return {"fired": fired, "skipped": skipped} if fired or skipped else {}
 
     def _fire(self, s: Any, now: datetime) -> int:
-        from ..api import queue
-        from ..models import Schedule
 
         assert s.last_fired_at is not None
         due = latest_due(
@@ -95,9 +92,10 @@ class Scheduler:
             )
             if not moved:
                 return 0  # another sweeper fired this occurrence
-            job = queue.enqueue(
+            job = enqueueing.enqueue(
                 s.queue or definition.queue,
                 s.payload,
+                definition=definition,
                 name=s.job,
                 dedupe_key=f"schedule:{s.name}:{due.isoformat()}",
                 backend=s.backend or definition.backend,

@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from pytest_django import Settings as SettingsWrapper
 
-from django_blamequeue import queue, registry
+from django_blamequeue import queue, registry, routing
 from django_blamequeue.backends import get_backend
-from django_blamequeue.backends.redis import RedisBackend, flows
+from django_blamequeue.backends.redis import RedisBackend
 from django_blamequeue.core import ids
+from django_blamequeue.outbox import Relay
 from django_blamequeue.records import Report
 from tests.flows import conftest as flow_fixtures
-from tests.flows.steps import outcome_of, relay, work
+from tests.flows.steps import outcome_of, relay, repair, work
 
 from .redis_support import forget, invariant_problems, shared_url, unique_prefix
 
@@ -97,7 +98,7 @@ def test_a_local_parent_collects_the_reports_of_its_children_on_redis(
     work("redis", ["pages"])  # terminal children report into the Redis outbox, in-script
     assert redis.unsent_for(kids(parent, 3), "report") == set(kids(parent, 3))
     assert queue.get_job(parent).children == {"pending": 3}  # type: ignore[union-attr]
-    assert relay().sent == 3  # drain_outbox → deliver_reports on the local backend
+    assert relay().sent == 3  # the Redis outbox → deliver_reports on the local backend
     assert queue.get_job(parent).children == {"done": 2, "failed": 1}  # type: ignore[union-attr]
     assert redis.unsent_for(kids(parent, 3), "report") == set()
 
@@ -126,11 +127,11 @@ def test_a_fail_fast_settle_on_redis_cancels_the_children_left_elsewhere(
         info = local.get(job_id)
         assert info is not None and info.state == "inflight" and info.cancel_requested
     assert redis.client.sismember(redis.keys.cascade, parent)
-    assert redis.repair_flows()["cascaded"] == 2  # still running there: asked again
+    assert repair(redis)["cascaded"] == 2  # still running there: asked again
 
     local.apply_many([outcome_of("default", c) for c in claimed[1:]])  # they end cancelled
     assert {local.get(j).state for j in running} == {"cancelled"}  # type: ignore[union-attr]
-    assert redis.repair_flows()["cascaded"] == 0
+    assert repair(redis)["cascaded"] == 0
     assert not redis.client.sismember(redis.keys.cascade, parent)
     relay()
     assert queue.get_job(parent, backend="redis").children == {"failed": 1, "cancelled": 2}  # type: ignore[union-attr]
@@ -143,10 +144,10 @@ def test_repair_relands_children_whose_outbox_entries_were_lost(
     work("redis", ["reports"])
     assert lose_outbox(redis) > 0
     assert relay().sent == 0
-    assert redis.repair_flows()["relanded"] == 2
+    assert repair(redis)["relanded"] == 2
     assert relay().sent == 2
     assert {get_backend("default").get(j).state for j in kids(parent, 2)} == {"pending"}  # type: ignore[union-attr]
-    assert redis.repair_flows()["relanded"] == 0  # landed now: nothing to mend
+    assert repair(redis)["relanded"] == 0  # landed now: nothing to mend
 
     work("default", ["pages"])
     relay()
@@ -165,7 +166,7 @@ def test_a_report_lost_from_the_redis_outbox_is_synthesized_by_the_parents_repai
     assert relay().sent == 0
     assert queue.get_job(parent).children == {"pending": 2}  # type: ignore[union-attr]
 
-    repaired = get_backend("default").repair_flows()  # asks Redis: terminal, no report unsent
+    repaired = repair(get_backend("default"))  # asks Redis: terminal, no report unsent
     assert repaired["synthesized"] == 2
     assert relay().sent == 2
     assert queue.get_job(parent).children == {"done": 2}  # type: ignore[union-attr]
@@ -180,7 +181,7 @@ def test_one_broken_parent_never_keeps_the_repair_from_the_others(
     lose_outbox(redis)
     child = ids.child_id(broken.job_id, "p0")
     redis.client.hset(redis.keys.manifest(broken.job_id), f"j:{child}", "{not json")
-    repaired = redis.repair_flows()
+    repaired = repair(redis)
     assert (repaired["skipped"], repaired["relanded"]) == (1, 1)
     assert relay().sent == 1
     assert get_backend("default").get(ids.child_id(healthy.job_id, "p0")) is not None
@@ -195,17 +196,17 @@ def test_an_entry_the_relay_cannot_deliver_is_counted_kept_and_never_blocks_the_
     redis.client.hset(f"{redis.keys.prefix}:ob:999", mapping={"kind": "report", "job_id": "x"})
     redis.client.hset(f"{redis.keys.prefix}:ob:999", "backend", "nowhere")
     redis.client.zadd(redis.keys.outbox, {"999": 999})
-    sent, skipped = redis.drain_outbox()
+    sent, skipped = Relay().drain_engine(redis)
     assert (sent, skipped) == (2, 1)
     (left,) = outbox_entries(redis)
     assert left["backend"] == b"nowhere" and left["attempts"] == b"1"
     assert b"nowhere" in left["last_error"]
     assert {get_backend("default").get(j).state for j in kids(parent, 2)} == {"pending"}  # type: ignore[union-attr]
-    assert redis.drain_outbox() == (0, 1)  # retried on the next pass, still failing, kept
+    assert Relay().drain_engine(redis) == (0, 1)  # retried on the next pass, still failing, kept
     for n in range(3):  # a whole page of failing entries: the pass still ends
         redis.client.hset(f"{redis.keys.prefix}:ob:{1000 + n}", mapping=dict(left))
         redis.client.zadd(redis.keys.outbox, {str(1000 + n): 1000 + n})
-    assert redis.drain_outbox(limit=2) == (0, 4)
+    assert Relay(batch=2).drain_engine(redis) == (0, 4)
 
 
 def test_a_relay_that_dies_mid_send_repeats_harmlessly_after_its_lease(
@@ -215,15 +216,15 @@ def test_a_relay_that_dies_mid_send_repeats_harmlessly_after_its_lease(
     work("default", ["reports"])
     relay("default")
     work("redis", ["pages"])
-    taken = redis._run("outbox_take", [100, 60_000_000, 0]).result  # a relay takes them …
+    taken = redis.take_outbox(100)  # a relay takes them …
     assert len(taken) == 2
-    for raw in taken:  # … delivers them …
-        entry = flows._entry(raw)
-        flows._deliver(entry["kind"], entry["backend"], [entry])
+    for item in taken:  # … delivers them …
+        assert item.report is not None
+        routing.deliver_reports(item.backend, [item.report])
     # … and dies before deleting them: leased, another relay leaves them alone until expiry.
-    assert redis.drain_outbox() == (0, 0)
-    redis.client.zadd(redis.keys.outbox_leased, {e[0]: 0 for e in taken})  # the lease runs out
-    assert redis.drain_outbox() == (2, 0)  # sent again: recorded once
+    assert Relay().drain_engine(redis) == (0, 0)
+    redis.client.zadd(redis.keys.outbox_leased, {e.ref: 0 for e in taken})  # the lease runs out
+    assert Relay().drain_engine(redis) == (2, 0)  # sent again: recorded once
     assert queue.get_job(parent).children == {"done": 2}  # type: ignore[union-attr]
     again = Report(parent_id=parent, child_id=kids(parent, 2)[0], state="failed", error="late")
     assert get_backend("default").deliver_reports([again]) == 0

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue import ErrorCode, QueueError, queue
+from django_blamequeue import ErrorCode, QueueError, enqueueing, queue
 from django_blamequeue.audit import FLOW_ENQUEUE
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import lifecycle
@@ -210,7 +210,7 @@ def test_cancel_flow_without_a_backend_finds_the_flow(backend: str) -> None:
 def _node(job_id: str, flow_id: str, depends_on: tuple[str, ...] = ()) -> Any:
     from dataclasses import replace
 
-    job = queue._new_job(
+    job = enqueueing.new_job(
         "dag",
         {},
         job_id=job_id,

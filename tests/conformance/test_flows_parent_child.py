@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue import queue
+from django_blamequeue import enqueueing, queue, registry
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import ids
 from django_blamequeue.core.states import State
@@ -89,10 +89,11 @@ def test_a_repeated_enqueue_of_a_child_adds_nothing(
     work(backend)
     finished(backend, parent)
     before = jobs_in(engine, "pages")
-    child = queue._new_job(
+    child = enqueueing.new_job(
         "pages",
         {"page": 0},
         name=flowjobs.PREFIX + "page",
+        definition=registry.get(flowjobs.PREFIX + "page"),
         job_id=ids.child_id(parent, "p0"),
     )
     engine.enqueue_many([child])

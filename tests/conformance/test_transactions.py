@@ -9,11 +9,11 @@ import threading
 
 import pytest
 
-from django_blamequeue import queue
+from django_blamequeue import enqueueing, queue
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.models import OutboxEntry
-from django_blamequeue.outbox import job_from_body
 from django_blamequeue.testing import wait_until
+from django_blamequeue.wire import job_from_body
 
 from .support import audit_db, close_connections, in_transaction, jobs_in, relay
 
@@ -96,7 +96,7 @@ def test_enqueue_many_commits_as_a_whole(backend: str, engine: Backend) -> None:
 def test_an_enqueue_of_an_id_that_exists_makes_no_second_job(backend: str, engine: Backend) -> None:
     """What makes a relay that sends twice harmless: the job id is fixed at enqueue."""
     job_id = queue.enqueue("tx", {"n": 1}, backend=backend).job_id
-    again = queue._new_job(
+    again = enqueueing.new_job(
         "tx",
         {"n": 2},
         job_id=job_id,

@@ -13,10 +13,12 @@ from typing import Any
 
 from django_blamequeue import registry, runner
 from django_blamequeue.backends import get_backend
+from django_blamequeue.backends.base import Backend
 from django_blamequeue.context import JobContext, _current
 from django_blamequeue.core import lifecycle
 from django_blamequeue.outbox import Relay, RelayReport
 from django_blamequeue.records import Ack, AckResult, Claimed
+from django_blamequeue.sweeper.flow_repair import FlowRepair
 
 Handler = Callable[[Any, JobContext], Any]
 
@@ -72,6 +74,11 @@ def work(
 
 def relay(*databases: str) -> RelayReport:
     return Relay(list(databases) if databases else None).run_once()
+
+
+def repair(backend: Backend, *, limit: int = 500) -> dict[str, int]:
+    """One flow sweeper pass over ``backend``'s parents: every count, zero ones too."""
+    return FlowRepair(backend, batch=limit).repair()
 
 
 def run_to_end(alias: str, queues: Sequence[str], *, rounds: int = 100) -> int:

@@ -19,6 +19,7 @@ from django_blamequeue.sweeper.flow_repair import FlowRepair
 
 from .conftest import collects
 from .steps import outcome_of, relay, run_to_end, work
+from .steps import repair as repair_pass
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -231,7 +232,7 @@ def test_the_sweeper_pages_through_every_waiting_parent(
         jobs.Report.enqueue({"pages": 1}, backend=backend)
     work(backend, ["reports"])
     Job.objects.using(db(backend)).filter(parent_id__isnull=False).delete()
-    assert get_backend(backend).repair_flows(limit=2) == {  # type: ignore[attr-defined]
+    assert repair_pass(get_backend(backend), limit=2) == {
         "relanded": 5,
         "synthesized": 0,
         "settled": 0,

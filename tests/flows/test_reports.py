@@ -12,15 +12,16 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from django_blamequeue import audit, outbox, queue
+from django_blamequeue import audit, enqueueing, outbox, queue, wire
 from django_blamequeue.backends import get_backend
 from django_blamequeue.core import ids
-from django_blamequeue.models import AuditEvent, FlowDependency, Job, OutboxEntry
-from django_blamequeue.outbox import BATCH, Relay, report_from_body
+from django_blamequeue.models import AuditEvent, FlowDependency, Job, OutboxEntry, OutboxQuerySet
+from django_blamequeue.outbox import BATCH, Relay
 from django_blamequeue.testing import wait_until
+from django_blamequeue.wire import report_from_body
 
 from .conftest import collects
-from .steps import outcome_of, relay, run_to_end, work
+from .steps import outcome_of, relay, repair, run_to_end, work
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -84,7 +85,7 @@ def test_a_report_for_a_parent_elsewhere_is_written_to_the_outbox_in_the_same_tr
         raise RuntimeError("the outbox insert failed")
 
     with pytest.MonkeyPatch.context() as m, pytest.raises(RuntimeError):
-        m.setattr(outbox, "write_many", boom)
+        m.setattr(OutboxQuerySet, "add", boom)
         c.apply_many([ack])
     assert Job.objects.using(db(kids)).get(id=claimed.job_id).state == "inflight"  # rolled back
 
@@ -172,7 +173,7 @@ def test_a_settle_that_fails_is_skipped_and_never_blocks_the_others(
     assert queue.get_job(healthy.job_id, backend=backend).state == "pending"  # type: ignore[union-attr]
     # Left to the flow sweeper, which settles any parent with nothing pending.
     assert queue.get_job(broken.job_id, backend=backend).state == "waiting_children"  # type: ignore[union-attr]
-    assert b.repair_flows() == {**_NOTHING, "settled": 1}
+    assert repair(b) == {**_NOTHING, "settled": 1}
 
 
 _NOTHING = {"relanded": 0, "synthesized": 0, "settled": 0, "cascaded": 0, "skipped": 0}
@@ -279,11 +280,9 @@ class CountingRelay(Relay):
 def test_the_relay_pages_through_the_outbox_in_batches_of_500(
     backend: str, quiet_relay: None
 ) -> None:
-    from django_blamequeue.api import queue as q
-
     assert BATCH == 500
     jobs = [
-        q._new_job(
+        enqueueing.new_job(
             "paged",
             {"n": i},
         )
@@ -291,7 +290,7 @@ def test_the_relay_pages_through_the_outbox_in_batches_of_500(
     ]
     with transaction.atomic(using=db(backend)):
         outbox.write_many(
-            [("enqueue", backend, j.job_id, outbox.job_to_body(j)) for j in jobs], using=db(backend)
+            [("enqueue", backend, j.job_id, wire.job_to_body(j)) for j in jobs], using=db(backend)
         )
     r = CountingRelay([db(backend)])
     report = r.run_once()

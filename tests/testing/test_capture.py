@@ -177,17 +177,14 @@ def test_django_tasks_run_through_capture_jobs(backend: str, settings: Any) -> N
     assert result.status == TaskResultStatus.SUCCESSFUL and result.attempts == 2
 
 
-def test_capture_jobs_refuses_a_backend_that_is_not_local(db: None, settings: Any) -> None:
-    from django_blamequeue import backends
+def test_capture_jobs_refuses_a_backend_that_is_not_local(
+    db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_blamequeue import testing
 
     class Remote:
         alias, protocol = "fast", "redis"
 
-    settings.BLAMEQUEUE = settings.BLAMEQUEUE
-    original = backends.get_backend
-    backends.get_backend = lambda alias=None: Remote()  # type: ignore[assignment,return-value]
-    try:
-        with pytest.raises(QueueError, match="local backend"):
-            CapturedJobs()
-    finally:
-        backends.get_backend = original
+    monkeypatch.setattr(testing, "get_backend", lambda alias=None: Remote())
+    with pytest.raises(QueueError, match="local backend"):
+        CapturedJobs()

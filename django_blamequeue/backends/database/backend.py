@@ -18,17 +18,22 @@ from django.db import transaction
 from ... import audit, wakeup
 from ...core.states import TERMINAL, State
 from ...records import Ack, AckResult, Claimed, EnqueuedJob, NewJob, RescueReport
-from . import sql
-from .acks import AckOps
+from ..jobtable import sql
+from ..jobtable.acks import Acks
+from ..jobtable.dag import DagRelease
+from ..jobtable.inserts import Inserts
+from ..jobtable.leases import Leases
+from ..jobtable.listing import Listing
+from ..jobtable.manifests import Manifests
+from ..jobtable.reports import ChildReports
+from ..jobtable.rows import claimed_from_row, to_dt
 from .base import CHANNEL, LocalBase
-from .children import ChildOps
-from .flows import FlowOps
-from .ledger import LedgerOps
-from .listing import ListingOps
-from .rows import claimed_from_row, to_dt
+from .listen import PgListener
 
 
-class DatabaseBackend(LocalBase, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
+class DatabaseBackend(
+    LocalBase, Inserts, Leases, Acks, Listing, Manifests, ChildReports, DagRelease
+):
     """The local backend: SQLite or PostgreSQL, through Django's own connections."""
 
     supports_flows = True
@@ -137,7 +142,6 @@ class DatabaseBackend(LocalBase, LedgerOps, AckOps, ListingOps, ChildOps, FlowOp
     def listener(self, queues: Sequence[str]) -> Any:
         if not self.supports_listen:
             return None
-        from .listen import PgListener
 
         return PgListener(self.db, CHANNEL, queues)
 

@@ -27,14 +27,14 @@ from ...records import (
 )
 from . import lua
 from .codec import Blobs, ack_rows, ack_spec, claimed_from, job_header
-from .flows import FlowOps
+from .flows import Flows
 from .operations import Operations
 
 ENQUEUE_CHUNK = 1000  # jobs per script call: keeps each call short (Redis runs one at a time)
 ACK_CHUNK = 500
 
 
-class RedisBackend(Operations, FlowOps):
+class RedisBackend(Operations, Flows):
     """Jobs in Redis (through django-redis or a URL); outbox and audit rows in Django."""
 
     # -- enqueue ---------------------------------------------------------------------------

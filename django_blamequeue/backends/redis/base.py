@@ -14,13 +14,14 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ... import audit, outbox, wakeup
+from ... import audit, wakeup
 from ...conf import BackendConfig
 from ..base import Backend
 from . import lua
 from .codec import dumps
 from .connection import UNAVAILABLE, connect, warnings
 from .keys import Keys
+from .listen import RedisListener
 
 logger = logging.getLogger("django_blamequeue.redis")
 
@@ -122,27 +123,17 @@ class RedisBase(Backend):
         if woken:
             wakeup.notify(woken)
         if any(r.outboxed for r in replies):
-            outbox.nudge()
+            self.hooks.outbox_written()
         remote = [pair for r in replies for pair in r.remote]
         if remote:
-            self._cancel_remote(remote)
-
-    def _cancel_remote(self, children: Sequence[tuple[str, str]]) -> None:
-        """Cancel unfinished children on other backends; the flow sweeper retries failures."""
-        from .. import get_backend
-
-        for alias, child_id in children:
-            try:
-                get_backend(alias).cancel(child_id)
-            except Exception as exc:
-                logger.warning("cascade to child %s on %s failed: %s", child_id, alias, exc)
+            self.hooks.cancel_elsewhere(remote)
 
     # -- clock, checks, wake-ups ---------------------------------------------------------
     def now(self) -> datetime:
         seconds, micros = self.client.time()
         return datetime.fromtimestamp(int(seconds), UTC).replace(microsecond=int(micros))
 
-    def check(self) -> Iterable[Any]:
+    def check(self, queues: Sequence[str] = ()) -> Iterable[Any]:
         """W004 unless ``maxmemory-policy`` is ``noeviction``; W005 when ``appendonly no``."""
         return warnings(self.client, self.alias)
 
@@ -159,6 +150,5 @@ class RedisBase(Backend):
             self._warned = True
             for message in self.deployment_warnings():
                 logger.warning("%s", message)
-        from .listen import RedisListener
 
         return RedisListener(self, queues)

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ... import outbox
+from ... import wire
 from ...records import Ack, ChildSpec, Claimed, JobInfo, NewJob, Report
 from ...serializers import Encoded, decode
 from .keys import from_us, to_us
@@ -61,7 +61,7 @@ class Blobs(list[bytes]):
 
 def child_spec(c: ChildSpec, blobs: Blobs) -> list[Any]:
     """One child of a fan-out or a repair (``land`` in lib.lua)."""
-    body = json.dumps(outbox.job_to_body(c.job))
+    body = json.dumps(wire.job_to_body(c.job))
     return [c.key, c.backend, body, job_header(c.job), blobs.add(c.job.payload.body)]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ... import audit
 from ...core.states import State
+from ...models import OutboxEntry
 from ...records import CancelResult, JobInfo, PruneReport, QueueStats
 from .base import RedisBase
 from .codec import info_from
@@ -141,7 +142,6 @@ class Operations(RedisBase):
     def outstanding(self, queues: Sequence[str]) -> int:
         """What a burst worker waits for: pending, in flight, parked parents, and outbox
         entries on their way (this Redis's own, and the outbox table's rows bound here)."""
-        from ...models import OutboxEntry
 
         k = self.keys
         pipe = self.client.pipeline(transaction=False)

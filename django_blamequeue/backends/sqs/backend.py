@@ -15,21 +15,26 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.core.checks import Warning as CheckWarning
 from django.db import transaction
 from django.utils import timezone
 
 from ... import audit, wakeup
+from ...conf import get_settings
 from ...core.states import TERMINAL, State
 from ...models import FlowDependency
 from ...records import Ack, AckResult, EnqueuedJob, NewJob, RescueReport
-from ..database.acks import AckOps
-from ..database.children import ChildOps
-from ..database.flows import FlowOps
-from ..database.ledger import LedgerOps
-from ..database.listing import ListingOps
+from ..jobtable.acks import Acks
+from ..jobtable.dag import DagRelease
+from ..jobtable.inserts import Inserts
+from ..jobtable.leases import Leases
+from ..jobtable.listing import Listing
+from ..jobtable.manifests import Manifests
+from ..jobtable.reports import ChildReports
+from ..jobtable.rows import to_dt
 from . import messages
 from .base import UNAVAILABLE, FollowUps
-from .receive import ReceiveOps
+from .receive import Receive
 from .transport import MAX_DELAY, MAX_VISIBILITY, Outgoing
 
 if TYPE_CHECKING:
@@ -38,7 +43,7 @@ if TYPE_CHECKING:
 _TERMINAL = frozenset(TERMINAL)
 
 
-class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
+class SqsBackend(Receive, Inserts, Leases, Acks, Listing, Manifests, ChildReports, DagRelease):
     """Amazon SQS (or an emulator) through boto3, with a ledger in a Django database."""
 
     # -- enqueue ---------------------------------------------------------------------------
@@ -205,7 +210,6 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
         background (``_hide_soon``). Past SQS's 12-hour cap the change is refused and the
         message resurfaces: the receive rules hide it again, with a fresh 12 hours, and hand
         the holder the new receipt handle."""
-        from ..database.rows import to_dt
 
         t = self._now(now)
         owed = FollowUps()
@@ -268,16 +272,11 @@ class SqsBackend(ReceiveOps, LedgerOps, AckOps, ListingOps, ChildOps, FlowOps):
             self._send_quietly(lost)
 
     # -- deployment ------------------------------------------------------------------------
-    def check(self) -> Iterable[CheckMessage]:
+    def check(self, queues: Sequence[str] = ()) -> Iterable[CheckMessage]:
         """W003: ``MAX_PAYLOAD_BYTES`` above an existing queue's ``MaximumMessageSize`` (the
         queues of ``QUEUES``, else those of the registered jobs)."""
-        from django.core.checks import Warning as CheckWarning
-
-        from ... import registry
-        from ...conf import get_settings
-
         cap = get_settings().max_payload_bytes
-        names = self.config.queues or registry.queues()
+        names = self.config.queues or list(queues)
         found = []
         for name in names:
             info = self.transport.existing(name)

@@ -30,8 +30,8 @@ from ... import wakeup
 from ...conf import BackendConfig
 from ...core.states import State
 from ...models import SqsJob
-from ..database.base import LedgerBase
-from ..database.rows import to_dt
+from ..jobtable.base import LedgerBase
+from ..jobtable.rows import to_dt
 from . import messages
 from .messages import SEND_COLUMNS
 from .transport import MAX_DELAY, Outgoing, QueueGone, SqsUnavailable, Transport
@@ -76,7 +76,7 @@ class SqsBase(LedgerBase):
     supports_flows = True
     supports_priority = False  # SQS delivers in its own order; priority is stored and shown
     supports_time_travel = False  # visibility and delays run on AWS's clock
-    has_outbox = True  # the ledger's unsent rows: ``drain_outbox`` sends them
+    sends_later = True  # the ledger's unsent rows: ``send_unsent`` sends them
     unavailable_errors = UNAVAILABLE
 
     def __init__(self, config: BackendConfig) -> None:
@@ -245,8 +245,8 @@ class SqsBase(LedgerBase):
             cur.execute(statement, [a(t), *ids, a(untouched_since)])
             return [tuple(r) for r in cur.fetchall()]
 
-    def drain_outbox(self, limit: int = 500) -> tuple[int, int]:
-        return self.send_due(limit=limit), 0
+    def send_unsent(self, limit: int = 500) -> int:
+        return self.send_due(limit=limit)
 
     # -- after a ledger commit ---------------------------------------------------------------
     def _follow_up(self, owed: FollowUps) -> None:

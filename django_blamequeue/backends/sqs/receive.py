@@ -31,8 +31,8 @@ from ... import audit
 from ...conf import get_settings
 from ...core.states import TERMINAL, State
 from ...records import Claimed
-from ..database.rows import claimed_from_row, to_dt
-from ..database.sql import CLAIM_COLUMNS
+from ..jobtable.rows import claimed_from_row, to_dt
+from ..jobtable.sql import CLAIM_COLUMNS
 from .base import FollowUps, SqsBase
 from .transport import BATCH, MAX_DELAY, MAX_VISIBILITY, QueueGone, Received
 
@@ -86,7 +86,7 @@ def claim_statement(table: str, vendor: str, n: int) -> str:
     )
 
 
-class ReceiveOps(SqsBase):
+class Receive(SqsBase):
     _turn = count()
 
     def claim(

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ... import registry
 from ...api import queue
 from ...backends import all_backends, get_backend
 from ...backends.base import Backend
@@ -181,7 +182,6 @@ class Command(BaseCommand):
         self.write(render_schedules(_schedules(options["count"])))
 
     def do_enqueue(self, options: dict[str, Any]) -> None:
-        from ... import registry
 
         definition = registry.get(options["name"])
         if definition is None:

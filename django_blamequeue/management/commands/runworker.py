@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import registry
+from ... import metrics, registry
 from ...api import queue
 from ...conf import get_settings
 from ...console import ProgressLine, banner, worker_identity
@@ -184,8 +184,6 @@ class Command(BaseCommand):
         if port is None:
             return None
         from django.core.exceptions import ImproperlyConfigured
-
-        from ... import metrics
 
         try:
             return metrics.serve(port, address)

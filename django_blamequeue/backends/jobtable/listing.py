@@ -11,7 +11,7 @@ from django.db import transaction
 
 from ... import audit
 from ...core.states import ACTIVE, WAITING, State
-from ...models import FlowDependency
+from ...models import FlowDependency, OutboxEntry
 from ...records import JobInfo, PruneReport, QueueStats
 from .base import LedgerBase
 from .rows import info_from_model
@@ -19,7 +19,7 @@ from .rows import info_from_model
 _ACTIVE = [s.value for s in ACTIVE]
 
 
-class ListingOps(LedgerBase):
+class Listing(LedgerBase):
     def purge(self, queue: str) -> int:
         with transaction.atomic(using=self.db):
             ids = list(
@@ -114,7 +114,6 @@ class ListingOps(LedgerBase):
     def outstanding(self, queues: Sequence[str]) -> int:
         """Jobs a burst worker should still wait for: pending, in flight, parked parents,
         and unsent outbox rows (flow reports on their way)."""
-        from ...models import OutboxEntry
 
         n: int = (
             self.jobs()

@@ -16,7 +16,7 @@ from ... import audit
 from ...core.states import TERMINAL, WAITING, State
 from ...models import FlowDependency
 from ...records import CancelResult, JobInfo
-from . import sql
+from . import flowsql
 from .base import LedgerBase
 from .rows import info_from_model
 
@@ -24,7 +24,7 @@ _WAITING = [s.value for s in WAITING] + [State.WAITING_CHILDREN.value]
 _TERMINAL = [s.value for s in TERMINAL]
 
 
-class FlowOps(LedgerBase):
+class DagRelease(LedgerBase):
     def release_dependants(self, done_ids: Sequence[str], now: datetime) -> list[str]:
         """Blocked DAG jobs whose dependencies are now all done become pending."""
         released: list[tuple[str, str]] = []
@@ -33,10 +33,10 @@ class FlowOps(LedgerBase):
             with self.connection.cursor() as cur:
                 if self.is_postgres:
                     # Two dependencies finishing at once must not both miss the release.
-                    cur.execute(sql.lock_dependants(len(chunk), self.table), chunk)
+                    cur.execute(flowsql.lock_dependants(len(chunk), self.table), chunk)
                 a = self._adapt(now)
                 cur.execute(
-                    sql.release_dependants(self.connection.vendor, len(chunk), self.table),
+                    flowsql.release_dependants(self.connection.vendor, len(chunk), self.table),
                     [a, a, *chunk],
                 )
                 released += [(job_id, queue) for job_id, queue in cur.fetchall()]

@@ -1,4 +1,4 @@
-"""Parent/child flows on the local backend: fan-out ack, child reports, settle, repair.
+"""Parent/child flows in the job table: child reports, settles and cascades.
 
 A child's terminal ack records its report on the manifest row of a parent on this backend in
 the ack's own transaction; every other terminal transition — a child of a parent elsewhere,
@@ -15,125 +15,26 @@ settles what a crash in between left. A settle locks its parents first, ancestor
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import transaction
-from django.db.models import Count
 
-from ... import audit, outbox
+from ... import audit, wire
 from ...core.states import TERMINAL, State
 from ...models import FlowDependency, OutboxEntry
-from ...records import Ack, ChildSpec, Report
-from . import sql
+from ...records import Report
+from . import flowsql
 from .base import LedgerBase
 
-if TYPE_CHECKING:
-    from ...fanout import FlowState
-
-logger = logging.getLogger("django_blamequeue.flows")
 _TERMINAL = [s.value for s in TERMINAL]
-FAN_OUT = audit.FLOW_FAN_OUT
 REPORT = audit.FLOW_REPORT
 CASCADE = audit.FLOW_CASCADE
 REPORT_CHUNK = 500
 
 
-class ChildOps(LedgerBase):
-    # -- fan-out ---------------------------------------------------------------------------
-    def apply_fan_outs(self, acks: Sequence[Ack], now: datetime) -> dict[str, State | None]:
-        """Park each parent and store its manifest, in the caller's transaction; answers
-        each parent's new state, None where the token was stale.
-
-        One fenced UPDATE (id, token, inflight) parks them all — or cancels the ones whose
-        cancel was requested meanwhile — and says which held their lease: nothing is read
-        first and written later. Then one INSERT stores every manifest row (the child's full
-        spec with it) and one enqueue lands every child.
-        """
-        answer: dict[str, State | None] = {a.job_id: None for a in acks}
-        stamp = self._adapt(now)
-        with self.connection.cursor() as cur:
-            params: list[Any] = [stamp, stamp]
-            for a in acks:
-                params += [a.job_id, a.token]
-            cur.execute(sql.park_parents(self.connection.vendor, len(acks), self.table), params)
-            parked = {r[0]: (State(r[1]), r[2], r[3]) for r in cur.fetchall()}
-        for job_id, (state, _, _) in parked.items():
-            answer[job_id] = state
-        if cancelled := [j for j, (state, _, _) in parked.items() if state == State.CANCELLED]:
-            self.report_terminal(cancelled)
-        fanned = [a for a in acks if answer[a.job_id] == State.WAITING_CHILDREN]
-        if not fanned:
-            return answer
-        self._store_manifests([(a.job_id, a.transition.children) for a in fanned], now)
-        audit.record(
-            [
-                audit.Event(
-                    action=FAN_OUT,
-                    job_id=a.job_id,
-                    queue=parked[a.job_id][1],
-                    backend=self.alias,
-                    attempt=parked[a.job_id][2],
-                    data={"children": len(a.transition.children)},
-                )
-                for a in fanned
-            ],
-            using=self.db,
-        )
-        if childless := [a.job_id for a in fanned if not a.transition.children]:
-            self.settle(childless, now)
-        return answer
-
-    def _store_manifests(
-        self, manifests: Sequence[tuple[str, Sequence[ChildSpec]]], now: datetime
-    ) -> None:
-        """One manifest row per child (its full spec: a repair re-lands it from the row),
-        a repeated one ignored; then the children land."""
-        rows = [
-            (
-                c.job.flow_id or parent_id,
-                FlowDependency.KIND_CHILD,
-                parent_id,
-                c.job.job_id,
-                c.key,
-                json.dumps({"backend": c.backend, "job": outbox.job_to_body(c.job)}),
-                "pending",
-                now,
-            )
-            for parent_id, children in manifests
-            for c in children
-        ]
-        if rows:
-            with self.connection.cursor() as cur:
-                if self.is_postgres:
-                    varying, arrays = sql.unnest_params(list(zip(*rows, strict=True)))
-                    cur.execute(sql.insert_manifest_postgresql(varying), arrays)
-                else:
-                    stamp = self._adapt(now)
-                    per = self.connection.features.max_query_params // len(rows[0])
-                    for start in range(0, len(rows), per):
-                        chunk = rows[start : start + per]
-                        params = [v for row in chunk for v in (*row[:-1], stamp)]
-                        cur.execute(sql.insert_manifest_sqlite(len(chunk)), params)
-        self._land([c for _, children in manifests for c in children])
-
-    def _land(self, children: Sequence[ChildSpec]) -> None:
-        """Insert local children here; send the others through this database's outbox."""
-        here = [c.job for c in children if c.backend == self.alias]
-        if here:
-            self.enqueue_many(here)
-        outbox.write_many(
-            [
-                ("enqueue", c.backend, c.job.job_id, outbox.job_to_body(c.job))
-                for c in children
-                if c.backend != self.alias
-            ],
-            using=self.db,
-        )
-
+class ChildReports(LedgerBase):
     # -- reports ---------------------------------------------------------------------------
     def report_terminal(self, ids: Sequence[str]) -> int:
         """Outbox a report for each terminal child among ``ids`` (same transaction)."""
@@ -144,13 +45,13 @@ class ChildOps(LedgerBase):
                 "id", "parent_id", "parent_backend", "state", "result", "content_type", "error"
             )
         )
-        outbox.write_many(
+        self._outbox(
             [
                 (
                     "report",
                     parent_backend or self.alias,
                     job_id,
-                    outbox.report_to_body(
+                    wire.report_to_body(
                         Report(
                             parent_id=parent_id,
                             child_id=job_id,
@@ -164,8 +65,7 @@ class ChildOps(LedgerBase):
                     ),
                 )
                 for job_id, parent_id, parent_backend, state, result, ctype, error in rows
-            ],
-            using=self.db,
+            ]
         )
         return len(rows)
 
@@ -198,7 +98,7 @@ class ChildOps(LedgerBase):
                 for r in chunk:
                     params += [r.parent_id, r.child_id, r.state, r.result, r.result_type, r.error]
                 with self.connection.cursor() as cur:
-                    cur.execute(sql.record_reports(self.connection.vendor, len(chunk)), params)
+                    cur.execute(flowsql.record_reports(self.connection.vendor, len(chunk)), params)
                     recorded += cur.fetchall()
             self._audit_reports(recorded)
             if recorded:  # the parents are locked: settle here
@@ -215,31 +115,33 @@ class ChildOps(LedgerBase):
             chunk = list(child_ids[start : start + REPORT_CHUNK])
             with self.connection.cursor() as cur:
                 if self.is_postgres:
-                    statement = sql.record_children_postgresql(self.table)
+                    statement = flowsql.record_children_postgresql(self.table)
                     cur.execute(statement, [chunk, now])  # None: the statement's clock
                 else:
-                    statement = sql.record_children_sqlite(len(chunk), self.table)
+                    statement = flowsql.record_children_sqlite(len(chunk), self.table)
                     cur.execute(statement, [self._adapt(self._now(now)), *chunk])
                 recorded += cur.fetchall()
         self._audit_reports(recorded)
         parents = sorted({parent_id for parent_id, _, _ in recorded})
         if parents:
-            transaction.on_commit(lambda: outbox.settle_soon(self.alias, parents), using=self.db)
+            hooks = self.hooks
+            transaction.on_commit(lambda: hooks.settle_soon(self.alias, parents), using=self.db)
         return {child_id for _, child_id, _ in recorded}
 
-    def settle_reported(self, parent_ids: Sequence[str]) -> list[str]:
+    def settle_reported(self, parent_ids: Sequence[str], now: datetime | None = None) -> list[str]:
         """Settle those of these parents that are due, in a transaction of its own: the
         relay's step after an ack that recorded reports. A read finds the due ones; they are
         locked and checked again before anything changes."""
         with transaction.atomic(using=self.db):
-            if not self.is_postgres:  # one writer at a time: nothing to lock
-                return self.settle(parent_ids, self._now(None))
+            if not self.is_postgres or now is not None:  # SQLite: one writer at a time
+                self.lock_parents(parent_ids)
+                return self.settle(parent_ids, self._now(now))
             found: list[tuple[str, str, datetime]] = []
             ids = sorted(set(parent_ids))
             for start in range(0, len(ids), REPORT_CHUNK):
                 chunk = ids[start : start + REPORT_CHUNK]
                 with self.connection.cursor() as cur:  # due, locked in order, re-pended
-                    cur.execute(sql.settle_due_postgresql(self.table), [chunk])
+                    cur.execute(flowsql.settle_due_postgresql(self.table), [chunk])
                     found += cur.fetchall()
             if not found:
                 return []
@@ -270,7 +172,7 @@ class ChildOps(LedgerBase):
         for start in range(0, len(ids), REPORT_CHUNK):
             chunk = ids[start : start + REPORT_CHUNK]
             with self.connection.cursor() as cur:
-                cur.execute(sql.due_parents(len(chunk), self.table), chunk)
+                cur.execute(flowsql.due_parents(len(chunk), self.table), chunk)
                 due += [row[0] for row in cur.fetchall()]
         return due
 
@@ -287,7 +189,7 @@ class ChildOps(LedgerBase):
         for start in range(0, len(due), REPORT_CHUNK):
             chunk = list(due[start : start + REPORT_CHUNK])
             with self.connection.cursor() as cur:
-                cur.execute(sql.settle_parents(len(chunk), self.table), [stamp, stamp, *chunk])
+                cur.execute(flowsql.settle_parents(len(chunk), self.table), [stamp, stamp, *chunk])
                 rows += [(r[0], r[1]) for r in cur.fetchall()]
         return self._settled(rows, now) if rows else []
 
@@ -299,7 +201,7 @@ class ChildOps(LedgerBase):
         for start in range(0, len(settled), REPORT_CHUNK):
             chunk = settled[start : start + REPORT_CHUNK]
             with self.connection.cursor() as cur:
-                cur.execute(sql.tally_children(len(chunk)), chunk)
+                cur.execute(flowsql.tally_children(len(chunk)), chunk)
                 for job_id, status, n in cur.fetchall():
                     tally[job_id][status] = n
         fail_fast = [p for p in settled if tally[p].get("pending")]
@@ -327,16 +229,25 @@ class ChildOps(LedgerBase):
         Children here are cancelled in this transaction; children on other backends once it
         commits (a crash in between is mended by the flow sweeper, which cascades again).
         """
+        n, remote = self._cascade_here(parent_ids, now)
+        if remote:
+            hooks = self.hooks
+            transaction.on_commit(lambda: hooks.cancel_elsewhere(remote), using=self.db)
+        return n + len(remote)
+
+    def _cascade_here(
+        self, parent_ids: Sequence[str], now: datetime
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """Cancel these parents' unfinished children here, in the caller's transaction, and
+        audit the cascade; answers how many, and the unreported children elsewhere."""
         n = self.cascade_cancel(list(parent_ids), now)
         remote = self._remote_unreported(parent_ids)
-        if remote:
-            transaction.on_commit(lambda: _cancel_remote(remote), using=self.db)
         if n or remote:
             audit.record(
                 [audit.Event(action=CASCADE, job_id=p, backend=self.alias) for p in parent_ids],
                 using=self.db,
             )
-        return n + len(remote)
+        return n, remote
 
     def _remote_unreported(self, parent_ids: Sequence[str]) -> list[tuple[str, str]]:
         """(backend, child id) of these parents' unreported children on other backends."""
@@ -347,31 +258,6 @@ class ChildOps(LedgerBase):
             .values_list("spec__backend", "depends_on_id")
         )
 
-    def flow_state(self, parent_id: str) -> FlowState:
-        return self.flow_states([parent_id])[parent_id]
-
-    def flow_states(self, parent_ids: Sequence[str]) -> dict[str, FlowState]:
-        from ...fanout import state_from_rows
-
-        rows: dict[str, list[dict[str, Any]]] = {p: [] for p in parent_ids}
-        for row in (
-            FlowDependency.objects.using(self.db)
-            .filter(job_id__in=list(parent_ids), kind="child")
-            .values("job_id", "key", "status", "result", "result_type", "error")
-        ):
-            data: dict[str, Any] = dict(row)
-            rows[data.pop("job_id")].append(data)
-        return {p: state_from_rows(r) for p, r in rows.items()}
-
-    def children_tally(self, parent_id: str) -> dict[str, int]:
-        return dict(
-            FlowDependency.objects.using(self.db)
-            .filter(job_id=parent_id, kind="child")
-            .values_list("status")
-            .annotate(n=Count("id"))
-            .order_by()
-        )
-
     def unsent_for(self, job_ids: Sequence[str], kind: str) -> set[str]:
         return set(
             OutboxEntry.objects.using(self.db)
@@ -379,85 +265,15 @@ class ChildOps(LedgerBase):
             .values_list("job_id", flat=True)
         )
 
-    # -- repair (the flow sweeper) -----------------------------------------------------------
-    def repair_flows(self, now: datetime | None = None, limit: int = 500) -> dict[str, int]:
-        """Mend what the push path missed; each parent in its own savepoint.
+    def cascade_due(self, limit: int) -> list[str]:
+        return self._settled_with_live_children(limit)
 
-        Re-lands children that never landed, synthesizes reports for terminal children whose
-        report was lost, settles parents with nothing pending, cascades cancels after a
-        settle. Pages through every waiting parent, ``limit`` at a time. One broken row is
-        logged and skipped; it never blocks the rest.
-        """
-        counts = {"relanded": 0, "synthesized": 0, "settled": 0, "cascaded": 0, "skipped": 0}
-        t = self._now(now)
-        cursor = ""
-        while True:
-            waiting = list(
-                self.jobs()
-                .filter(state=State.WAITING_CHILDREN, id__gt=cursor)
-                .order_by("id")
-                .values_list("id", flat=True)[:limit]
-            )
-            for parent_id in waiting:
-                try:
-                    with transaction.atomic(using=self.db):
-                        self._repair_parent(parent_id, t, counts)
-                except Exception as exc:
-                    counts["skipped"] += 1
-                    logger.warning("flow repair skipped parent %s: %s", parent_id, _describe(exc))
-            if len(waiting) < limit:
-                break
-            cursor = waiting[-1]
-        for parent_id in self._settled_with_live_children(limit):
-            try:
-                with transaction.atomic(using=self.db):
-                    counts["cascaded"] += self.cascade_children([parent_id], t)
-            except Exception as exc:
-                counts["skipped"] += 1
-                logger.warning("flow cascade skipped parent %s: %s", parent_id, _describe(exc))
-        return counts
-
-    def _repair_parent(self, parent_id: str, now: datetime, counts: dict[str, int]) -> None:
-        from ...backends import get_backend
-
-        qs = self.jobs().filter(id=parent_id, state=State.WAITING_CHILDREN)
-        if self.is_postgres:
-            qs = qs.select_for_update()
-        if not qs.exists():  # re-check around the repair: it may have settled meanwhile
-            return
-        if self.settle([parent_id], now):  # nothing pending, or a failure under "fail"
-            counts["settled"] += 1
-            return
-        deps = FlowDependency.objects.using(self.db).filter(job_id=parent_id, kind="child")
-        pending = list(deps.filter(status="pending").values_list("depends_on_id", "spec__backend"))
-        by_backend: dict[str, list[str]] = {}
-        for child_id, alias in pending:
-            by_backend.setdefault(alias or self.alias, []).append(child_id)
-        for alias, ids in by_backend.items():
-            target = get_backend(alias)
-            found = _states(target, ids)
-            in_flight = self.unsent_for(ids, "enqueue")
-            missing = [j for j in ids if j not in found and j not in in_flight]
-            if missing:
-                specs = deps.filter(depends_on_id__in=missing).values_list("key", "spec")
-                self._land(
-                    [
-                        ChildSpec(
-                            key=key, job=outbox.job_from_body((spec or {})["job"]), backend=alias
-                        )
-                        for key, spec in specs
-                    ]
-                )
-                counts["relanded"] += len(missing)
-            terminal = [j for j, st in found.items() if st in _TERMINAL]
-            if terminal:
-                lost = sorted(set(terminal) - target.unsent_for(terminal, "report"))
-                if lost:
-                    counts["synthesized"] += target.report_terminal(lost)
-
-    def child_states(self, ids: Sequence[str]) -> dict[str, str]:
-        """The state of each of these jobs that exists here, in one query."""
-        return dict(self.jobs().filter(id__in=list(ids)).values_list("id", "state"))
+    def cascade(
+        self, parent_id: str, now: datetime | None = None
+    ) -> tuple[int, list[tuple[str, str]]]:
+        with transaction.atomic(using=self.db):
+            n, remote = self._cascade_here([parent_id], self._now(now))
+        return n, remote
 
     def _settled_with_live_children(self, limit: int) -> list[str]:
         """Parents here that settled fail-fast or were cancelled while children still run.
@@ -497,27 +313,3 @@ class ChildOps(LedgerBase):
             for pid, state, mode in rows.values_list("id", "state", "flow_mode")
             if state == State.CANCELLED or (mode != "continue" and pid in failed)
         ]
-
-
-def _states(target: Any, ids: Sequence[str]) -> dict[str, str]:
-    lookup = getattr(target, "child_states", None)
-    if lookup is not None:
-        return lookup(ids)  # type: ignore[no-any-return]
-    return {i.job_id: i.state for i in (target.get(j) for j in ids) if i is not None}
-
-
-def _cancel_remote(children: Sequence[tuple[str, str]]) -> None:
-    from ...backends import get_backend
-
-    for alias, child_id in children:
-        try:
-            get_backend(alias).cancel(child_id)
-        except Exception as exc:  # the flow sweeper cascades again
-            logger.warning("cascade to child %s on %s failed: %s", child_id, alias, _describe(exc))
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-__all__ = ["ChildOps", "_describe", "logger"]

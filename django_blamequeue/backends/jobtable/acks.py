@@ -42,7 +42,7 @@ def _ack_row_pg(a: Ack) -> tuple[Any, ...]:
     )
 
 
-class AckOps(LedgerBase):
+class Acks(LedgerBase):
     def _apply(self, acks: Sequence[Ack], now: datetime | None) -> list[AckResult]:
         """The acks, inside the caller's transaction."""
         applied: dict[str, tuple[Any, ...]] = {}

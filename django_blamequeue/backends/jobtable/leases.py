@@ -1,0 +1,186 @@
+"""Leases in the job table: renewals, lease signals, progress and the rescue of expired
+leases, each a fenced write (the lease token in its WHERE clause).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
+
+from ... import audit
+from ...core.lifecycle import rescue
+from ...core.states import State
+from ...records import LeaseSignals
+from . import sql
+from .base import LedgerBase
+
+ACK_CHUNK = 500
+
+
+class Leases(LedgerBase):
+    # -- leases ----------------------------------------------------------------------------
+    def extend_lease(
+        self, job_id: str, token: str, seconds: float, now: datetime | None = None
+    ) -> bool:
+        with transaction.atomic(using=self.db):
+            until = self._now(now) + timedelta(seconds=seconds)
+            return self._fenced_update(
+                job_id,
+                token,
+                audit.LEASE_EXTENDED,
+                {"seconds": seconds},
+                lease_expires_at=Greatest(F("lease_expires_at"), Value(until)),
+            )
+
+    def _fenced_update(
+        self, job_id: str, token: str, action: str, data: dict[str, Any], **fields: Any
+    ) -> bool:
+        """Update a held lease's row (only with the right token); audit it if it changed."""
+        with transaction.atomic(using=self.db):
+            held = self.jobs().filter(id=job_id, lease_token=token, state=State.INFLIGHT)
+            changed = bool(held.update(**fields))
+            if changed and audit.needed(action):
+                event = audit.Event(action=action, job_id=job_id, backend=self.alias, data=data)
+                audit.record([event], using=self.db)
+        return changed
+
+    def renew_leases(
+        self, leases: Sequence[tuple[str, str]], seconds: float, now: datetime | None = None
+    ) -> frozenset[str]:
+        if not leases:
+            return frozenset()
+        renewed = {r[0] for r in self._renew(leases, seconds, now)}
+        return frozenset(j for j, _ in leases if j not in renewed)
+
+    def _renew(
+        self,
+        leases: Sequence[tuple[str, str]],
+        seconds: float,
+        now: datetime | None,
+        returning: str = "id",
+    ) -> list[tuple[Any, ...]]:
+        """Renew the held leases among ``leases`` (one statement per 500); answer
+        ``returning`` of each renewed row."""
+        renewed: list[tuple[Any, ...]] = []
+        with transaction.atomic(using=self.db):
+            t = self._now(now)
+            expiry = self._adapt(t + timedelta(seconds=seconds))
+            for start in range(0, len(leases), ACK_CHUNK):
+                chunk = leases[start : start + ACK_CHUNK]
+                params: list[Any] = [expiry, expiry]
+                for job_id, token in chunk:
+                    params += [job_id, token]
+                statement = sql.renew_many(
+                    self.connection.vendor, len(chunk), self.table, returning
+                )
+                with self.connection.cursor() as cur:
+                    cur.execute(statement, params)
+                    renewed += [tuple(r) for r in cur.fetchall()]
+        return renewed
+
+    def lease_signals(self, leases: Sequence[tuple[str, str]]) -> LeaseSignals:
+        if not leases:
+            return LeaseSignals()
+        held = dict(leases)
+        rows = (
+            self.jobs()
+            .filter(id__in=list(held))
+            .values_list("id", "lease_token", "state", "cancel_requested")
+        )
+        seen: set[str] = set()
+        lost: set[str] = set()
+        cancel: set[str] = set()
+        for job_id, token, state, cancel_requested in rows:
+            seen.add(job_id)
+            if token != held[job_id] or state != State.INFLIGHT:
+                lost.add(job_id)
+            elif cancel_requested:
+                cancel.add(job_id)
+        lost.update(set(held) - seen)
+        return LeaseSignals(lost=frozenset(lost), cancel_requested=frozenset(cancel))
+
+    def set_progress(self, job_id: str, token: str, progress: int) -> bool:
+        return self._fenced_update(
+            job_id, token, audit.PROGRESS, {"progress": progress}, progress=progress
+        )
+
+    def _rescue_rows(
+        self, rows: Sequence[tuple[Any, ...]], t: datetime, max_stalled: int
+    ) -> dict[State, list[tuple[Any, ...]]]:
+        """Apply the rescue of expired leases, inside the caller's transaction.
+
+        ``rows``: (id, attempts, max_attempts, stalls, cancel_requested, queue) of inflight
+        rows whose lease expired before ``t``. ``core.lifecycle.rescue`` decides each: back
+        to pending (stall + 1), or failed as stalled; a cancel request makes it cancelled.
+        Each UPDATE is fenced by (inflight, expired), so a row renewed meanwhile is left
+        alone. Answers the rows by the state they were sent to.
+        """
+
+        groups: dict[State, list[tuple[Any, ...]]] = {s: [] for s in State}
+        for row in rows:
+            _job_id, attempts, max_attempts, stalls, cancel_requested, _q = row
+            to = (
+                State.CANCELLED
+                if cancel_requested
+                else rescue(
+                    attempts=attempts,
+                    max_attempts=max_attempts,
+                    stalls=stalls + 1,
+                    max_stalled=max_stalled,
+                )
+            )
+            groups[to].append(row)
+        fence = {"state": State.INFLIGHT, "lease_expires_at__lt": t}
+        common = {
+            "stalls": F("stalls") + 1,
+            "lease_token": None,
+            "lease_expires_at": None,
+            "updated_at": t,
+        }
+        msg = "the lease expired before the worker acked (worker crashed or stalled)"
+        if groups[State.PENDING]:
+            self.jobs().filter(id__in=[r[0] for r in groups[State.PENDING]], **fence).update(
+                state=State.PENDING, available_at=t, error=msg, reason="stalled", **common
+            )
+        if groups[State.FAILED]:
+            self.jobs().filter(id__in=[r[0] for r in groups[State.FAILED]], **fence).update(
+                state=State.FAILED, finished_at=t, error=msg, reason="stalled", **common
+            )
+            self.report_terminal([r[0] for r in groups[State.FAILED]])
+        if groups[State.CANCELLED]:
+            ids = [r[0] for r in groups[State.CANCELLED]]
+            self.jobs().filter(id__in=ids, **fence).update(
+                state=State.CANCELLED, finished_at=t, reason="cancelled", **common
+            )
+            self.report_terminal(ids)
+            self.cascade_cancel(ids, t)
+        self._notify([r[5] for r in groups[State.PENDING]])
+        events = [
+            audit.Event(
+                action=audit.STALLED,
+                job_id=r[0],
+                queue=r[5],
+                backend=self.alias,
+                attempt=r[1],
+                data={"to": to.value, "stalls": r[3] + 1},
+            )
+            for to, grp in groups.items()
+            for r in grp
+        ] + [
+            audit.Event(
+                action=audit.DLQ_WRITE,
+                job_id=r[0],
+                queue=r[5],
+                backend=self.alias,
+                attempt=r[1],
+                data={"reason": "stalled", "error": msg},
+            )
+            for r in groups[State.FAILED]
+        ]
+        audit.record(events, using=self.db)
+        return groups

@@ -1,0 +1,109 @@
+"""The shape of the ``BLAMEQUEUE`` setting: its keys, protocols and defaults, and how a
+problem with it is named. Read by ``conf`` (which builds ``Settings``) and ``confcheck``
+(which validates), so neither needs the other's internals."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kombu.serialization import registry
+
+PROTOCOLS = ("local", "redis", "sqs")
+UNAVAILABLE = {"amqp": "AMQP 0-9-1 (RabbitMQ etc.)", "nats": "NATS JetStream"}
+#: Keys a backend entry may hold besides PROTOCOL and QUEUES, with their defaults.
+BACKEND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "local": {"DATABASE": "default", "LISTEN": True},
+    "redis": {
+        "CONNECTION": None,
+        "URL": None,
+        "PASSWORD": None,
+        "USERNAME": None,
+        "TLS": False,
+        "KEY_PREFIX": "blamequeue",
+        "DATABASE": "default",  # the Django database of its outbox and audit rows
+    },
+    "sqs": {
+        "DATABASE": "default",  # the Django database that holds the job records (ledger)
+        "REGION": None,
+        "ENDPOINT_URL": None,
+        "QUEUE_PREFIX": "",
+        "ACCESS_KEY_ID": None,
+        "SECRET_ACCESS_KEY": None,
+        "MAX_RECEIVE_COUNT": 10,  # the RedrivePolicy of queues it creates (poison messages)
+        "WAIT_TIME_SECONDS": 0,  # ReceiveMessage long polling; it blocks a worker's loop
+        "SEND_GRACE": 30.0,  # seconds before the send step re-sends a message never marked sent
+    },
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    """One thing wrong with the configuration: ``id`` is stable, ``message`` says what and where."""
+
+    id: str
+    message: str
+    hint: str = ""
+    level: Literal["error", "warning"] = "error"
+
+
+class Where:
+    """Names a place in the configuration, the way the user wrote it.
+
+    Settings paths render as ``BLAMEQUEUE["BACKENDS"]["fast"]["PROTOCOL"]``; for the environment
+    boot, ``names`` maps a path to the variable that set it (``BLAMEQUEUE_REDIS_URL``).
+    """
+
+    def __init__(self, names: Mapping[tuple[str, ...], str] | None = None) -> None:
+        self.environment = names is not None
+        self._names = names or {}
+
+    def __call__(self, *path: object) -> str:
+        if name := self._names.get(tuple(str(p) for p in path)):
+            return name
+        if self.environment:
+            return f"{path[0]}{_subscripts(path[1:])} (BLAMEQUEUE_* environment)"
+        return f"BLAMEQUEUE{_subscripts(path)}"
+
+
+def _subscripts(path: tuple[object, ...]) -> str:
+    return "".join(f'["{p}"]' if isinstance(p, str) else f"[{p!r}]" for p in path)
+
+
+SETTINGS_WHERE = Where()
+
+
+def content_type_of(name: str) -> str | None:
+    """The content type for a kombu serializer name or content type; None if kombu knows neither."""
+    if "/" in name:
+        return name
+    content_type: str | None = registry.name_to_type.get(name)
+    return content_type
+
+
+TOP_KEYS = (
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "SERIALIZER",
+    "ACCEPT_CONTENT",
+    "MAX_PAYLOAD_BYTES",
+    "AUDIT",
+    "SCHEDULES",
+    "DEFAULT_LEASE",
+    "DEFAULT_MAX_ATTEMPTS",
+    "MAX_STALLED_COUNT",
+    "BACKOFF_BASE",
+    "BACKOFF_MAX",
+    "BACKOFF_JITTER",
+    "PROGRESS_THROTTLE",
+    "RETENTION",
+    "SWEEP_INTERVAL",
+    "FLOW_SWEEP_INTERVAL",
+    "SHUTDOWN_GRACE",
+    "MAX_FLOW_DEPTH",
+)
+RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT")
+AUDIT_LEVELS = ("all", "operations", "off")
+SCHEDULE_KEYS = ("job", "cron", "interval", "timezone", "payload", "queue", "enabled", "backend")
+UNSAFE_CONTENT = {"application/x-python-serialize": "pickle", "application/x-yaml": "yaml"}

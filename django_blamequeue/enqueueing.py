@@ -1,0 +1,203 @@
+"""From enqueue arguments to stored jobs: validate, encode, build ``NewJob``s, store them.
+
+Every way a job is enqueued goes through here — the ``queue`` facade, ``@job``'s
+``.enqueue``, a flow's fan-out and the scheduler — so each rule (defaults from the job's
+definition, the trace id, the transactional outbox) is written once. Everything is checked and
+every payload encoded before a backend is called: a ``QueueError`` from here means nothing
+was written. Callers resolve the job's definition (``registry``) and pass it in.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections
+
+from . import audit, outbox, tracing, validation, wire
+from .backends import get_backend
+from .backends.base import Backend
+from .conf import get_settings
+from .context import current_job_or_none
+from .core import ids
+from .exceptions import ErrorCode, QueueError
+from .records import EnqueuedJob, NewJob
+from .serializers import encode_many
+
+if TYPE_CHECKING:
+    from .registry import JobDefinition
+
+
+def new_jobs(
+    queue_name: str,
+    payloads: Sequence[Any],
+    *,
+    definition: JobDefinition | None,
+    name: str | None,
+    delay: Any,
+    run_at: Any,
+    priority: Any,
+    max_attempts: Any,
+    classification: Any,
+    trace_id: Any,
+    dedupe_keys: Sequence[Any],
+    job_ids: Sequence[str | None] | None = None,
+) -> list[NewJob]:
+    """Validated jobs of one queue; what they share is checked once, not per payload."""
+    if max_attempts is None:
+        max_attempts = (definition.max_attempts if definition else None) or (
+            get_settings().default_max_attempts
+        )
+    ctx = current_job_or_none()
+    common: dict[str, Any] = {
+        "queue": validation.queue_name(queue_name),
+        "name": name or queue_name,
+        "priority": validation.priority(priority),
+        "delay": validation.delay(delay),
+        "run_at": validation.run_at(run_at),
+        "max_attempts": validation.positive_int(max_attempts, "max_attempts"),
+        "timeout": definition.timeout if definition else None,
+        "classification": validation.optional_text(classification, "classification", 100),
+    }
+    shared_trace = (
+        validation.optional_text(trace_id, "trace_id", 64)
+        or tracing.current_trace_id()
+        or (ctx.trace_id if ctx and ctx.trace_id else None)
+    )
+    flow = definition.flow if definition is not None else None
+    jobs = []
+    for i, payload in enumerate(encode_many(payloads)):
+        new = NewJob(
+            job_id=(job_ids[i] if job_ids is not None else None) or ids.new_id(),
+            payload=payload,
+            trace_id=shared_trace or os.urandom(16).hex(),  # uuid4().hex's shape, cheaper
+            dedupe_key=validation.optional_text(dedupe_keys[i], "dedupe_key", 255),
+            **common,
+        )
+        if flow is not None:
+            new = replace(
+                new, flow_phase="fan_out", flow_mode=flow.on_child_failure, flow_id=new.job_id
+            )
+        jobs.append(new)
+    return jobs
+
+
+def new_job(
+    queue_name: str,
+    payload: Any,
+    *,
+    definition: JobDefinition | None = None,
+    name: str | None = None,
+    delay: Any = None,
+    run_at: Any = None,
+    priority: Any = 0,
+    max_attempts: Any = None,
+    classification: Any = None,
+    trace_id: Any = None,
+    dedupe_key: Any = None,
+    job_id: str | None = None,
+) -> NewJob:
+    """One validated job (the arguments as for ``new_jobs``)."""
+    return new_jobs(
+        queue_name,
+        [payload],
+        definition=definition,
+        name=name,
+        delay=delay,
+        run_at=run_at,
+        priority=priority,
+        max_attempts=max_attempts,
+        classification=classification,
+        trace_id=trace_id,
+        dedupe_keys=[dedupe_key],
+        job_ids=[job_id],
+    )[0]
+
+
+def enqueue_many(
+    queue_name: str,
+    payloads: Iterable[Any],
+    *,
+    definition: JobDefinition | None = None,
+    name: str | None = None,
+    delay: float | None = None,
+    run_at: datetime | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    classification: str | None = None,
+    trace_id: str | None = None,
+    dedupe_key: str | None = None,
+    dedupe_keys: Sequence[str | None] | None = None,
+    backend: str | None = None,
+) -> list[EnqueuedJob]:
+    """Store many jobs of one queue in one statement batch (all or none)."""
+    if isinstance(payloads, str | bytes | Mapping) or not isinstance(payloads, Iterable):
+        raise QueueError(ErrorCode.BAD_PAYLOAD, "enqueue_many takes an iterable of payloads")
+    items = list(payloads)
+    if dedupe_keys is not None and len(dedupe_keys) != len(items):
+        raise QueueError(ErrorCode.BAD_ARGUMENT, "dedupe_keys must match payloads in length")
+    target = get_backend(backend)
+    if not items:
+        return []
+    # The span is current while the jobs are built: they carry its trace context.
+    with tracing.enqueue_span(queue_name, target.alias) as span:
+        jobs = new_jobs(
+            queue_name,
+            items,
+            definition=definition,
+            name=name,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            max_attempts=max_attempts,
+            classification=classification,
+            trace_id=trace_id,
+            dedupe_keys=dedupe_keys if dedupe_keys is not None else [dedupe_key] * len(items),
+        )
+        flows = [  # a @flow's root: audited as a flow enqueue, with the insert
+            audit.Event(
+                action=audit.FLOW_ENQUEUE,
+                job_id=j.job_id,
+                queue=j.queue,
+                backend=target.alias,
+                data={"flow_id": j.flow_id, "name": j.name},
+            )
+            for j in jobs
+            if j.flow_phase
+        ]
+        enqueued = store(target, jobs, flows)
+        tracing.enqueued(span, enqueued)
+        return enqueued
+
+
+def enqueue(queue_name: str, payload: Any = None, **options: Any) -> EnqueuedJob:
+    """One job; ``options`` as for ``enqueue_many`` (``dedupe_key``, not ``dedupe_keys``)."""
+    return enqueue_many(queue_name, [payload], **options)[0]
+
+
+def store(target: Backend, jobs: list[NewJob], events: list[audit.Event]) -> list[EnqueuedJob]:
+    """Hand validated jobs to their backend, transactionally on every backend (SPEC §3).
+
+    A local backend's enqueue is a row of the caller's transaction by itself. For an engine
+    outside the database (redis, sqs), an enqueue inside ``transaction.atomic()`` on the
+    backend's Django database is written to the outbox in that transaction and relayed after
+    commit (nothing is sent on rollback, nothing lost between COMMIT and the send); the job id
+    is fixed here, so a relay that sends twice creates one job. A dedupe key is then resolved
+    by the engine when the relay delivers: the answer is the new id, not yet the holder's.
+    Outside a transaction the jobs go straight to the engine.
+    """
+    if not target.transactional_enqueue:
+        db = outbox.database_of(target)
+        if connections[db].in_atomic_block:
+            target.check_jobs(jobs)  # not through the breaker: the outbox is for outages
+            entries = [("enqueue", target.alias, j.job_id, wire.job_to_body(j)) for j in jobs]
+            outbox.write_many(entries, using=db)
+            audit.record(events, using=db)
+            return [
+                EnqueuedJob(job_id=j.job_id, queue_name=j.queue, backend=target.alias) for j in jobs
+            ]
+    assert target.resilience is not None
+    return target.resilience.call(lambda: target.enqueue_many(jobs, events=events))

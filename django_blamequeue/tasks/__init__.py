@@ -1,0 +1,173 @@
+"""A ``django.tasks`` backend (SPEC §10): ``@task`` functions run as blamequeue jobs.
+
+```python
+TASKS = {
+    "default": {
+        "BACKEND": "django_blamequeue.tasks.BlameQueueBackend",
+        "QUEUES": ["default", "emails"],             # Django's own key; [] allows any queue
+        "OPTIONS": {"BLAMEQUEUE_BACKEND": "default"},  # a BLAMEQUEUE["BACKENDS"] alias
+    }
+}
+```
+
+A task is a job named by the task's module path, whose payload is ``{"args", "kwargs",
+"task"}``; ``runworker`` runs it with the whole lifecycle (leases, retries, timeouts, the DLQ,
+crash recovery). Django's priority (-100..100, higher first) is the job's priority unchanged:
+both scales run higher numbers first, so tasks and ``@job`` jobs on one queue interleave by
+the same number. ``run_after`` is the job's ``run_at``. ``@task(max_attempts=, timeout=,
+dedupe_key=)`` reach the job (Django 6.x passes unknown ``@task`` keywords to ``task_class``).
+
+This module is imported on Django 5.2 too (``tasks`` modules are autodiscovered): there it
+imports cleanly and the backend refuses to be built.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+from django.utils import timezone
+
+from .. import validation
+from ..api import queue
+from ..backends import get_backend
+from ..conf import backend_config
+from ..exceptions import QueueError
+from .compat import (
+    AVAILABLE,
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    normalize_json,
+    task_enqueued,
+)
+from .results import TaskNotRunnable, TaskStalled, _result, _send
+from .running import _register, _task_for
+from .task import BlameQueueTask
+
+logger = logging.getLogger("django_blamequeue.tasks")
+
+__all__ = ["AVAILABLE", "BlameQueueBackend", "BlameQueueTask", "TaskNotRunnable", "TaskStalled"]
+
+OPTION_KEYS = frozenset({"BLAMEQUEUE_BACKEND"})
+
+
+class BlameQueueBackend(BaseTaskBackend):
+    task_class = BlameQueueTask
+    supports_defer = True
+    supports_async_task = True  # coroutines run through Task.call (async_to_sync)
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        where = f"TASKS[{alias!r}]['OPTIONS']"
+        if not isinstance(self.options, dict):
+            raise ImproperlyConfigured(f"{where} must be a dict")
+        if "QUEUES" in self.options:
+            raise ImproperlyConfigured(
+                f"{where} has QUEUES: Django reads QUEUES next to BACKEND, not in OPTIONS"
+            )
+        unknown = sorted(set(self.options) - OPTION_KEYS)
+        if unknown:
+            raise ImproperlyConfigured(
+                f"{where} has unknown keys {', '.join(unknown)} (known: {', '.join(OPTION_KEYS)})"
+            )
+        target = self.options.get("BLAMEQUEUE_BACKEND")
+        if target is not None and (not isinstance(target, str) or not target):
+            raise ImproperlyConfigured(f"{where}['BLAMEQUEUE_BACKEND'] must be a backend alias")
+        self.blamequeue_backend: str | None = target
+
+    # -- validation ------------------------------------------------------------------------
+    def validate_task(self, task: Task[..., Any]) -> None:
+        """Django's checks (module-level, priority range, QUEUES, aware run_after) and ours;
+        a valid task is registered so workers can run it by its module path."""
+        super().validate_task(task)
+        try:
+            validation.queue_name(task.queue_name)
+        except QueueError as exc:
+            raise InvalidTask(exc.message) from None
+        attempts = getattr(task, "max_attempts", None)
+        if attempts is not None and (
+            not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1
+        ):
+            raise InvalidTask(f"max_attempts must be a positive int, not {attempts!r}")
+        timeout = getattr(task, "timeout", None)
+        if timeout is not None and (
+            not isinstance(timeout, int | float)
+            or isinstance(timeout, bool)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise InvalidTask(f"timeout must be a positive number of seconds, not {timeout!r}")
+        key = getattr(task, "dedupe_key", None)
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+            raise InvalidTask("dedupe_key must be a non-empty string of ≤255 characters")
+        _register(task)
+
+    def check(self, **kwargs: Any) -> list[Any]:
+
+        try:
+            backend_config(self.blamequeue_backend)
+        except QueueError as exc:
+            return [checks.Error(f"TASKS[{self.alias!r}]: {exc.message}", id="blamequeue.E030")]
+        return []
+
+    # -- enqueue ---------------------------------------------------------------------------
+    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
+        """Store the run as a job (in the caller's transaction on a local backend).
+
+        Arguments must be JSON (``TypeError``/``ValueError`` otherwise, nothing stored). With
+        a dedupe key that an unfinished run holds, that run's result is answered and
+        ``task_enqueued`` is not sent. ``task_enqueued`` is sent after commit.
+        """
+
+        self.validate_task(task)
+        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+        run_after = task.run_after
+        if run_after is not None and timezone.is_naive(run_after):
+            run_after = timezone.make_aware(run_after)
+        payload = {
+            "args": args,
+            "kwargs": kwargs,
+            "task": {
+                "backend": task.backend,
+                "run_after": run_after.isoformat() if run_after else None,
+            },
+        }
+        enq = queue.enqueue(
+            task.queue_name,
+            payload,
+            name=task.module_path,
+            run_at=run_after,
+            priority=task.priority,
+            max_attempts=getattr(task, "max_attempts", None),
+            dedupe_key=getattr(task, "dedupe_key", None),
+            backend=self.blamequeue_backend,
+        )
+        info = queue.get_job(enq.job_id, backend=enq.backend)
+        if info is None:  # pragma: no cover - the row was just written in this transaction
+            raise TaskResultDoesNotExist(enq.job_id)
+        result = _result(task, info)
+        if not enq.deduplicated:
+            sender = type(self)
+            transaction.on_commit(
+                lambda: _send(task_enqueued, sender, result),
+                using=str(getattr(get_backend(enq.backend), "db", "default")),
+            )
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
+        """The task run's current state; ``TaskResultDoesNotExist`` for no job, or a job
+        that is not a task run."""
+
+        info = queue.get_job(result_id, backend=self.blamequeue_backend)
+        if info is None:
+            raise TaskResultDoesNotExist(result_id)
+        return _result(_task_for(info), info)

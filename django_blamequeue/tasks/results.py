@@ -1,0 +1,138 @@
+"""Job → ``TaskResult``: the status mapping (SPEC §10), errors, worker ids."""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import re
+from typing import Any
+
+from ..core.lifecycle import format_traceback
+from ..core.states import State
+from ..exceptions import JobCancelled, JobTimeout
+from ..records import JobInfo
+from .compat import (
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+)
+
+logger = logging.getLogger("django_blamequeue.tasks")
+
+#: ``worker_ids`` holds one entry per attempt; blamequeue does not store which process ran
+#: an earlier attempt, so those read this (the running attempt shows its ``host:pid``).
+UNRECORDED_WORKER = "unrecorded"
+
+_STATUS = {
+    State.PENDING: "READY",
+    State.BLOCKED: "READY",
+    State.INFLIGHT: "RUNNING",
+    State.WAITING_CHILDREN: "RUNNING",
+    State.DONE: "SUCCESSFUL",
+    State.FAILED: "FAILED",
+    State.CANCELLED: "FAILED",
+}
+
+
+class TaskStalled(Exception):
+    """The task's worker died or stopped renewing its lease too often (``MAX_STALLED_COUNT``)."""
+
+    __module__ = "django_blamequeue.tasks"  # its public path, as TaskError names it
+
+
+class TaskNotRunnable(Exception):
+    """No worker could run the task: nothing registered under its name, or a bad payload."""
+
+    __module__ = "django_blamequeue.tasks"
+
+
+_REASON_CLASSES = {
+    "timeout": f"{JobTimeout.__module__}.{JobTimeout.__qualname__}",
+    "cancelled": f"{JobCancelled.__module__}.{JobCancelled.__qualname__}",
+    "stalled": f"{TaskStalled.__module__}.TaskStalled",
+    "bad_job": f"{TaskNotRunnable.__module__}.TaskNotRunnable",
+}
+
+
+# -- results -------------------------------------------------------------------------------
+def _result(
+    task: Task[..., Any], info: JobInfo, *, status: str | None = None, worker: str | None = None
+) -> TaskResult[Any, Any]:
+    payload = info.payload if isinstance(info.payload, dict) else {}
+    status = status or _STATUS[State(info.state)]
+    workers = [UNRECORDED_WORKER] * info.attempts
+    if worker is not None and workers:
+        workers[-1] = worker
+    finished = status in ("SUCCESSFUL", "FAILED")
+    result = TaskResult(
+        task=task,
+        id=info.job_id,
+        status=TaskResultStatus(status),
+        enqueued_at=info.created_at,
+        started_at=info.started_at,
+        finished_at=info.finished_at if finished else None,
+        last_attempted_at=info.started_at,
+        args=list(payload.get("args", [])),
+        kwargs=dict(payload.get("kwargs", {})),
+        backend=task.backend,
+        errors=_errors(info),
+        worker_ids=workers,
+    )
+    if status == "SUCCESSFUL":
+        object.__setattr__(result, "_return_value", info.result)
+    return result
+
+
+def _errors(info: JobInfo) -> list[TaskError]:
+    """The last error kept with the job (blamequeue keeps one), cancellation saying so."""
+    if info.state == State.CANCELLED:
+        text = info.error or "cancelled before it ran"
+        return [
+            TaskError(
+                exception_class_path=_REASON_CLASSES["cancelled"], traceback=f"cancelled: {text}"
+            )
+        ]
+    if info.error:
+        return [
+            TaskError(
+                exception_class_path=_class_path(info), traceback=info.traceback or info.error
+            )
+        ]
+    if info.state == State.FAILED:
+        return [
+            TaskError(
+                exception_class_path=_REASON_CLASSES["bad_job"],
+                traceback=f"failed ({info.reason or 'no error recorded'})",
+            )
+        ]
+    return []
+
+
+def _class_path(info: JobInfo) -> str:
+    """The raised exception's class path: from the reason, else the traceback's last line."""
+    if info.reason in _REASON_CLASSES:
+        return _REASON_CLASSES[info.reason]
+    name = (info.error or "").split(":", 1)[0].strip()
+    if re.fullmatch(r"[A-Za-z_]\w*", name):
+        line = re.compile(rf"^((?:[A-Za-z_]\w*\.)*){re.escape(name)}(?::|$)")
+        for text in reversed((info.traceback or "").splitlines()):
+            if m := line.match(text):
+                return f"{m.group(1) or 'builtins.'}{name}"
+        if isinstance(getattr(builtins, name, None), type):
+            return f"builtins.{name}"
+    return "builtins.Exception"
+
+
+def _error_of(exc: BaseException) -> TaskError:
+
+    cls = type(exc)
+    return TaskError(
+        exception_class_path=f"{cls.__module__}.{cls.__qualname__}", traceback=format_traceback(exc)
+    )
+
+
+def _send(signal: Any, sender: type[Any], result: TaskResult[Any, Any]) -> None:
+    for receiver, response in signal.send_robust(sender=sender, task_result=result):
+        if isinstance(response, Exception):
+            logger.error("%s receiver %r raised", signal, receiver, exc_info=response)
