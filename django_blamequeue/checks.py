@@ -7,7 +7,7 @@ Registered by ``apps.py``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.apps import AppConfig
@@ -17,7 +17,7 @@ from . import conf, registry
 from .backends import get_backend
 from .exceptions import QueueError
 
-__all__ = ["check_backends", "check_settings"]
+__all__ = ["check_backends", "check_queues_served", "check_settings"]
 
 
 def check_settings(
@@ -56,3 +56,68 @@ def check_backends(
                 )
             )
     return messages
+
+
+def check_queues_served(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """W007: jobs that a plain ``runworker`` (no queue names, no ``--backend``) never claims.
+
+    A plain ``runworker`` consumes every queue that has a registered job, on
+    ``DEFAULT_BACKEND``. So a ``SCHEDULES`` entry whose ``queue`` no registered job uses, or a
+    ``@job``/``@flow`` (or a schedule) stored on another backend, piles up unserved unless a
+    worker is started for it by name. Schedules made in the admin are rows of the database,
+    which a system check does not read.
+    """
+    from django_blamequeue import registry
+    from django_blamequeue.exceptions import QueueError
+
+    try:
+        current = conf.get_settings()
+    except QueueError:  # invalid settings: check_settings reports them
+        return []
+    default = current.default_backend
+    messages: list[checks.CheckMessage] = []
+    for name, definition in sorted(registry.registered().items()):
+        backend = definition.backend or default
+        if backend != default:
+            what = f"@job {name!r} is stored on backend {backend!r}"
+            messages.append(_unserved(what, definition.queue, backend, default))
+    for name, entry in sorted(current.schedules.items()):
+        messages += _schedule_unserved(name, entry, default)
+    return messages
+
+
+def _schedule_unserved(
+    name: str, entry: Mapping[str, Any], default: str
+) -> list[checks.CheckMessage]:
+    """W007 for one ``SCHEDULES`` entry, resolved the way the scheduler resolves it."""
+    from django_blamequeue import registry
+
+    definition = registry.registered().get(str(entry["job"]))
+    queue = entry.get("queue") or (definition.queue if definition else None)
+    if entry.get("enabled") is False or queue is None:
+        return []  # off, or an unknown job on its own queue: the scheduler logs that one
+    backend = entry.get("backend") or (definition.backend if definition else None) or default
+    what = f'SCHEDULES["{name}"] fires {entry["job"]!r} on queue {queue!r}'
+    if backend != default:
+        return [_unserved(f"{what} of backend {backend!r}", queue, backend, default)]
+    if queue in registry.queues():
+        return []
+    hint = f'Start "manage.py runworker {queue}" too'
+    if definition is not None:
+        hint += f', or drop "queue" to use the job\'s own ({definition.queue!r})'
+    message = (
+        f"{what}, which no registered @job uses: a plain runworker does not consume it, so "
+        "its jobs wait until a worker is started for that queue"
+    )
+    return [checks.Warning(message, hint=hint + ".", id="blamequeue.W007")]
+
+
+def _unserved(what: str, queue: str, backend: str, default: str) -> checks.Warning:
+    return checks.Warning(
+        f"{what}, but a plain runworker consumes only DEFAULT_BACKEND {default!r}: its jobs "
+        "wait until a worker is started for that backend",
+        hint=f'Start "manage.py runworker {queue} --backend {backend}" too.',
+        id="blamequeue.W007",
+    )

@@ -111,7 +111,13 @@ _ENV_NAMES: dict[tuple[str, ...], str] = {
     for options in _ENV_OPTIONS.values()
     for variable, option in options.items()
 }
-_ENV_WHERE = Where({("BACKENDS", "default", "PROTOCOL"): "BLAMEQUEUE_PROTOCOL", **_ENV_NAMES})
+_ENV_NAMES[("BACKENDS", "default", "PROTOCOL")] = "BLAMEQUEUE_PROTOCOL"
+# A message about the whole "default" entry says where it came from: nobody wrote it as such.
+_ENTRY = ("BACKENDS", "default")
+_BY_VARIABLE = 'the backend "default" that BLAMEQUEUE_PROTOCOL sets up (no BLAMEQUEUE setting)'
+_BUILT_IN = 'the built-in backend "default" (no BLAMEQUEUE setting, no BLAMEQUEUE_PROTOCOL)'
+_ENV_WHERE = Where({**_ENV_NAMES, _ENTRY: _BY_VARIABLE})
+_BUILTIN_WHERE = Where({**_ENV_NAMES, _ENTRY: _BUILT_IN})
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -138,7 +144,8 @@ def _current() -> tuple[object, Where]:
     """The raw configuration in force and how to name its places in messages."""
     raw = getattr(django_settings, "BLAMEQUEUE", _UNSET)
     if raw is _UNSET:
-        return _raw_from_environment(os.environ), _ENV_WHERE
+        chosen = os.environ.get("BLAMEQUEUE_PROTOCOL", "").strip()
+        return _raw_from_environment(os.environ), _ENV_WHERE if chosen else _BUILTIN_WHERE
     return raw, SETTINGS_WHERE
 
 

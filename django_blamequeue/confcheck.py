@@ -77,6 +77,7 @@ class _Validator:
     ) -> None:
         self.where, self.databases, self.caches = where, databases, caches
         self.found: list[Problem] = []
+        self.implied = False  # no "BACKENDS" in the setting: its "default" is not written there
 
     def add(
         self, id_: str, message: str, hint: str = "", level: Literal["error", "warning"] = "error"
@@ -93,6 +94,7 @@ class _Validator:
 
     def backends(self, raw: Mapping[str, Any]) -> None:
         backends = raw.get("BACKENDS", {"default": {"PROTOCOL": "local"}})
+        self.implied = "BACKENDS" not in raw and not self.where.environment
         if not isinstance(backends, Mapping) or not backends:
             message = f"{self.where('BACKENDS')} must be a non-empty dict of alias -> entry"
             self.add("E012", message, 'For example {"default": {"PROTOCOL": "local"}}.')
@@ -148,9 +150,12 @@ class _Validator:
         engine = str(db.get("ENGINE", ""))
         mode = str((db.get("OPTIONS") or {}).get("transaction_mode") or "")
         if ("sqlite" in engine or "spatialite" in engine) and mode.upper() != "IMMEDIATE":
+            origin = self.where(*at)
+            if self.implied:
+                origin = 'the backend "default" of a BLAMEQUEUE without "BACKENDS"'
             message = (
-                f"{self.where(*at)} stores jobs in the SQLite database {alias!r}, whose "
-                'OPTIONS lack "transaction_mode": "IMMEDIATE"; concurrent workers will hit '
+                f"{origin[0].upper()}{origin[1:]} stores jobs in the SQLite database {alias!r}, "
+                'whose OPTIONS lack "transaction_mode": "IMMEDIATE"; concurrent workers will hit '
                 '"database is locked"'
             )
             hint = f'Add "OPTIONS": {{"transaction_mode": "IMMEDIATE"}} to DATABASES[{alias!r}].'

@@ -1,7 +1,8 @@
 """What long-running commands show: a start-up banner and a throttled progress line.
 
 On a terminal the line is redrawn in place a few times a second; in a log (not a TTY) a full
-line is written at most every ``log_interval`` seconds, so a worker never floods its log.
+line is written at most every ``log_interval`` seconds, and only when it says something new: an
+idle worker writes its line once (at 0.0/s), not the same line every ten seconds.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class ProgressLine:
         self._last_done = 0
         self._start = time.monotonic()
         self._drawn = False
+        self._written = ""  # the last line written to a log, without its time
 
     def text(self, now: float, *, final: bool = False) -> str:
         c = self.counters()
@@ -85,8 +87,11 @@ class ProgressLine:
         if self.tty:
             self.out.write("\r\x1b[2K" + line)
             self._drawn = True
+        elif line == self._written:
+            return  # nothing moved since the last line: an idle worker does not repeat it
         else:
             self.out.write(time.strftime("%H:%M:%S ") + line + "\n")
+            self._written = line
         self.out.flush()
 
     def close(self) -> str:

@@ -224,6 +224,7 @@ class FlowDependency(models.Model):
 
     class Meta:
         db_table = "blamequeue_flow_dependency"
+        verbose_name_plural = "flow dependencies"
         constraints = [
             models.UniqueConstraint("job_id", "depends_on_id", name="bq_dep_edge"),
         ]
@@ -258,6 +259,7 @@ class OutboxEntry(models.Model):
 
     class Meta:
         db_table = "blamequeue_outbox"
+        verbose_name_plural = "outbox entries"
         indexes = [
             models.Index("id", name="bq_outbox_unsent", condition=Q(sent_at__isnull=True)),
         ]

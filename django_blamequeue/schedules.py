@@ -60,6 +60,28 @@ def next_fires(
     return fires
 
 
+def upcoming(
+    *,
+    cron: str,
+    interval: float | None,
+    tz: str,
+    last_fired: datetime | None,
+    now: datetime,
+    count: int = 3,
+) -> list[datetime]:
+    """The next ``count`` fire times after ``now``, in UTC (the admin's and ``blamequeue
+    schedules``' preview). An interval keeps to the grid of its last fire; a schedule never
+    fired is anchored at ``now``, as the scheduler anchors it at the pass that first sees it."""
+    if interval:
+        last = last_fired or now
+        if last < now:
+            last += timedelta(seconds=interval * int((now - last) / timedelta(seconds=interval)))
+        return next_fires(cron="", interval=interval, tz=tz, after=last, count=count)
+    if not cron:
+        return []
+    return next_fires(cron=cron, interval=None, tz=tz, after=now, count=count)
+
+
 def _second_pass(local: datetime, cron: str) -> bool:
     """A wall time on its second pass through a fall-back hour, for a job not run hourly."""
     first = local.replace(fold=0)

@@ -8,7 +8,7 @@ audited with the acting user in the transaction that saves it (the admin's own).
 from __future__ import annotations
 
 import zoneinfo
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django import forms
@@ -18,9 +18,9 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from .. import audit, registry
+from .. import audit, registry, schedules
 from ..models import Schedule
-from ..schedules import cron_error, next_fires
+from ..schedules import cron_error
 from . import display
 from .console import Console
 
@@ -87,16 +87,14 @@ def _tabs(request: HttpRequest) -> dict[str, Any]:
 
 def upcoming(s: Schedule, now: datetime, count: int = 3) -> list[datetime]:
     """The next fire times from now; an interval counts from its last fire."""
-    if s.interval:
-        last = s.last_fired_at or now
-        if last < now:
-            last += timedelta(
-                seconds=s.interval * int((now - last) / timedelta(seconds=s.interval))
-            )
-        return next_fires(cron="", interval=s.interval, tz=s.timezone, after=last, count=count)
-    if not s.cron:
-        return []
-    return next_fires(cron=s.cron, interval=None, tz=s.timezone, after=now, count=count)
+    return schedules.upcoming(
+        cron=s.cron,
+        interval=s.interval,
+        tz=s.timezone,
+        last_fired=s.last_fired_at,
+        now=now,
+        count=count,
+    )
 
 
 @admin.register(Schedule)

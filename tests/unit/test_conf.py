@@ -353,6 +353,54 @@ def test_sqlite_without_immediate_transactions_is_w002() -> None:
     assert problem.level == "warning" and "transaction_mode" in problem.hint
 
 
+SQLITE_DEFERRED = {"default": {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": {}}}
+#: The W002 tests swap DATABASES for one without "transaction_mode"; nothing connects to it.
+swapped_databases = pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+
+
+@swapped_databases
+@pytest.mark.parametrize(
+    ("protocol", "origin"),
+    [
+        ("", 'The built-in backend "default" (no BLAMEQUEUE setting, no BLAMEQUEUE_PROTOCOL)'),
+        ("local", 'The backend "default" that BLAMEQUEUE_PROTOCOL sets up (no BLAMEQUEUE setting)'),
+    ],
+    ids=["nothing-set", "protocol-variable"],
+)
+def test_w002_without_a_setting_names_the_built_in_backend_or_the_variable(
+    no_setting: SettingsWrapper, monkeypatch: pytest.MonkeyPatch, protocol: str, origin: str
+) -> None:
+    no_setting.DATABASES = SQLITE_DEFERRED
+    if protocol:
+        monkeypatch.setenv("BLAMEQUEUE_PROTOCOL", protocol)
+    [problem] = conf.problems()
+    assert problem.id == "W002"
+    assert problem.message.startswith(f"{origin} stores jobs in the SQLite database 'default'")
+    assert "environment" not in problem.message  # nothing was read from a variable named so
+
+
+@swapped_databases
+def test_w002_for_a_setting_without_backends_names_the_default_it_implies(
+    settings: SettingsWrapper,
+) -> None:
+    settings.DATABASES = SQLITE_DEFERRED
+    settings.BLAMEQUEUE = {"AUDIT": "all"}
+    [problem] = conf.problems()
+    assert problem.message.startswith(
+        'The backend "default" of a BLAMEQUEUE without "BACKENDS" stores jobs'
+    )
+
+
+@swapped_databases
+def test_w002_for_a_backend_written_in_the_setting_names_its_entry(
+    settings: SettingsWrapper,
+) -> None:
+    settings.DATABASES = SQLITE_DEFERRED
+    settings.BLAMEQUEUE = {"BACKENDS": {"main": {"PROTOCOL": "local"}}, "DEFAULT_BACKEND": "main"}
+    [problem] = conf.problems()
+    assert problem.message.startswith('BLAMEQUEUE["BACKENDS"]["main"] stores jobs')
+
+
 def test_other_databases_need_no_transaction_mode() -> None:
     databases = {"default": {"ENGINE": "django.db.backends.postgresql"}}
     assert ids({}, databases=databases) == []

@@ -1,4 +1,5 @@
-"""``manage.py blamequeue``: the operator's command (stats, DLQ, purge, cancel, flows, enqueue)."""
+"""``manage.py blamequeue``: the operator's command (stats, jobs, DLQ, purge, cancel, flows,
+schedules, enqueue). It reads through ``queue`` and the backends; the text is ``render``'s."""
 
 from __future__ import annotations
 
@@ -11,52 +12,55 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ... import registry
 from ...api import queue
-from ...backends import all_backends
+from ...backends import all_backends, get_backend
+from ...backends.base import Backend
 from ...exceptions import QueueError
-from ...records import JobInfo
-
-STATE_MARK = {
-    "pending": "·",
-    "blocked": "⏸",
-    "inflight": "▶",
-    "waiting_children": "⋯",
-    "done": "✓",
-    "failed": "✗",
-    "cancelled": "⊘",
-}
+from ...records import JobInfo, QueueStats
+from ..render import (
+    Delayed,
+    ScheduleView,
+    render_flow,
+    render_job,
+    render_schedules,
+    render_stats,
+)
 
 
 class Command(BaseCommand):
     help = (
-        "Operate queues: stats | dlq list QUEUE | dlq retry ID | dlq retry --all QUEUE | "
-        "purge QUEUE | cancel ID | flow show FLOW_ID | enqueue NAME --payload JSON"
+        "Operate queues: stats | show ID | dlq list [QUEUE] | dlq retry ID | dlq retry --all "
+        "QUEUE | purge QUEUE | cancel ID | flow show FLOW_ID | schedules | "
+        "enqueue NAME --payload JSON"
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--backend", default=None, help="backend alias")
         sub = parser.add_subparsers(dest="action", required=True)
-        sub.add_parser("stats", help="counts per queue and state, breaker state per backend")
+        sub.add_parser("stats", help="counts per queue and state (due apart from delayed)")
+        show = sub.add_parser("show", help="one job: state, attempts, error, traceback, flow")
+        show.add_argument("job_id")
         dlq = sub.add_parser("dlq", help="the dead-letter queue").add_subparsers(
             dest="dlq_action", required=True
         )
-        lst = dlq.add_parser("list")
-        lst.add_argument("queue")
-        lst.add_argument("--limit", type=int, default=50)
+        lst = dlq.add_parser("list", help="a queue's DLQ, or every queue's without QUEUE")
+        lst.add_argument("queue", nargs="?", default=None)
+        lst.add_argument("--limit", type=int, default=50, help="jobs shown per queue")
         lst.add_argument("--offset", type=int, default=0)
         retry = dlq.add_parser("retry")
         retry.add_argument("target", help="job id, or the queue with --all")
         retry.add_argument("--all", action="store_true", help="retry every DLQ job of the queue")
         purge = sub.add_parser("purge", help="delete a queue's waiting jobs")
         purge.add_argument("queue")
-        purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        purge.add_argument("--yes", action="store_true", help="confirm without being asked")
         cancel = sub.add_parser("cancel")
         cancel.add_argument("job_id")
         flow = sub.add_parser("flow").add_subparsers(dest="flow_action", required=True)
-        show = flow.add_parser("show")
-        show.add_argument("flow_id")
+        flow.add_parser("show").add_argument("flow_id")
+        schedules = sub.add_parser("schedules", help="every schedule and its next fire times")
+        schedules.add_argument("--count", type=int, default=3, help="fire times per schedule")
         enq = sub.add_parser("enqueue", help="enqueue a registered job")
         enq.add_argument("name")
-        enq.add_argument("--payload", default="null", help="JSON payload")
+        enq.add_argument("--payload", default=None, help="the job's JSON payload (required)")
         enq.add_argument("--queue", default=None, help="default: the job's queue")
         enq.add_argument("--delay", type=float, default=None)
         enq.add_argument("--priority", type=int, default=0)
@@ -69,69 +73,43 @@ class Command(BaseCommand):
         except QueueError as exc:
             raise CommandError(str(exc)) from exc
 
+    def write(self, lines: list[str]) -> None:
+        for line in lines:
+            self.stdout.write(line)
+
+    def backends(self, options: dict[str, Any]) -> list[Backend]:
+        alias = options["backend"]
+        return [get_backend(alias)] if alias else list(all_backends())
+
     def do_stats(self, options: dict[str, Any]) -> None:
-        backends = {b["name"]: b for b in queue.list_backends()}
-        header = (
-            f"{'backend':<12} {'queue':<20} "
-            + " ".join(
-                f"{s:>9}"
-                for s in (
-                    "pending",
-                    "blocked",
-                    "inflight",
-                    "waiting",
-                    "done",
-                    "failed",
-                    "cancelled",
-                )
-            )
-            + "  oldest pending"
-        )
-        self.stdout.write(header)
-        for b in all_backends():
-            if options["backend"] and b.alias != options["backend"]:
-                continue
+        rows: list[tuple[QueueStats, Delayed | None]] = []
+        blind = []
+        for b in self.backends(options):
+            delayed = _delayed(b)
+            if delayed is None:
+                blind.append(b.alias)
+            nothing = Delayed(count=0, next_in=0.0)
             for st in b.stats():
-                c = st.counts
-                age = f"{st.oldest_pending_age:.0f} s" if st.oldest_pending_age is not None else "-"
+                rows.append((st, None if delayed is None else delayed.get(st.queue, nothing)))
+        self.write(render_stats(rows))
+        for entry in queue.list_backends():
+            if options["backend"] in (None, entry["name"]):
                 self.stdout.write(
-                    f"{b.alias:<12} {st.queue:<20} "
-                    + " ".join(
-                        f"{c.get(s, 0):>9,}"
-                        for s in (
-                            "pending",
-                            "blocked",
-                            "inflight",
-                            "waiting_children",
-                            "done",
-                            "failed",
-                            "cancelled",
-                        )
-                    )
-                    + f"  {age}"
+                    f"backend {entry['name']}: {entry['protocol']}, "
+                    f"breaker {entry['breaker_state']}"
                 )
-        for name, entry in backends.items():
-            self.stdout.write(
-                f"backend {name}: {entry['protocol']}, breaker {entry['breaker_state']}"
-            )
+        for alias in blind:
+            self.stdout.write(f"backend {alias}: delayed jobs are counted as due (? = unknown)")
+
+    def do_show(self, options: dict[str, Any]) -> None:
+        info = queue.get_job(options["job_id"], backend=options["backend"])
+        if info is None:
+            raise CommandError(f"no job {options['job_id']}")
+        self.write(render_job(info))
 
     def do_dlq(self, options: dict[str, Any]) -> None:
         if options["dlq_action"] == "list":
-            jobs = queue.dlq_list(
-                options["queue"],
-                limit=options["limit"],
-                offset=options["offset"],
-                backend=options["backend"],
-            )
-            total = queue.dlq_size(options["queue"], backend=options["backend"])
-            self.stdout.write(f"{total} job(s) in the DLQ of {options['queue']!r}")
-            for j in jobs:
-                self.stdout.write(
-                    f"{j.job_id}  {j.name}  attempts {j.attempts}/{j.max_attempts}  "
-                    f"{j.reason or ''}  {j.finished_at:%Y-%m-%d %H:%M:%S}  {j.error or ''}"
-                    if j.finished_at
-                    else f"{j.job_id}  {j.name}  {j.error or ''}"
-                )
+            self._dlq_list(options)
             return
         if options["all"]:
             n = queue.dlq_retry_all(options["target"], backend=options["backend"])
@@ -141,9 +119,38 @@ class Command(BaseCommand):
             raise CommandError(f"job {options['target']} is not in the DLQ")
         self.stdout.write(f"retried {options['target']}")
 
+    def _dlq_list(self, options: dict[str, Any]) -> None:
+        if options["queue"] is not None:
+            self._dlq_of(options["queue"], options["backend"], options)
+            return
+        found = False
+        backends = self.backends(options)
+        for b in backends:
+            for st in b.stats():
+                if st.counts.get("failed", 0):
+                    found = True
+                    self._dlq_of(st.queue, b.alias, options, named=len(backends) > 1)
+        if not found:
+            self.stdout.write("every DLQ is empty")
+
+    def _dlq_of(
+        self, name: str, alias: str | None, options: dict[str, Any], *, named: bool = False
+    ) -> None:
+        jobs = queue.dlq_list(name, limit=options["limit"], offset=options["offset"], backend=alias)
+        total = queue.dlq_size(name, backend=alias)
+        where = f" (backend {alias})" if named else ""
+        self.stdout.write(f"{total} job(s) in the DLQ of {name!r}{where}")
+        for j in jobs:
+            self.stdout.write(_dlq_line(j))
+
     def do_purge(self, options: dict[str, Any]) -> None:
         name = options["queue"]
-        if not options["yes"] and sys.stdin.isatty():
+        if not options["yes"]:
+            if not sys.stdin.isatty():
+                raise CommandError(
+                    f"purge deletes every waiting job of {name!r}: stdin is not a terminal, so "
+                    "nobody can confirm; pass --yes to purge. Nothing deleted."
+                )
             answer = input(
                 f"Delete every waiting job of {name!r}? Type the queue name to confirm: "
             )
@@ -167,14 +174,23 @@ class Command(BaseCommand):
         jobs = queue.flow_jobs(options["flow_id"], backend=options["backend"])
         if not jobs:
             raise CommandError(f"no flow {options['flow_id']}")
-        for line in render_flow(options["flow_id"], jobs):
-            self.stdout.write(line)
+        self.write(render_flow(options["flow_id"], jobs))
+
+    def do_schedules(self, options: dict[str, Any]) -> None:
+        if options["count"] < 1:
+            raise CommandError(f"--count must be at least 1, not {options['count']}")
+        self.write(render_schedules(_schedules(options["count"])))
 
     def do_enqueue(self, options: dict[str, Any]) -> None:
 
         definition = registry.get(options["name"])
         if definition is None:
             raise CommandError(f"no job is registered as {options['name']!r}")
+        if options["payload"] is None:
+            raise CommandError(
+                "--payload is required: the job's payload as JSON, e.g. --payload '{}' "
+                "(or --payload null for none)"
+            )
         try:
             payload = json.loads(options["payload"])
         except json.JSONDecodeError as exc:
@@ -192,49 +208,90 @@ class Command(BaseCommand):
         self.stdout.write(f"enqueued {job.job_id} on {job.queue_name!r}{note}")
 
 
-def render_flow(flow_id: str, jobs: list[JobInfo]) -> list[str]:
-    """A flow as text: one line per job in dependency order, with its state and deps."""
-    by_id = {j.job_id: j for j in jobs}
-    counts: dict[str, int] = {}
-    for j in jobs:
-        counts[j.state] = counts.get(j.state, 0) + 1
-    lines = [
-        f"flow {flow_id}: {len(jobs)} job(s) · "
-        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    ]
-    depth: dict[str, int] = {}
-
-    def level(job_id: str, seen: frozenset[str] = frozenset()) -> int:
-        if job_id in depth:
-            return depth[job_id]
-        job = by_id[job_id]
-        if job.parent_id in by_id and job.parent_id not in seen:  # a child sits under its parent
-            depth[job_id] = 1 + level(job.parent_id, seen | {job_id})
-            return depth[job_id]
-        deps = [d for d in job.depends_on if d in by_id and d not in seen]
-        depth[job_id] = 1 + max((level(d, seen | {job_id}) for d in deps), default=-1)
-        return depth[job_id]
-
-    def order(j: JobInfo) -> tuple[str, ...]:
-        """Parents before their children, children in key order."""
-        chain: list[str] = []
-        node: JobInfo | None = j
-        while node is not None:
-            chain.append(f"{level(node.job_id):04d}{node.job_id}")
-            node = by_id.get(node.parent_id) if node.parent_id else None
-        return tuple(reversed(chain))
-
-    for j in sorted(jobs, key=order):
-        deps = ", ".join(_label(by_id[d]) if d in by_id else d for d in j.depends_on)
-        indent = "   " * level(j.job_id)
-        arrow = f"  ← {deps}" if deps else ""
-        mark = STATE_MARK.get(j.state, "?")
-        tally = ""
-        if j.children:
-            tally = "  children: " + ", ".join(f"{n} {s}" for s, n in sorted(j.children.items()))
-        lines.append(f"{indent}{mark} {_label(j)} [{j.state}] {j.job_id}{arrow}{tally}")
-    return lines
+def _dlq_line(j: JobInfo) -> str:
+    if not j.finished_at:
+        return f"{j.job_id}  {j.name}  {j.error or ''}"
+    return (
+        f"{j.job_id}  {j.name}  attempts {j.attempts}/{j.max_attempts}  {j.reason or ''}  "
+        f"{j.finished_at:%Y-%m-%d %H:%M:%S}  {j.error or ''}"
+    )
 
 
-def _label(j: JobInfo) -> str:
-    return f"{j.flow_key} ({j.name})" if j.flow_key and j.flow_key != j.name else j.name
+def _delayed(b: Backend) -> dict[str, Delayed] | None:
+    """Pending jobs not due yet, per queue, on a backend whose jobs are rows of a Django
+    database (``jobs()``, as ``testing`` uses it); None where the backend cannot say."""
+    jobs = getattr(b, "jobs", None)
+    if jobs is None:
+        return None
+    from django.db.models import Count, Min
+
+    now = b.now()
+    rows = (
+        jobs()
+        .filter(state="pending", available_at__gt=now)
+        .order_by()
+        .values_list("queue")
+        .annotate(n=Count("id"), first=Min("available_at"))
+        .values_list("queue", "n", "first")
+    )
+    return {
+        q: Delayed(count=n, next_in=max(0.0, (first - now).total_seconds())) for q, n, first in rows
+    }
+
+
+def _schedules(count: int) -> list[ScheduleView]:
+    """``SCHEDULES`` (as the sweeper will mirror them) and the admin's rows, by name."""
+    from ... import registry, schedules
+    from ...conf import get_settings
+    from ...models import Schedule
+
+    rows = {s.name: s for s in Schedule.objects.all()}
+    now = get_backend(None).now()  # the scheduler's clock
+    entries: dict[str, dict[str, Any]] = {
+        name: {**entry, "source": "settings"} for name, entry in get_settings().schedules.items()
+    }
+    for name, row in rows.items():
+        if name not in entries and row.source != "settings":  # a removed setting goes next pass
+            entries[name] = {
+                "job": row.job,
+                "queue": row.queue,
+                "cron": row.cron,
+                "interval": row.interval,
+                "timezone": row.timezone,
+                "enabled": row.enabled,
+                "source": row.source,
+            }
+    views = []
+    for name, e in sorted(entries.items()):
+        definition = registry.get(e["job"])
+        found = rows.get(name)
+        last = found.last_fired_at if found is not None else None
+        tz = e.get("timezone") or "UTC"
+        rule = f"{e['cron']} ({tz})" if e.get("cron") else f"every {e['interval']:g} s"
+        problem, fires = None, []
+        try:
+            fires = schedules.upcoming(
+                cron=e.get("cron") or "",
+                interval=e.get("interval"),
+                tz=tz,
+                last_fired=last,
+                now=now,
+                count=count,
+            )
+        except Exception as exc:  # an admin row with a bad rule: say so, show the others
+            problem = f"{type(exc).__name__}: {exc}"
+        views.append(
+            ScheduleView(
+                name=name,
+                source=e["source"],
+                job=e["job"],
+                queue=e.get("queue") or (definition.queue if definition else None),
+                rule=rule,
+                tz=tz,
+                enabled=e.get("enabled", True) is not False,
+                last_fired=last,
+                next_fires=fires,
+                problem=problem,
+            )
+        )
+    return views

@@ -1,0 +1,246 @@
+"""Text for the ``blamequeue`` command: a job, a flow, queue stats and schedules as lines.
+
+Pure functions of what the command read, so each shape is tested without a database.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from ..records import JobInfo, QueueStats
+
+STATE_MARK = {
+    "pending": "·",
+    "blocked": "⏸",
+    "inflight": "▶",
+    "waiting_children": "⋯",
+    "done": "✓",
+    "failed": "✗",
+    "cancelled": "⊘",
+}
+#: The count columns of ``stats``, with the state each one counts (None: computed apart).
+STATS_COLUMNS = (
+    ("due", None),
+    ("delayed", None),
+    ("blocked", "blocked"),
+    ("inflight", "inflight"),
+    ("waiting", "waiting_children"),
+    ("done", "done"),
+    ("failed", "failed"),
+    ("cancelled", "cancelled"),
+)
+
+
+def when(moment: datetime | None) -> str:
+    return f"{moment:%Y-%m-%d %H:%M:%S} UTC" if moment else "-"
+
+
+def span(seconds: float) -> str:
+    """A duration as people read it: 42 s, 17 min, 5 h, 3 d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+# -- show ------------------------------------------------------------------------------------
+def render_job(j: JobInfo) -> list[str]:
+    """Every field an operator asks about, the error and traceback last."""
+    state = j.state + (f" ({j.reason})" if j.reason else "")
+    if j.cancel_requested and j.state == "inflight":
+        state += ", cancel requested"
+    rows = [
+        ("name", j.name),
+        ("queue", f"{j.queue} (backend {j.backend})"),
+        ("state", state),
+        (
+            "attempts",
+            f"{j.attempts}/{j.max_attempts}" + (f", stalls {j.stalls}" if j.stalls else ""),
+        ),
+        ("priority", str(j.priority)),
+        ("progress", f"{j.progress}%"),
+        ("created", when(j.created_at)),
+        ("available", when(j.available_at)),
+        ("started", when(j.started_at)),
+        ("finished", when(j.finished_at)),
+    ]
+    if j.state == "inflight":
+        rows.append(("lease until", when(j.lease_expires_at)))
+    rows += [(k, v) for k, v in (("dedupe key", j.dedupe_key), ("trace id", j.trace_id)) if v]
+    if j.classification:
+        rows.append(("class", j.classification))
+    origin = getattr(j, "origin", None)  # JobInfo.origin where the installed version has it
+    if origin:
+        rows.append(("origin", _inline(origin)))
+    rows += _flow_rows(j)
+    rows += [("payload", _inline(j.payload)), ("result", _inline(j.result))]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"job {j.job_id}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
+    if j.error:
+        lines += ["error", *_indented(j.error)]
+    if j.traceback:
+        lines += ["traceback", *_indented(j.traceback.rstrip("\n"))]
+    return lines
+
+
+def _flow_rows(j: JobInfo) -> list[tuple[str, str]]:
+    if not j.flow_id:
+        return []
+    rows = [("flow", f"{j.flow_id} (blamequeue flow show {j.flow_id})")]
+    if j.flow_key:
+        rows.append(("flow key", j.flow_key))
+    if j.parent_id:
+        rows.append(("parent", j.parent_id))
+    if j.depends_on:
+        rows.append(("depends on", ", ".join(j.depends_on)))
+    if j.flow_phase:
+        rows.append(("flow phase", j.flow_phase))
+    if j.children:
+        rows.append(("children", _tally(j.children)))
+    return rows
+
+
+def _inline(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _indented(text: str) -> list[str]:
+    return ["  " + line for line in text.splitlines()]
+
+
+def _tally(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
+# -- stats -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delayed:
+    """Pending jobs not due yet, in one queue: how many, and when the first comes due."""
+
+    count: int
+    next_in: float  # seconds
+
+
+def render_stats(rows: Iterable[tuple[QueueStats, Delayed | None]]) -> list[str]:
+    """One line per queue. ``Delayed`` None means the backend cannot tell delayed jobs from
+    due ones: its ``due`` column counts both and ``delayed`` reads ``?``."""
+    header = f"{'backend':<12} {'queue':<20} "
+    header += " ".join(f"{name:>9}" for name, _ in STATS_COLUMNS) + "  oldest due  next delayed"
+    lines = [header]
+    for st, delayed in rows:
+        counts = dict(st.counts)
+        pending = counts.get("pending", 0)
+        due = pending - delayed.count if delayed else pending
+        cells = [f"{due:>9,}", f"{delayed.count:>9,}" if delayed else f"{'?':>9}"]
+        cells += [f"{counts.get(state, 0):>9,}" for _, state in STATS_COLUMNS if state]
+        oldest = "-"
+        if due and st.oldest_pending_age is not None:
+            oldest = span(st.oldest_pending_age)
+        upcoming = f"in {span(delayed.next_in)}" if delayed and delayed.count else "-"
+        lines.append(f"{st.backend:<12} {st.queue:<20} {' '.join(cells)}  {oldest:<10}  {upcoming}")
+    return lines
+
+
+# -- flow show -------------------------------------------------------------------------------
+def render_flow(flow_id: str, jobs: Sequence[JobInfo]) -> list[str]:
+    """A flow as text: one line per job in dependency order, with its state and deps; a
+    ``@flow`` parent's children under it, in key order (p2 before p10)."""
+    by_id = {j.job_id: j for j in jobs}
+    counts: dict[str, int] = {}
+    for j in jobs:
+        counts[j.state] = counts.get(j.state, 0) + 1
+    lines = [f"flow {flow_id}: {len(jobs)} job(s) · {_tally(counts)}"]
+    depth: dict[str, int] = {}
+
+    def level(job_id: str, seen: frozenset[str] = frozenset()) -> int:
+        if job_id in depth:
+            return depth[job_id]
+        job = by_id[job_id]
+        if job.parent_id in by_id and job.parent_id not in seen:  # a child sits under its parent
+            depth[job_id] = 1 + level(job.parent_id, seen | {job_id})
+            return depth[job_id]
+        deps = [d for d in job.depends_on if d in by_id and d not in seen]
+        depth[job_id] = 1 + max((level(d, seen | {job_id}) for d in deps), default=-1)
+        return depth[job_id]
+
+    def order(j: JobInfo) -> tuple[Any, ...]:
+        """Parents before their children, children by key; DAG steps by level, then in the
+        order they were enqueued (their ids)."""
+        chain: list[Any] = []
+        node: JobInfo | None = j
+        while node is not None:
+            key = _natural(node.flow_key or "") if node.parent_id else ()
+            chain.append((level(node.job_id), key, node.job_id))
+            node = by_id.get(node.parent_id) if node.parent_id else None
+        return tuple(reversed(chain))
+
+    for j in sorted(jobs, key=order):
+        deps = ", ".join(_label(by_id[d]) if d in by_id else d for d in j.depends_on)
+        indent = "   " * level(j.job_id)
+        arrow = f"  ← {deps}" if deps else ""
+        mark = STATE_MARK.get(j.state, "?")
+        tally = f"  children: {_tally(j.children)}" if j.children else ""
+        lines.append(f"{indent}{mark} {_label(j)} [{j.state}] {j.job_id}{arrow}{tally}")
+    return lines
+
+
+def _natural(key: str) -> tuple[tuple[int, int, str], ...]:
+    """A sort key that puts p2 before p10: digit runs compare as numbers."""
+    parts = re.split(r"(\d+)", key)
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts if p)
+
+
+def _label(j: JobInfo) -> str:
+    return f"{j.flow_key} ({j.name})" if j.flow_key and j.flow_key != j.name else j.name
+
+
+# -- schedules -------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleView:
+    """One schedule as ``blamequeue schedules`` shows it."""
+
+    name: str
+    source: str  # "settings" or "admin"
+    job: str
+    queue: str | None  # None: the job is not registered in this process
+    rule: str
+    tz: str
+    enabled: bool
+    last_fired: datetime | None
+    next_fires: Sequence[datetime]
+    problem: str | None = None  # why the next fire times cannot be computed
+
+
+def render_schedules(views: Sequence[ScheduleView]) -> list[str]:
+    if not views:
+        return ["no schedules (neither SCHEDULES nor the admin has one)"]
+    lines: list[str] = []
+    for v in views:
+        queue = f"on {v.queue!r}" if v.queue else "(not registered here: the scheduler skips it)"
+        lines.append(f"{v.name} ({v.source}): {v.job} {queue}")
+        lines.append(f"  rule        {v.rule}")
+        lines.append(f"  last fired  {when(v.last_fired) if v.last_fired else 'never'}")
+        if not v.enabled:
+            nexts = "disabled"
+        elif v.problem:
+            nexts = f"cannot tell: {v.problem}"
+        else:
+            nexts = ", ".join(when(f) + _local(f, v.tz) for f in v.next_fires)
+        lines.append(f"  next        {nexts}")
+    return lines
+
+
+def _local(moment: datetime, tz: str) -> str:
+    """`` (02:30 CET)``: the wall time a cron rule speaks of, unless that is UTC."""
+    if tz in ("", "UTC"):
+        return ""
+    return f" ({moment.astimezone(ZoneInfo(tz)):%H:%M %Z})"
