@@ -28,6 +28,7 @@ from django_blamequeue.conf import (
     Where,
     content_type_of,
 )
+from django_blamequeue.validation import MAX_SECONDS, MIN_INTERVAL, json_problem
 
 __all__ = ["cron_error", "validate"]
 
@@ -343,8 +344,10 @@ def _schedule_errors(entry: Mapping[str, Any]) -> list[str]:
     elif cron is not None:
         if why := cron_error(cron) if isinstance(cron, str) else "is not a str":
             errors.append(f'"cron" {cron!r} {why}')
-    elif not (_is_number(interval) and interval > 0):
-        errors.append(f'"interval" is {interval!r}; expected seconds > 0')
+    elif not (_is_number(interval) and MIN_INTERVAL <= interval <= MAX_SECONDS):
+        errors.append(f'"interval" is {interval!r}; expected {MIN_INTERVAL:g} to {MAX_SECONDS:,} s')
+    if (why := json_problem(entry.get("payload"))) is not None:
+        errors.append(f'"payload" {why}')
     tz = entry.get("timezone")
     if tz is not None and not _is_zone(tz):
         errors.append(f'"timezone" is {tz!r}, not an IANA time zone such as "Europe/Paris"')

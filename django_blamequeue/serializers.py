@@ -7,6 +7,7 @@ a refused payload leaves no trace in any backend.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = ["Encoded", "accepted_content_types", "decode", "encode", "encode_many
 _dumps: Callable[..., tuple[str, str, str | bytes]] = _kombu_dumps
 _loads: Callable[..., Any] = _kombu_loads
 _BINARY = frozenset({"binary", "ascii-8bit"})
+_JSON = "application/json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +97,33 @@ def _encode(obj: Any, name: str, configured: int, max_bytes: int | None) -> Enco
     if isinstance(body, str):
         body = body.encode("utf-8" if content_encoding in _BINARY else content_encoding)
     encoded = Encoded(content_type, content_encoding, bytes(body))
+    if content_type == _JSON:
+        _refuse_non_json_numbers(encoded.body, type(obj).__name__)
     _check_size(encoded, configured, max_bytes)
     return encoded
+
+
+def _refuse_non_json_numbers(body: bytes, kind: str) -> None:
+    """NaN and ±Infinity are not JSON (RFC 8259): Python's encoder writes them anyway, and
+    strict readers — PostgreSQL's ``jsonb``, most other languages — refuse what it wrote.
+
+    Only a body that contains the words is parsed again, so an ordinary payload costs two
+    substring searches.
+    """
+    if b"NaN" not in body and b"Infinity" not in body:
+        return
+
+    def refuse(constant: str) -> Any:
+        raise QueueError(
+            ErrorCode.BAD_PAYLOAD,
+            f"cannot encode a {kind} payload as JSON: it holds {constant}, which JSON has no "
+            "number for (send None or a string instead)",
+        )
+
+    try:
+        json.loads(body, parse_constant=refuse)
+    except (ValueError, RecursionError) as exc:  # pragma: no cover - the encoder wrote it
+        raise QueueError(ErrorCode.BAD_PAYLOAD, f"payload is not JSON: {exc}") from exc
 
 
 def decode(content_type: str, content_encoding: str, body: bytes) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ...api import queue
-from ...backends import all_backends
+from ...backends import all_backends, get_backend
 from ...exceptions import QueueError
 from ...records import JobInfo
 
@@ -87,9 +87,9 @@ class Command(BaseCommand):
             + "  oldest pending"
         )
         self.stdout.write(header)
-        for b in all_backends():
-            if options["backend"] and b.alias != options["backend"]:
-                continue
+        # A named backend must exist: a typo must not print an empty table and exit 0.
+        chosen = [get_backend(options["backend"])] if options["backend"] else all_backends()
+        for b in chosen:
             for st in b.stats():
                 c = st.counts
                 age = f"{st.oldest_pending_age:.0f} s" if st.oldest_pending_age is not None else "-"
@@ -176,9 +176,9 @@ class Command(BaseCommand):
         if definition is None:
             raise CommandError(f"no job is registered as {options['name']!r}")
         try:
-            payload = json.loads(options["payload"])
-        except json.JSONDecodeError as exc:
-            raise CommandError(f"--payload is not JSON: {exc}") from exc
+            payload = json.loads(options["payload"], parse_constant=_not_json)
+        except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, huge ints
+            raise CommandError(f"--payload is not JSON: {_short(exc)}") from exc
         job = queue.enqueue(
             options["queue"] or definition.queue,
             payload,
@@ -190,6 +190,16 @@ class Command(BaseCommand):
         )
         note = " (deduplicated: existing job)" if job.deduplicated else ""
         self.stdout.write(f"enqueued {job.job_id} on {job.queue_name!r}{note}")
+
+
+def _not_json(constant: str) -> Any:
+    """``json.loads`` reads NaN and Infinity; JSON has no such numbers."""
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else f"{text[:199]}…"
 
 
 def render_flow(flow_id: str, jobs: list[JobInfo]) -> list[str]:
