@@ -1,0 +1,37 @@
+"""Issue 18's regression tests: every refusal is a ``QueueError`` (or a ``CommandError``) and
+leaves every table as it was; the ``backend`` fixture runs a test on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from django_blamequeue.exceptions import ErrorCode, QueueError
+from django_blamequeue.models import AuditEvent, FlowDependency, Job, OutboxEntry, Schedule
+
+#: Every table a refused call could have written to.
+TABLES = (Job, FlowDependency, OutboxEntry, AuditEvent, Schedule)
+
+
+def database_of(backend: str) -> str:
+    return str(settings.BLAMEQUEUE["BACKENDS"][backend].get("DATABASE", "default"))
+
+
+def tables(backend: str = "default") -> dict[str, int]:
+    """Row counts of the job tables in ``backend``'s database: "nothing written" compares two."""
+    db = database_of(backend)
+    return {model.__name__: model.objects.using(db).count() for model in TABLES}
+
+
+def refused(
+    call: Callable[..., Any], *args: Any, backend: str = "default", **kwargs: Any
+) -> ErrorCode:
+    """Run ``call``; it must raise ``QueueError`` and write nothing. Answers the code."""
+    before = tables(backend)
+    with pytest.raises(QueueError) as caught:
+        call(*args, **kwargs)
+    assert tables(backend) == before, f"{call.__name__} wrote rows before refusing"
+    return caught.value.code
