@@ -55,6 +55,20 @@ def _number(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def storable(text: str) -> bool:
+    """Text every engine stores: no NUL (PostgreSQL refuses it in text) and no lone surrogate
+    (UTF-8 has no encoding for one; only Python strings can hold them)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def queue_name(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise QueueError(
@@ -62,8 +76,10 @@ def queue_name(value: object) -> str:
         )
     if len(value) > MAX_QUEUE:
         raise QueueError(ErrorCode.MISSING_QUEUE, f"queue name longer than {MAX_QUEUE} characters")
-    if "\x00" in value:
-        raise QueueError(ErrorCode.MISSING_QUEUE, "a queue name cannot contain NUL")
+    if not storable(value):
+        raise QueueError(
+            ErrorCode.MISSING_QUEUE, "a queue name cannot contain NUL or a lone surrogate"
+        )
     return value
 
 
@@ -72,11 +88,16 @@ def identifier(value: object, what: str = "job_id") -> str:
 
     Any other string is a fair question; one that names no job is answered as unknown.
     """
-    if not isinstance(value, str) or not value.strip() or "\x00" in value or len(value) > MAX_KEY:
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > MAX_KEY
+        or not storable(value)
+    ):
         raise QueueError(
             ErrorCode.BAD_ARGUMENT,
-            f"{what} must be a non-empty string of ≤{MAX_KEY} characters without NUL, "
-            f"not {shown(value)}",
+            f"{what} must be a non-empty string of ≤{MAX_KEY} characters without NUL or a "
+            f"lone surrogate, not {shown(value)}",
         )
     return value
 
@@ -161,10 +182,11 @@ def run_at(value: object) -> datetime | None:
 def optional_text(value: object, what: str, limit: int) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > limit or "\x00" in value:
+    if not isinstance(value, str) or not value or len(value) > limit or not storable(value):
         raise QueueError(
             ErrorCode.BAD_ARGUMENT,
-            f"{what} must be a non-empty string of ≤{limit} characters without NUL",
+            f"{what} must be a non-empty string of ≤{limit} characters without NUL or a "
+            "lone surrogate",
         )
     return value
 
@@ -193,12 +215,12 @@ def json_problem(value: object) -> str | None:
             return f"is nested deeper than {MAX_JSON_DEPTH} levels"
         if isinstance(item, float) and not math.isfinite(item):
             return f"holds {item!r}, which JSON has no number for"
-        if isinstance(item, str) and "\x00" in item:
-            return "holds a string with NUL, which PostgreSQL cannot store"
+        if isinstance(item, str) and not storable(item):
+            return "holds a string with NUL or a lone surrogate, which PostgreSQL cannot store"
         if isinstance(item, dict):
             for key, inner in item.items():
-                if isinstance(key, str) and "\x00" in key:
-                    return "holds a key with NUL, which PostgreSQL cannot store"
+                if isinstance(key, str) and not storable(key):
+                    return "holds a key with NUL or a lone surrogate, which PostgreSQL cannot store"
                 stack.append((inner, depth + 1))
         elif isinstance(item, list | tuple):
             stack.extend((inner, depth + 1) for inner in item)

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..exceptions import ErrorCode, QueueError
-from ..validation import MAX_KEY, shown
+from ..validation import MAX_KEY, shown, storable
 
 CHILD_KEYS = frozenset(
     {
@@ -44,11 +44,11 @@ def validate_dag(children: Sequence[Mapping[str, Any]]) -> list[str]:
         name = child.get("name")
         if not isinstance(name, str) or not name.strip():
             raise QueueError(ErrorCode.BAD_FLOW, f"child #{index} needs a non-empty 'name'")
-        if len(name) > MAX_KEY or "\x00" in name:
+        if len(name) > MAX_KEY or not storable(name):
             raise QueueError(
                 ErrorCode.BAD_FLOW,
-                f"child #{index}: a name is at most {MAX_KEY} characters without NUL, "
-                f"not {shown(name)}",
+                f"child #{index}: a name is at most {MAX_KEY} characters without NUL or a lone "
+                f"surrogate, not {shown(name)}",
             )
         if name in deps:
             raise QueueError(ErrorCode.BAD_FLOW, f"child name {shown(name)} is used twice")

@@ -20,7 +20,7 @@ from .conftest import refused, tables
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
-MISSING_IDS = [None, "", "   ", 12345, b"01ABC", ["01ABC"], "a\x00b", "x" * 256]
+MISSING_IDS = [None, "", "   ", 12345, b"01ABC", ["01ABC"], "a\x00b", "a\ud800", "x" * 256]
 
 
 def deep(levels: int) -> Any:
@@ -149,6 +149,9 @@ def test_extend_lease_refuses_infinity_and_past_the_bound(backend: str) -> None:
         pytest.param({"trace_id": "a\x00b"}, ErrorCode.BAD_ARGUMENT, id="NUL trace id"),
         pytest.param({"dedupe_key": "a\x00b"}, ErrorCode.BAD_ARGUMENT, id="NUL dedupe key"),
         pytest.param({"queue_name": "q\x00"}, ErrorCode.MISSING_QUEUE, id="NUL queue"),
+        pytest.param({"queue_name": "q\udcff"}, ErrorCode.MISSING_QUEUE, id="surrogate queue"),
+        pytest.param({"dedupe_key": "\ud800"}, ErrorCode.BAD_ARGUMENT, id="surrogate key"),
+        pytest.param({"classification": "c\udfff"}, ErrorCode.BAD_ARGUMENT, id="surrogate class"),
         pytest.param({"payload": math.nan}, ErrorCode.BAD_PAYLOAD, id="NaN"),
         pytest.param({"payload": {"x": [1, math.inf]}}, ErrorCode.BAD_PAYLOAD, id="Infinity"),
         pytest.param({"payload": -math.inf}, ErrorCode.BAD_PAYLOAD, id="-Infinity"),
@@ -202,7 +205,9 @@ def test_dlq_list_at_the_bound_pages_as_usual(backend: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["x" * 256, "a\x00b", "\x00"], ids=["256 characters", "NUL inside", "only NUL"]
+    "name",
+    ["x" * 256, "a\x00b", "\x00", "a\ud800"],
+    ids=["256 characters", "NUL inside", "only NUL", "lone surrogate"],
 )
 def test_a_flow_node_name_past_the_column_or_with_nul_is_bad_flow(backend: str, name: str) -> None:
     children = [{"name": "first"}, {"name": name, "depends_on": ["first"]}]
