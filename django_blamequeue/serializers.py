@@ -19,6 +19,7 @@ from kombu.serialization import registry
 
 from django_blamequeue.conf import content_type_of, get_settings
 from django_blamequeue.exceptions import ErrorCode, QueueError
+from django_blamequeue.validation import MAX_JSON_DEPTH, deeper_than
 
 __all__ = ["Encoded", "accepted_content_types", "decode", "encode", "encode_many", "size_of"]
 
@@ -99,6 +100,7 @@ def _encode(obj: Any, name: str, configured: int, max_bytes: int | None) -> Enco
     encoded = Encoded(content_type, content_encoding, bytes(body))
     if content_type == _JSON:
         _refuse_non_json_numbers(encoded.body, type(obj).__name__)
+        _refuse_deep_nesting(encoded.body, obj)
     _check_size(encoded, configured, max_bytes)
     return encoded
 
@@ -124,6 +126,20 @@ def _refuse_non_json_numbers(body: bytes, kind: str) -> None:
         json.loads(body, parse_constant=refuse)
     except (ValueError, RecursionError) as exc:  # pragma: no cover - the encoder wrote it
         raise QueueError(ErrorCode.BAD_PAYLOAD, f"payload is not JSON: {exc}") from exc
+
+
+def _refuse_deep_nesting(body: bytes, obj: Any) -> None:
+    """Past ``MAX_JSON_DEPTH`` levels a reader deeper in its own stack (a view, a worker)
+    might fail to decode what a shallow caller encoded: refuse it here, deterministically.
+
+    A body with no more brackets than the limit cannot nest deeper, so only large ones are
+    walked."""
+    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
+        return
+    if deeper_than(obj, MAX_JSON_DEPTH):
+        raise QueueError(
+            ErrorCode.BAD_PAYLOAD, f"payload nests deeper than {MAX_JSON_DEPTH} levels"
+        )
 
 
 def decode(content_type: str, content_encoding: str, body: bytes) -> Any:

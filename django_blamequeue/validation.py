@@ -29,7 +29,8 @@ MAX_CONCURRENCY = 1000
 #: The shortest schedule interval (timedeltas count microseconds). One shorter than
 #: ``SWEEP_INTERVAL`` fires once per sweep: missed fires coalesce.
 MIN_INTERVAL = 0.001
-#: The deepest nesting a stored JSON document (a schedule's payload) may have.
+#: The deepest nesting of a JSON payload or schedule payload: a reader decodes it whatever
+#: its own stack depth (Python's parser recurses per level, up to ~1,000 from the top).
 MAX_JSON_DEPTH = 100
 #: How much of a refused value a message quotes.
 SHOWN = 60
@@ -176,7 +177,8 @@ def run_at(value: object) -> datetime | None:
             ErrorCode.BAD_ARGUMENT,
             f"run_at must be between {EARLIEST:%Y-%m-%d} and 100 years from now, not {value!r}",
         )
-    return value
+    # The same instant in UTC: PostgreSQL refuses offsets past ±15:59, Python has up to ±23:59.
+    return value.astimezone(UTC)
 
 
 def optional_text(value: object, what: str, limit: int) -> str | None:
@@ -203,27 +205,41 @@ def interval(value: object) -> float:
     return number
 
 
+def deeper_than(value: object, limit: int) -> bool:
+    """Whether lists, tuples and dicts in ``value`` nest more than ``limit`` levels. Walks
+    without recursion, so a hostile depth costs no stack."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list | tuple):
+            if depth == limit:
+                return True
+            stack.extend((inner, depth + 1) for inner in item)
+    return False
+
+
 def json_problem(value: object) -> str | None:
     """Why ``value`` cannot be stored as a JSON document every engine reads back (None if it
     can): NaN and ±Infinity are not JSON, PostgreSQL's ``jsonb`` refuses NUL in strings, and
     nesting is capped at ``MAX_JSON_DEPTH``. Walks without recursion, so depth costs no stack.
     """
-    stack: list[tuple[object, int]] = [(value, 0)]
+    if deeper_than(value, MAX_JSON_DEPTH):
+        return f"is nested deeper than {MAX_JSON_DEPTH} levels"
+    stack: list[object] = [value]
     while stack:
-        item, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            return f"is nested deeper than {MAX_JSON_DEPTH} levels"
+        item = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
             return f"holds {item!r}, which JSON has no number for"
         if isinstance(item, str) and not storable(item):
             return "holds a string with NUL or a lone surrogate, which PostgreSQL cannot store"
         if isinstance(item, dict):
-            for key, inner in item.items():
-                if isinstance(key, str) and not storable(key):
-                    return "holds a key with NUL or a lone surrogate, which PostgreSQL cannot store"
-                stack.append((inner, depth + 1))
+            if not all(storable(k) for k in item if isinstance(k, str)):
+                return "holds a key with NUL or a lone surrogate, which PostgreSQL cannot store"
+            stack.extend(item.values())
         elif isinstance(item, list | tuple):
-            stack.extend((inner, depth + 1) for inner in item)
+            stack.extend(item)
     return None
 
 

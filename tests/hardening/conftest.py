@@ -3,6 +3,7 @@ leaves every table as it was; the ``backend`` fixture runs a test on SQLite and 
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -35,3 +36,22 @@ def refused(
         call(*args, **kwargs)
     assert tables(backend) == before, f"{call.__name__} wrote rows before refusing"
     return caught.value.code
+
+
+#: The fuzz suite's outcomes: (property, backend) → outcome ("ok" or an error code) → count.
+FIGURES: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+
+
+def record(prop: str, backend: str, outcome: str) -> None:
+    FIGURES[(prop, backend)][outcome] += 1
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The fuzz figures, so a run shows how much was accepted and refused, and why."""
+    if not FIGURES:
+        return
+    terminalreporter.section("blamequeue fuzz figures")
+    for (prop, backend), counts in sorted(FIGURES.items()):
+        total = sum(counts.values())
+        parts = ", ".join(f"{name} {n}" for name, n in counts.most_common())
+        terminalreporter.write_line(f"{prop:<13} {backend:<9} {total:>4} calls: {parts}")
