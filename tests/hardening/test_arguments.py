@@ -112,6 +112,15 @@ def test_a_run_at_inside_the_bounds_reads_back(backend: str) -> None:
     assert abs(info.available_at - far) < timedelta(seconds=1)
 
 
+@pytest.mark.parametrize("hours", [16, -23, 23])
+def test_a_run_at_with_any_utc_offset_is_stored_as_the_same_instant(
+    backend: str, hours: int
+) -> None:
+    when = datetime(2030, 6, 1, 12, tzinfo=timezone(timedelta(hours=hours, minutes=59)))
+    job_id = queue.enqueue("q", 1, run_at=when, backend=backend).job_id
+    assert queue.get_job(job_id, backend=backend).available_at == when  # type: ignore[union-attr]
+
+
 def test_a_flow_child_delay_past_the_bound_refuses_the_whole_flow(backend: str) -> None:
     children = [{"name": "a"}, {"name": "b", "depends_on": ["a"], "delay": 1e12}]
     code = refused(queue.enqueue_flow, "q", children, backend=backend)
@@ -165,6 +174,12 @@ def test_enqueue_refuses_what_no_engine_stores_and_writes_nothing(
     args = {"queue_name": "q", "payload": 1, **kwargs}
     name, payload = args.pop("queue_name"), args.pop("payload")
     assert refused(queue.enqueue, name, payload, backend=backend, **args) == code
+
+
+def test_a_payload_nests_at_most_100_levels(backend: str) -> None:
+    assert refused(queue.enqueue, "q", deep(101), backend=backend) == ErrorCode.BAD_PAYLOAD
+    job_id = queue.enqueue("q", deep(100), backend=backend).job_id
+    assert queue.get_job(job_id, backend=backend).payload == deep(100)  # type: ignore[union-attr]
 
 
 def test_a_batch_with_one_nan_payload_writes_none_of_the_batch(backend: str) -> None:
