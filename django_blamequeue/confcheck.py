@@ -28,7 +28,7 @@ from django_blamequeue.conf import (
     Where,
     content_type_of,
 )
-from django_blamequeue.validation import MAX_SECONDS, MIN_INTERVAL, json_problem
+from django_blamequeue.validation import MAX_INT, MAX_SECONDS, MIN_INTERVAL, json_problem
 
 __all__ = ["cron_error", "validate"]
 
@@ -404,6 +404,11 @@ def _is_zone(name: object) -> bool:
     return True
 
 
+_SECONDS = f"seconds > 0 (at most {MAX_SECONDS:,})"
+_SECONDS_0 = f"seconds >= 0 (at most {MAX_SECONDS:,})"
+_COUNT_1 = f"an int from 1 to {MAX_INT:,}"
+_COUNT_0 = f"an int from 0 to {MAX_INT:,}"
+
 #: sqs options that are numbers: key -> (validates, what it should be); a failure is E012.
 _SQS_NUMBERS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "MAX_RECEIVE_COUNT": (lambda v: _is_int(v) and 1 <= v <= 1000, "an int from 1 to 1000"),
@@ -412,17 +417,18 @@ _SQS_NUMBERS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
 }
 _NUMERIC_OPTIONS = frozenset(_SQS_NUMBERS)
 
-#: key -> (validates, what it should be); a failure is E012.
+#: key -> (validates, what it should be); a failure is E012. Seconds and counts stop where the
+#: API's arguments do (``validation.MAX_SECONDS``, ``MAX_INT``): every engine stores them.
 _SCALARS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
-    "DEFAULT_LEASE": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
-    "DEFAULT_MAX_ATTEMPTS": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
-    "MAX_STALLED_COUNT": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
-    "BACKOFF_BASE": (lambda v: _is_number(v) and v >= 0, "seconds >= 0"),
-    "BACKOFF_MAX": (lambda v: _is_number(v) and v >= 0, "seconds >= 0"),
+    "DEFAULT_LEASE": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
+    "DEFAULT_MAX_ATTEMPTS": (lambda v: _is_int(v) and 1 <= v <= MAX_INT, _COUNT_1),
+    "MAX_STALLED_COUNT": (lambda v: _is_int(v) and 0 <= v <= MAX_INT, _COUNT_0),
+    "BACKOFF_BASE": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
+    "BACKOFF_MAX": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
     "BACKOFF_JITTER": (lambda v: isinstance(v, bool), "True or False"),
-    "PROGRESS_THROTTLE": (lambda v: _is_number(v) and v >= 0, "seconds >= 0"),
-    "SWEEP_INTERVAL": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
-    "FLOW_SWEEP_INTERVAL": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
-    "SHUTDOWN_GRACE": (lambda v: _is_number(v) and v >= 0, "seconds >= 0"),
+    "PROGRESS_THROTTLE": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
+    "SWEEP_INTERVAL": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
+    "FLOW_SWEEP_INTERVAL": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
+    "SHUTDOWN_GRACE": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
     "MAX_FLOW_DEPTH": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
 }

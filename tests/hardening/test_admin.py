@@ -3,14 +3,12 @@ never a 500; purge says what it deletes."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from django_blamequeue.confcheck import validate
 from django_blamequeue.models import Job, Schedule
 from django_blamequeue.validation import MAX_SECONDS
 from tests.admin.conftest import staff
@@ -92,26 +90,6 @@ def test_schedule_rows_saved_before_the_bounds_still_list_and_open(admin: Client
     assert admin.get(SCHEDULES).status_code == 200
     for s in (tiny, huge):
         assert admin.get(f"{SCHEDULES}{s.pk}/change/").status_code == 200
-
-
-@pytest.mark.parametrize(
-    ("entry", "says"),
-    [
-        ({"job": "a.b", "interval": 1e-9}, '"interval" is 1e-09'),
-        ({"job": "a.b", "interval": 1e308}, '"interval" is 1e+308'),
-        ({"job": "a.b", "interval": 60, "payload": {"x": math.nan}}, '"payload" holds nan'),
-        (
-            {"job": "a.b", "interval": 60, "payload": "a\x00"},
-            '"payload" holds a string with NUL or a lone surrogate',
-        ),
-    ],
-)
-def test_settings_schedules_are_checked_with_the_same_bounds(
-    entry: dict[str, Any], says: str
-) -> None:
-    found = validate({"SCHEDULES": {"s": entry}}, databases={"default": {}})
-    assert {p.id for p in found} == {"E011"}
-    assert any(says in p.message for p in found), found
 
 
 # -- the DLQ and purge ---------------------------------------------------------------------
