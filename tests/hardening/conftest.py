@@ -27,15 +27,16 @@ def tables(backend: str = "default") -> dict[str, int]:
     return {model.__name__: model.objects.using(db).count() for model in TABLES}
 
 
-def refused(
-    call: Callable[..., Any], *args: Any, backend: str = "default", **kwargs: Any
-) -> ErrorCode:
-    """Run ``call``; it must raise ``QueueError`` and write nothing. Answers the code."""
+def refused(backend: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> ErrorCode:
+    """Run ``call(*args, backend=backend, **kwargs)``; it must raise ``QueueError`` and write
+    nothing to the backend's database. Answers the code."""
     before = tables(backend)
-    with pytest.raises(QueueError) as caught:
-        call(*args, **kwargs)
-    assert tables(backend) == before, f"{call.__name__} wrote rows before refusing"
-    return caught.value.code
+    try:
+        call(*args, backend=backend, **kwargs)
+    except QueueError as exc:
+        assert tables(backend) == before, f"{call.__name__}{args!r:.60}: wrote, then refused"
+        return exc.code
+    pytest.fail(f"{call.__name__}{args!r:.60} {kwargs!r:.60}: accepted, not refused")
 
 
 #: The fuzz suite's outcomes: (property, backend) → outcome ("ok" or an error code) → count.
