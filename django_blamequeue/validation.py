@@ -4,7 +4,8 @@ The bounds are what every engine can store and read back: integers fit PostgreSQ
 ``integer`` (32-bit), times stay within ``MAX_SECONDS`` (100 years) of now — Python's
 ``datetime`` ends in year 9999 (SQLite rows, psycopg's reads) and the redis backend keeps
 times as microseconds in Lua doubles, exact until about 2255 — and text holds no NUL, which
-PostgreSQL refuses in every text column.
+PostgreSQL refuses in every text column, nor a lone surrogate, which UTF-8 cannot encode.
+docs/design.md ("Limits") lists them for users.
 """
 
 from __future__ import annotations
