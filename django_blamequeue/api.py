@@ -180,8 +180,8 @@ class Queue:
             raise QueueError(ErrorCode.INVALID_HANDLER, f"handler {handler!r} is not callable")
         options = WorkerOptions(
             queues=tuple(queues),
-            concurrency=validation.positive_int(concurrency, "concurrency"),
-            lease=validation.positive_number(lease or get_settings().default_lease, "lease"),
+            concurrency=validation.concurrency(concurrency),
+            lease=validation.seconds(lease, "lease", default=get_settings().default_lease),
             poll_interval=validation.positive_number(poll_interval, "poll_interval"),
             fast_poll=validation.positive_number(fast_poll, "fast_poll"),
             rate_limit=validation.rate_limit(rate_limit),
@@ -217,8 +217,7 @@ class Queue:
         return candidates[0], None
 
     def get_job(self, job_id: str, backend: str | None = None) -> JobInfo | None:
-        if not isinstance(job_id, str):
-            return None
+        validation.identifier(job_id)
         return self._find(job_id, backend)[1]
 
     def size(self, queue_name: str, backend: str | None = None) -> int:
@@ -235,6 +234,7 @@ class Queue:
 
     def cancel(self, job_id: str, backend: str | None = None) -> bool:
         """Waiting jobs are cancelled at once, running ones interrupted; terminal: False."""
+        validation.identifier(job_id)
         b, info = self._find(job_id, backend)
         if info is None:
             return False
@@ -258,6 +258,7 @@ class Queue:
 
     def dlq_retry(self, job_id: str, backend: str | None = None) -> bool:
         """A DLQ job back to pending with a fresh attempt budget."""
+        validation.identifier(job_id)
         b, info = self._find(job_id, backend)
         if info is None:
             return False
@@ -274,12 +275,14 @@ class Queue:
             raise QueueError(ErrorCode.DLQ_UNSUPPORTED, f"backend {b.alias!r} cannot list its DLQ")
 
     def cancel_flow(self, flow_id: str, backend: str | None = None) -> int:
+        validation.identifier(flow_id, "flow_id")
         total = 0
         for b in [get_backend(backend)] if backend else all_backends():
             total += _call(b, lambda b=b: b.cancel_flow(flow_id))  # type: ignore[misc]
         return total
 
     def flow_jobs(self, flow_id: str, backend: str | None = None) -> list[JobInfo]:
+        validation.identifier(flow_id, "flow_id")
         found: list[JobInfo] = []
         for b in [get_backend(backend)] if backend else all_backends():
             found += _call(b, lambda b=b: b.flow_jobs(flow_id), idempotent=True)  # type: ignore[misc]

@@ -34,6 +34,7 @@ from .confschema import (
     content_type_of,
 )
 from .schedules import cron_error
+from .validation import MAX_INT, MAX_SECONDS, MIN_INTERVAL, json_problem
 
 __all__ = ["validate"]
 
@@ -285,8 +286,10 @@ def _schedule_errors(entry: Mapping[str, Any]) -> list[str]:
     elif cron is not None:
         if why := cron_error(cron) if isinstance(cron, str) else "is not a str":
             errors.append(f'"cron" {cron!r} {why}')
-    elif not (_is_number(interval) and interval > 0):
-        errors.append(f'"interval" is {interval!r}; expected seconds > 0')
+    elif not (_is_number(interval) and MIN_INTERVAL <= interval <= MAX_SECONDS):
+        errors.append(f'"interval" is {interval!r}; expected {MIN_INTERVAL:g} to {MAX_SECONDS:,} s')
+    if (why := json_problem(entry.get("payload"))) is not None:
+        errors.append(f'"payload" {why}')
     tz = entry.get("timezone")
     if tz is not None and not _is_zone(tz):
         errors.append(f'"timezone" is {tz!r}, not an IANA time zone such as "Europe/Paris"')
@@ -343,6 +346,11 @@ def _is_zone(name: object) -> bool:
     return True
 
 
+_SECONDS = f"seconds > 0 (at most {MAX_SECONDS:,})"
+_SECONDS_0 = f"seconds >= 0 (at most {MAX_SECONDS:,})"
+_COUNT_1 = f"an int from 1 to {MAX_INT:,}"
+_COUNT_0 = f"an int from 0 to {MAX_INT:,}"
+
 #: sqs options that are numbers: key -> (validates, what it should be); a failure is E012.
 _SQS_NUMBERS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "MAX_RECEIVE_COUNT": (lambda v: _is_int(v) and 1 <= v <= 1000, "an int from 1 to 1000"),
@@ -351,17 +359,18 @@ _SQS_NUMBERS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
 }
 _NUMERIC_OPTIONS = frozenset(_SQS_NUMBERS)
 
-#: key -> (validates, what it should be); a failure is E012.
+#: key -> (validates, what it should be); a failure is E012. Seconds and counts stop where the
+#: API's arguments do (``validation.MAX_SECONDS``, ``MAX_INT``): every engine stores them.
 _SCALARS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
-    "DEFAULT_LEASE": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
-    "DEFAULT_MAX_ATTEMPTS": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
-    "MAX_STALLED_COUNT": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
-    "BACKOFF_BASE": (lambda v: _is_number(v) and v >= 0, "seconds >= 0"),
-    "BACKOFF_MAX": (lambda v: _is_number(v) and v >= 0, "seconds >= 0"),
+    "DEFAULT_LEASE": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
+    "DEFAULT_MAX_ATTEMPTS": (lambda v: _is_int(v) and 1 <= v <= MAX_INT, _COUNT_1),
+    "MAX_STALLED_COUNT": (lambda v: _is_int(v) and 0 <= v <= MAX_INT, _COUNT_0),
+    "BACKOFF_BASE": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
+    "BACKOFF_MAX": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
     "BACKOFF_JITTER": (lambda v: isinstance(v, bool), "True or False"),
-    "PROGRESS_THROTTLE": (lambda v: _is_number(v) and v >= 0, "seconds >= 0"),
-    "SWEEP_INTERVAL": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
-    "FLOW_SWEEP_INTERVAL": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
-    "SHUTDOWN_GRACE": (lambda v: _is_number(v) and v >= 0, "seconds >= 0"),
+    "PROGRESS_THROTTLE": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
+    "SWEEP_INTERVAL": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
+    "FLOW_SWEEP_INTERVAL": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
+    "SHUTDOWN_GRACE": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
     "MAX_FLOW_DEPTH": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
 }

@@ -13,6 +13,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from . import validation
 from .exceptions import ErrorCode, QueueError
 
 if TYPE_CHECKING:
@@ -75,11 +76,10 @@ class JobContext:
                 ErrorCode.EXTEND_LEASE_UNSUPPORTED,
                 f"backend {self.backend.alias!r} cannot extend a lease",
             )
-        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
-            raise QueueError(ErrorCode.BAD_ARGUMENT, "extend_lease needs a positive number")
-        ok = self.backend.extend_lease(self.job_id, self.token, float(seconds))
+        held = validation.seconds(seconds, "extend_lease seconds")
+        ok = self.backend.extend_lease(self.job_id, self.token, held)
         if ok and self.on_extend is not None:
-            self.on_extend(float(seconds))
+            self.on_extend(held)
         return ok
 
 

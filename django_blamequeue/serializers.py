@@ -7,6 +7,7 @@ a refused payload leaves no trace in any backend.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from kombu.serialization import registry
 
 from django_blamequeue.conf import content_type_of, get_settings
 from django_blamequeue.exceptions import ErrorCode, QueueError
+from django_blamequeue.validation import MAX_JSON_DEPTH, deeper_than
 
 __all__ = ["Encoded", "accepted_content_types", "decode", "encode", "encode_many", "size_of"]
 
@@ -25,6 +27,7 @@ __all__ = ["Encoded", "accepted_content_types", "decode", "encode", "encode_many
 _dumps: Callable[..., tuple[str, str, str | bytes]] = _kombu_dumps
 _loads: Callable[..., Any] = _kombu_loads
 _BINARY = frozenset({"binary", "ascii-8bit"})
+_JSON = "application/json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +98,48 @@ def _encode(obj: Any, name: str, configured: int, max_bytes: int | None) -> Enco
     if isinstance(body, str):
         body = body.encode("utf-8" if content_encoding in _BINARY else content_encoding)
     encoded = Encoded(content_type, content_encoding, bytes(body))
+    if content_type == _JSON:
+        _refuse_non_json_numbers(encoded.body, type(obj).__name__)
+        _refuse_deep_nesting(encoded.body, obj)
     _check_size(encoded, configured, max_bytes)
     return encoded
+
+
+def _refuse_non_json_numbers(body: bytes, kind: str) -> None:
+    """NaN and ±Infinity are not JSON (RFC 8259): Python's encoder writes them anyway, and
+    strict readers — PostgreSQL's ``jsonb``, most other languages — refuse what it wrote.
+
+    Only a body that contains the words is parsed again, so an ordinary payload costs two
+    substring searches.
+    """
+    if b"NaN" not in body and b"Infinity" not in body:
+        return
+
+    def refuse(constant: str) -> Any:
+        raise QueueError(
+            ErrorCode.BAD_PAYLOAD,
+            f"cannot encode a {kind} payload as JSON: it holds {constant}, which JSON has no "
+            "number for (send None or a string instead)",
+        )
+
+    try:
+        json.loads(body, parse_constant=refuse)
+    except (ValueError, RecursionError) as exc:  # pragma: no cover - the encoder wrote it
+        raise QueueError(ErrorCode.BAD_PAYLOAD, f"payload is not JSON: {exc}") from exc
+
+
+def _refuse_deep_nesting(body: bytes, obj: Any) -> None:
+    """Past ``MAX_JSON_DEPTH`` levels a reader deeper in its own stack (a view, a worker)
+    might fail to decode what a shallow caller encoded: refuse it here, deterministically.
+
+    A body with no more brackets than the limit cannot nest deeper, so only large ones are
+    walked."""
+    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
+        return
+    if deeper_than(obj, MAX_JSON_DEPTH):
+        raise QueueError(
+            ErrorCode.BAD_PAYLOAD, f"payload nests deeper than {MAX_JSON_DEPTH} levels"
+        )
 
 
 def decode(content_type: str, content_encoding: str, body: bytes) -> Any:

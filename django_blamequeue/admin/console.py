@@ -22,7 +22,7 @@ from ..backends import all_backends
 from ..backends.base import Backend
 from ..exceptions import QueueError
 from ..records import QueueStats
-from ..validation import queue_name
+from ..validation import identifier, queue_name
 from . import display, operations
 from .base import PURGE, RETRY, VIEW, VIEW_AUDIT, allowed, backend_or_404, require
 from .flows import flow_page
@@ -65,8 +65,19 @@ def breaker_of(backend: Backend) -> str:
 def _int(value: str | None, default: int = 0) -> int:
     try:
         return max(0, int(value or default))
-    except ValueError:
+    except ValueError:  # not digits, or more of them than int() reads
         return default
+
+
+def _job_ids(values: list[str]) -> list[str]:
+    """The strings of a form that can be job ids; others name no job, so they are dropped."""
+    found = []
+    for value in values:
+        try:
+            found.append(identifier(value))
+        except QueueError:
+            continue
+    return found
 
 
 def _queue_name(value: str | None) -> str | None:
@@ -226,12 +237,12 @@ class Console:
                 queue=q,
                 unsupported=True,
             )
-        page = max(1, _int(request.GET.get("page"), 1))
         total = queue.dlq_size(q, backend=backend.alias)
+        last = max(1, -(-total // DLQ_PER_PAGE))
+        page = min(max(1, _int(request.GET.get("page"), 1)), last)  # ?page=10**20: the last
         jobs = queue.dlq_list(
             q, limit=DLQ_PER_PAGE, offset=(page - 1) * DLQ_PER_PAGE, backend=backend.alias
         )
-        last = max(1, -(-total // DLQ_PER_PAGE))
 
         def page_url(n: int) -> str:
             return _url("dlq", backend=backend.alias, queue=q, page=n)
@@ -312,7 +323,7 @@ def _dlq_retry(request: HttpRequest) -> HttpResponse:
     if target is None:
         return HttpResponseBadRequest("not a queue name")
     backend, q = target
-    ids = request.POST.getlist("job_id")[: operations.MAX_SELECTED]
+    ids = _job_ids(request.POST.getlist("job_id")[: operations.MAX_SELECTED])
     found = [queue.get_job(i, backend=backend.alias) for i in ids]
     rows = [(j.job_id, j.queue) for j in found if j is not None]
     if not rows:
@@ -388,7 +399,8 @@ def _purge(request: HttpRequest, console: Console) -> HttpResponse:
         queue=q,
         question=f"Delete all {count:,} waiting job(s) of queue “{q}” on backend "
         f"“{backend.alias}” ({pending:,} pending, {blocked:,} blocked)? Running and finished "
-        "jobs are kept. This cannot be undone.",
+        "jobs are kept. Jobs that arrive before you confirm are waiting too, and are deleted "
+        "with them: the count after the purge says how many went. This cannot be undone.",
         action_url=_url("purge"),
         button=f"Yes, delete {count:,} job(s)",
         cancel_url=_url("overview"),

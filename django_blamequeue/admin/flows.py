@@ -11,8 +11,10 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from ..backends import all_backends
+from ..exceptions import QueueError
 from ..models import FlowDependency, Job
 from ..records import JobInfo
+from ..validation import identifier
 from . import graph
 from .base import backend_or_404
 from .display import STATE_STYLES, STATES, relative, state_badge
@@ -28,6 +30,10 @@ TABLE_ROWS = 200
 def flow_page(console: Console, request: HttpRequest, flow_id: str) -> HttpResponse:
     wanted = request.GET.get("backend")
     alias = backend_or_404(wanted).alias if wanted else None
+    try:
+        identifier(flow_id, "flow_id")
+    except QueueError:  # NUL, too long: no flow has such an id
+        raise Http404("no such flow") from None
     jobs = flow_nodes(flow_id, alias)
     if not jobs:
         raise Http404(f"no flow {flow_id!r}")

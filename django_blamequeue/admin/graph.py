@@ -6,7 +6,10 @@ tree or a mix lay out the same way: columns by longest path from the roots, rows
 the average row of their predecessors. A column with more than ``MAX_PER_COLUMN`` jobs is
 drawn as groups (one box per job name — or one for the column if the names are all
 different — with the state mix as a bar) whose members are listed
-page by page below the graph — 10,000 children stay one readable box.
+page by page below the graph — 10,000 children stay one readable box. A graph deeper than
+``MAX_COLUMNS`` keeps its first and last ``EDGE_COLUMNS`` columns and folds the ones between
+into spans of consecutive columns, one group each ("steps 4–628") — a 10,000-step chain is 20
+boxes wide, not 2.7 million pixels.
 
 Every label, id and URL is escaped by ``format_html``; nothing from a payload is drawn.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -24,6 +28,10 @@ from ..records import JobInfo
 from .display import STATES, style_of
 
 MAX_PER_COLUMN = 40
+#: The most columns a graph draws; deeper graphs fold their middle columns into spans.
+MAX_COLUMNS = 20
+#: Columns kept as they are at each end of a folded graph.
+EDGE_COLUMNS = 3
 #: A grouped column shows at most this many groups (one per job name), else one group.
 MAX_GROUPS = 8
 NODE_W, NODE_H = 200, 46
@@ -120,28 +128,15 @@ def build(
     owner: dict[str, str] = {}  # job id -> node key
     layout: list[list[Node]] = []
     groups = 0
-    for c in sorted(by_column):
-        members = by_column[c]
-        col: list[Node] = []
-        if len(members) <= MAX_PER_COLUMN:
-            for j in members:
-                col.append(Node(j.job_id, job_label(j), j.state, url_for(j.job_id)))
-                owner[j.job_id] = j.job_id
-        else:
-            by_name: dict[str, list[JobInfo]] = defaultdict(list)
-            for j in members:
-                by_name[j.name].append(j)
-            if len(by_name) > MAX_GROUPS:  # every node named apart: one group for the column
-                by_name = {"": members}
-            for name, group in sorted(by_name.items()):
-                counts = Counter(j.state for j in group)
-                state = next((s for s in URGENCY if counts.get(s)), group[0].state)
-                key = f"group:{groups}"
-                short_name = name.rsplit(".", 1)[-1] or "jobs"
-                label = f"{short_name} ×{len(group):,}"
-                col.append(Node(key, label, state, group_url(groups), members=group, counts=counts))
-                owner.update((j.job_id, key) for j in group)
-                groups += 1
+    for first, last in spans(max(by_column, default=-1) + 1):
+        members = [j for c in range(first, last + 1) for j in by_column[c]]
+        col = _column(first, last, members, groups, url_for, group_url)
+        for node in col:
+            if node.is_group:
+                owner.update((j.job_id, node.key) for j in node.members)
+            else:  # a single job's node is keyed by its id
+                owner[node.key] = node.key
+        groups += sum(1 for node in col if node.is_group)
         layout.append(col)
 
     between = {
@@ -158,6 +153,51 @@ def build(
             node.y = PAD + offset + r * (NODE_H + GAP_Y)
     width = PAD * 2 + len(layout) * (NODE_W + GAP_X) - (GAP_X if layout else 0)
     return Graph([n for col in layout for n in col], merged, int(width), int(height))
+
+
+def _column(
+    first: int,
+    last: int,
+    members: list[JobInfo],
+    groups: int,
+    url_for: Callable[[str], str],
+    group_url: Callable[[int], str],
+) -> list[Node]:
+    """The nodes of one drawn column (columns ``first``–``last``); groups are numbered from
+    ``groups`` on."""
+    if first != last:  # a folded stretch of a deep graph: one group
+        label = f"steps {first + 1:,}–{last + 1:,} ×{len(members):,}"
+        return [_group(groups, label, members, group_url)]
+    if len(members) <= MAX_PER_COLUMN:
+        return [Node(j.job_id, job_label(j), j.state, url_for(j.job_id)) for j in members]
+    by_name: dict[str, list[JobInfo]] = defaultdict(list)
+    for j in members:
+        by_name[j.name].append(j)
+    if len(by_name) > MAX_GROUPS:  # every node named apart: one group for the column
+        by_name = {"": members}
+    return [
+        _group(groups + i, f"{name.rsplit('.', 1)[-1] or 'jobs'} ×{len(group):,}", group, group_url)
+        for i, (name, group) in enumerate(sorted(by_name.items()))
+    ]
+
+
+def _group(n: int, label: str, members: list[JobInfo], group_url: Callable[[int], str]) -> Node:
+    counts = Counter(j.state for j in members)
+    state = next((s for s in URGENCY if counts.get(s)), members[0].state)
+    return Node(f"group:{n}", label, state, group_url(n), members=members, counts=counts)
+
+
+def spans(count: int) -> list[tuple[int, int]]:
+    """The columns drawn, as (first, last) column numbers: one each up to ``MAX_COLUMNS``;
+    past it the first and last ``EDGE_COLUMNS`` alone and the rest in stretches whose sizes
+    differ by one at most."""
+    if count <= MAX_COLUMNS:
+        return [(c, c) for c in range(count)]
+    start, end = EDGE_COLUMNS, count - EDGE_COLUMNS  # the folded columns: [start, end)
+    slots = MAX_COLUMNS - 2 * EDGE_COLUMNS
+    cuts = [start + i * (end - start) // slots for i in range(slots + 1)]
+    middle = [(a, b - 1) for a, b in pairwise(cuts)]
+    return [(c, c) for c in range(start)] + middle + [(c, c) for c in range(end, count)]
 
 
 def _order(layout: list[list[Node]], edges: Sequence[Edge]) -> None:

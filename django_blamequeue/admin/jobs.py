@@ -22,7 +22,9 @@ from django.views.decorators.http import require_POST
 
 from ..api import queue
 from ..core.states import TERMINAL
+from ..exceptions import ErrorCode, QueueError
 from ..models import AuditEvent, Job
+from ..records import JobInfo
 from . import display, operations
 from .base import (
     CANCEL,
@@ -217,10 +219,7 @@ class JobAdmin(ReadOnlyAdmin):
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         require(request, VIEW)
-        wanted = request.GET.get("backend")
-        info = queue.get_job(object_id, backend=backend_or_404(wanted).alias if wanted else None)
-        if info is None:
-            raise Http404(f"no job {object_id!r}")
+        info = job_or_404(object_id, request.GET.get("backend"))
         trail = list(
             AuditEvent.objects.using(backend_database(info.backend))
             .filter(job_id=info.job_id)
@@ -273,16 +272,28 @@ class JobAdmin(ReadOnlyAdmin):
 @require_POST
 def _cancel(request: HttpRequest, object_id: str) -> HttpResponse:
     require(request, CANCEL)
-    wanted = request.POST.get("backend")
-    info = queue.get_job(object_id, backend=backend_or_404(wanted).alias if wanted else None)
-    if info is None:
-        raise Http404(f"no job {object_id!r}")
+    info = job_or_404(object_id, request.POST.get("backend"))
     backend = backend_or_404(info.backend)
     if operations.cancel(request, backend, [(info.job_id, info.queue)]):
         messages.success(request, f"Job {info.job_id} cancelled (or told to stop if running).")
     else:
         messages.warning(request, f"Job {info.job_id} is {info.state}: nothing to cancel.")
     return HttpResponseRedirect(url("change", info.job_id, backend=info.backend))
+
+
+def job_or_404(object_id: str, wanted: str | None) -> JobInfo:
+    """The job a URL names, on the backend a query names (any backend when None); 404 for
+    an id that is no job, including one that cannot be an id at all (NUL, too long)."""
+    alias = backend_or_404(wanted).alias if wanted else None
+    try:
+        info = queue.get_job(object_id, backend=alias)
+    except QueueError as exc:
+        if exc.code != ErrorCode.BAD_ARGUMENT:
+            raise
+        info = None
+    if info is None:
+        raise Http404("no such job")
+    return info
 
 
 def selected_backend_of(job: Job) -> str | None:

@@ -14,11 +14,13 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.db import router, transaction
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from .. import audit, registry, schedules
+from .. import audit, registry, schedules, validation
+from ..exceptions import QueueError
 from ..models import Schedule
 from ..schedules import cron_error
 from . import display
@@ -28,7 +30,29 @@ ADMIN_SCHEDULE = audit.ADMIN_PREFIX + "schedule."
 RULE_FIELDS = ("cron", "interval", "timezone")
 
 
+class PayloadField(forms.JSONField):
+    """JSON as every engine stores it: no NaN/Infinity, no NUL, nesting capped, and text that
+    is not JSON (or too deep to parse) is a form error, never a crash."""
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            converted = super().to_python(value)
+        except (ValueError, RecursionError):  # past int()'s digit limit, or too deep
+            raise forms.ValidationError("Enter a valid JSON.", code="invalid") from None
+        if (why := validation.json_problem(converted)) is not None:
+            raise forms.ValidationError(f"The payload {why}.", code="invalid")
+        return converted
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            return super().bound_data(data, initial)
+        except (ValueError, RecursionError):
+            return InvalidJSONInput(data)
+
+
 class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
+    payload = PayloadField(required=False)
+
     class Meta:
         model = Schedule
         fields = (
@@ -69,9 +93,14 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def clean_interval(self) -> float | None:
         interval = self.cleaned_data.get("interval")
-        if interval is not None and interval <= 0:
-            raise forms.ValidationError("seconds > 0")
-        return interval
+        if interval is None:
+            return None
+        try:
+            return validation.interval(interval)
+        except QueueError:
+            raise forms.ValidationError(
+                f"seconds from {validation.MIN_INTERVAL:g} to {validation.MAX_SECONDS:,}"
+            ) from None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -86,15 +115,19 @@ def _tabs(request: HttpRequest) -> dict[str, Any]:
 
 
 def upcoming(s: Schedule, now: datetime, count: int = 3) -> list[datetime]:
-    """The next fire times from now; an interval counts from its last fire."""
-    return schedules.upcoming(
-        cron=s.cron,
-        interval=s.interval,
-        tz=s.timezone,
-        last_fired=s.last_fired_at,
-        now=now,
-        count=count,
-    )
+    """The next fire times from now; an interval counts from its last fire. A row whose rule
+    cannot be computed (saved before its interval was bounded) has none, not an error page."""
+    try:
+        return schedules.upcoming(
+            cron=s.cron,
+            interval=s.interval,
+            tz=s.timezone,
+            last_fired=s.last_fired_at,
+            now=now,
+            count=count,
+        )
+    except (ArithmeticError, ValueError):  # ZeroDivisionError, OverflowError, bad cron
+        return []
 
 
 @admin.register(Schedule)

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..exceptions import ErrorCode, QueueError
+from ..validation import MAX_KEY, shown, storable
 
 CHILD_KEYS = frozenset(
     {
@@ -21,6 +22,8 @@ CHILD_KEYS = frozenset(
         "delay",
     }
 )
+#: A cycle's message spells at most this many names: the first ones, "…", the last ones.
+CYCLE_SHOWN = 12
 
 
 def validate_dag(children: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -36,29 +39,36 @@ def validate_dag(children: Sequence[Mapping[str, Any]]) -> list[str]:
             raise QueueError(ErrorCode.BAD_FLOW, f"child #{index} is not a dict")
         unknown = set(child) - CHILD_KEYS
         if unknown:
-            raise QueueError(
-                ErrorCode.BAD_FLOW, f"child #{index} has unknown keys: {', '.join(sorted(unknown))}"
-            )
+            keys = ", ".join(sorted(shown(k) for k in unknown)[:5])
+            raise QueueError(ErrorCode.BAD_FLOW, f"child #{index} has unknown keys: {keys}")
         name = child.get("name")
         if not isinstance(name, str) or not name.strip():
             raise QueueError(ErrorCode.BAD_FLOW, f"child #{index} needs a non-empty 'name'")
+        if len(name) > MAX_KEY or not storable(name):
+            raise QueueError(
+                ErrorCode.BAD_FLOW,
+                f"child #{index}: a name is at most {MAX_KEY} characters without NUL or a lone "
+                f"surrogate, not {shown(name)}",
+            )
         if name in deps:
-            raise QueueError(ErrorCode.BAD_FLOW, f"child name {name!r} is used twice")
+            raise QueueError(ErrorCode.BAD_FLOW, f"child name {shown(name)} is used twice")
         depends_on = child.get("depends_on", [])
         if not isinstance(depends_on, list | tuple) or not all(
             isinstance(d, str) for d in depends_on
         ):
             raise QueueError(
-                ErrorCode.BAD_FLOW, f"child {name!r}: 'depends_on' must be a list of child names"
+                ErrorCode.BAD_FLOW,
+                f"child {shown(name)}: 'depends_on' must be a list of child names",
             )
         if len(set(depends_on)) != len(depends_on):
-            raise QueueError(ErrorCode.BAD_FLOW, f"child {name!r} lists a dependency twice")
+            raise QueueError(ErrorCode.BAD_FLOW, f"child {shown(name)} lists a dependency twice")
         deps[name] = list(depends_on)
     for name, wanted in deps.items():
         for dep in wanted:
             if dep not in deps:
                 raise QueueError(
-                    ErrorCode.FLOW_UNKNOWN_DEP, f"child {name!r} depends on unknown child {dep!r}"
+                    ErrorCode.FLOW_UNKNOWN_DEP,
+                    f"child {shown(name)} depends on unknown child {shown(dep)}",
                 )
     return _topological(deps)
 
@@ -80,7 +90,7 @@ def _topological(deps: Mapping[str, list[str]]) -> list[str]:
                 nxt = deps[node][i]
                 if state.get(nxt) == 1:
                     cycle = [*path[path.index(nxt) :], nxt]
-                    raise QueueError(ErrorCode.FLOW_CYCLE, "cycle: " + " → ".join(cycle))
+                    raise QueueError(ErrorCode.FLOW_CYCLE, "cycle: " + spell_cycle(cycle))
                 if state.get(nxt) is None:
                     state[nxt] = 1
                     path.append(nxt)
@@ -91,3 +101,14 @@ def _topological(deps: Mapping[str, list[str]]) -> list[str]:
                 state[node] = 2
                 order.append(node)
     return order
+
+
+def spell_cycle(cycle: Sequence[str]) -> str:
+    """``a → b → a``; a long cycle keeps its first and last names around an elision, so the
+    message stays short whatever the flow's size (each name cut to 40 characters)."""
+    names = [n if len(n) <= 40 else f"{n[:39]}…" for n in cycle]
+    if len(names) <= CYCLE_SHOWN:
+        return " → ".join(names)
+    head, tail = names[: CYCLE_SHOWN // 2], names[-(CYCLE_SHOWN // 2) :]
+    hidden = len(names) - len(head) - len(tail)
+    return " → ".join([*head, f"… {hidden:,} more …", *tail]) + f" ({len(cycle) - 1:,} nodes)"

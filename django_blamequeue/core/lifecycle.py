@@ -76,9 +76,39 @@ class BadJob:
 Outcome = Succeeded | Raised | TimedOut | Cancelled | Released | BadJob | FannedOut
 
 
+#: The longest description ``describe`` answers (characters); the traceback keeps the rest.
+DESCRIBE_LIMIT = 4096
+
+
 def describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """``Type: message`` for the job's error, at most ``DESCRIBE_LIMIT`` characters.
+
+    Never raises: it runs on the worker's main loop, and an exception is the handler's own
+    object. When ``str(exc)`` raises, its ``repr`` stands in; when that raises too, the type
+    alone, marked as unprintable.
+    """
+    name = _type_name(exc)
+    try:
+        text = str(exc)
+    except BaseException:  # any failure of a handler's __str__
+        try:
+            text = f"(str() failed) {exc!r}"
+        except BaseException:
+            text = "(str() and repr() failed)"
+    if not isinstance(text, str):  # pragma: no cover - str() answers a str or raises
+        text = ""
+    described = f"{name}: {text}" if text else name
+    if len(described) <= DESCRIBE_LIMIT:
+        return described
+    cut = len(described) - DESCRIBE_LIMIT + 40
+    return f"{described[: DESCRIBE_LIMIT - 40]}… [{cut:,} more characters]"
+
+
+def _type_name(exc: BaseException) -> str:
+    try:
+        return str(type(exc).__name__)
+    except BaseException:  # a metaclass may do anything
+        return "Exception"
 
 
 def format_traceback(exc: BaseException) -> str:

@@ -63,7 +63,12 @@ def test_purge_touches_only_its_queue(backend: str, engine: Backend) -> None:
 def test_get_job_answers_none_for_an_unknown_id(backend: str) -> None:
     assert queue.get_job("01ZZZZZZZZZZZZZZZZZZZZZZZZ", backend=backend) is None
     assert queue.get_job("not-an-id", backend=backend) is None
-    assert queue.get_job(12345, backend=backend) is None  # type: ignore[arg-type]
+
+
+def test_get_job_refuses_an_id_that_is_not_a_string(backend: str) -> None:
+    with pytest.raises(QueueError) as caught:
+        queue.get_job(12345, backend=backend)  # type: ignore[arg-type]
+    assert caught.value.code == ErrorCode.BAD_ARGUMENT
 
 
 def test_list_backends_names_each_configured_backend() -> None:

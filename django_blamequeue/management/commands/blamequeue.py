@@ -192,9 +192,9 @@ class Command(BaseCommand):
                 "(or --payload null for none)"
             )
         try:
-            payload = json.loads(options["payload"])
-        except json.JSONDecodeError as exc:
-            raise CommandError(f"--payload is not JSON: {exc}") from exc
+            payload = json.loads(options["payload"], parse_constant=_not_json)
+        except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, huge ints
+            raise CommandError(f"--payload is not JSON: {_short(exc)}") from exc
         job = queue.enqueue(
             options["queue"] or definition.queue,
             payload,
@@ -295,3 +295,13 @@ def _schedules(count: int) -> list[ScheduleView]:
             )
         )
     return views
+
+
+def _not_json(constant: str) -> Any:
+    """``json.loads`` reads NaN and Infinity; JSON has no such numbers."""
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else f"{text[:199]}…"

@@ -18,7 +18,7 @@ from ...conf import get_settings
 from ...console import ProgressLine, banner, worker_identity
 from ...exceptions import QueueError
 from ...sweeper import Sweeper, services_for
-from ...validation import parse_rate_limit
+from ...validation import MAX_SECONDS, parse_rate_limit
 
 
 def positive_int(text: str) -> int:
@@ -36,8 +36,8 @@ def positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise ArgumentTypeError(f"expected a positive number, not {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise ArgumentTypeError(f"expected a positive number, not {text!r}")
+    if not 0 < value <= MAX_SECONDS:  # also NaN and inf
+        raise ArgumentTypeError(f"expected seconds > 0 and ≤ {MAX_SECONDS:,}, not {text!r}")
     return value
 
 
