@@ -35,11 +35,11 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django_blamequeue.core.dag import CHILD_KEYS
 from pytest_django import Settings as SettingsWrapper
 
 from django_blamequeue import registry
 from django_blamequeue.confcheck import validate
+from django_blamequeue.core.dag import CHILD_KEYS
 
 from .blocks import DIRECTIVES, JOB_ID, ROOT, Block, blocks, pages, same_output
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
-from django_blamequeue.core.dag import validate_dag
 
 from django_blamequeue import ErrorCode, queue
 from django_blamequeue.admin import graph
+from django_blamequeue.core.dag import validate_dag
 from django_blamequeue.exceptions import QueueError
 from tests.admin.test_graph import job
 
