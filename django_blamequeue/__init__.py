@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import ErrorCode, QueueError, Unrecoverable
+from .exceptions import ErrorCode, QueueError, Snooze, Unrecoverable
 
 __all__ = [
     "Child",
@@ -12,7 +12,10 @@ __all__ = [
     "ErrorCode",
     "JobInfo",
     "QueueError",
+    "QueueLimits",
+    "Snooze",
     "Unrecoverable",
+    "WorkerInfo",
     "current_job",
     "flow",
     "job",
@@ -22,6 +25,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .api import queue
     from .context import current_job
+    from .controls import QueueLimits, WorkerInfo
     from .fanout import Child, flow
     from .records import EnqueuedJob, JobInfo
     from .registry import job
@@ -34,6 +38,8 @@ _LAZY = {
     "Child": ("fanout", "Child"),
     "JobInfo": ("records", "JobInfo"),
     "EnqueuedJob": ("records", "EnqueuedJob"),
+    "QueueLimits": ("controls", "QueueLimits"),
+    "WorkerInfo": ("controls", "WorkerInfo"),
 }
 
 

@@ -16,6 +16,7 @@ from . import audit, enqueueing, registry, tracing, validation
 from .backends import all_backends, get_backend
 from .backends.base import Backend
 from .conf import get_settings
+from .controlplane import ControlPlane
 from .core import ids
 from .core.dag import validate_dag
 from .exceptions import ErrorCode, QueueError
@@ -30,7 +31,7 @@ def _call[T](backend: Backend, fn: Callable[[], T], *, idempotent: bool = False)
     return backend.resilience.call(fn, idempotent=idempotent)
 
 
-class Queue:
+class Queue(ControlPlane):
     """The public API; use the module-level ``queue`` instance."""
 
     def __init__(self) -> None:
@@ -52,8 +53,10 @@ class Queue:
         trace_id: str | None = None,
         dedupe_key: str | None = None,
         backend: str | None = None,
+        concurrency_key: str | None = None,
     ) -> EnqueuedJob:
-        """Store one job; inside ``transaction.atomic()`` it commits or rolls back with it."""
+        """Store one job; inside ``transaction.atomic()`` it commits or rolls back with it.
+        ``concurrency_key``: the key of the queue's per-key limits (docs/control.md)."""
         return self.enqueue_many(
             queue_name,
             [payload],
@@ -66,6 +69,7 @@ class Queue:
             trace_id=trace_id,
             dedupe_key=dedupe_key,
             backend=backend,
+            concurrency_key=concurrency_key,
         )[0]
 
     def enqueue_many(
@@ -83,8 +87,11 @@ class Queue:
         dedupe_key: str | None = None,
         dedupe_keys: Sequence[str | None] | None = None,
         backend: str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_keys: Sequence[str | None] | None = None,
     ) -> list[EnqueuedJob]:
-        """Store many jobs of one queue in one statement batch (all or none)."""
+        """Store many jobs of one queue in one statement batch (all or none);
+        ``concurrency_keys``: one per payload."""
         return enqueueing.enqueue_many(
             queue_name,
             payloads,
@@ -99,6 +106,8 @@ class Queue:
             dedupe_key=dedupe_key,
             dedupe_keys=dedupe_keys,
             backend=backend,
+            concurrency_key=concurrency_key,
+            concurrency_keys=concurrency_keys,
         )
 
     def enqueue_flow(

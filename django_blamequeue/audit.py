@@ -41,11 +41,25 @@ RELEASE = "system.queue.release"
 STALLED = "system.queue.stalled"
 LOCK_LOST = "system.queue.lock_lost"
 PRUNE = "system.queue.prune"
+PAUSE = "system.queue.pause"
+RESUME = "system.queue.resume"
+LIMITS = "system.queue.limits"
+SNOOZE = "system.queue.snooze"
+NO_HANDLER = "system.queue.no_handler"  # handed back: this worker has no handler for it
 ADMIN_PREFIX = "system.queue.admin."
 
 #: The happy path of every job: recorded as rows only with ``AUDIT = "all"``.
 HIGH_VOLUME = frozenset(
-    {ENQUEUE, CONSUME_START, CONSUME_SUCCESS, PROGRESS, LEASE_EXTENDED, RELEASE, FLOW_REPORT}
+    {
+        ENQUEUE,
+        CONSUME_START,
+        CONSUME_SUCCESS,
+        PROGRESS,
+        LEASE_EXTENDED,
+        RELEASE,
+        FLOW_REPORT,
+        NO_HANDLER,
+    }
 )
 
 
@@ -117,6 +131,12 @@ def ack_events(
         return [Event(action=CONSUME_SUCCESS, data={"name": name}, **base)] if happy else []
     if state == "cancelled":
         return [Event(action=CANCEL, data={"name": name, "while": "running"}, **base)]
+    if state == "pending" and t.snoozed:
+        return [Event(action=SNOOZE, data={"name": name, "seconds": t.delay}, **base)]
+    reason = t.reason.value if t.reason else None
+    if state == "pending" and t.give_back_attempt and reason == "no_handler":
+        event = Event(action=NO_HANDLER, data={"name": name, "retry_in": t.delay}, **base)
+        return [event] if happy else []
     if state == "pending" and t.give_back_attempt:
         return [Event(action=RELEASE, data={"name": name}, **base)] if happy else []
     data = {"name": name, "error": t.error, "reason": t.reason.value if t.reason else None}

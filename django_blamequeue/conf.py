@@ -24,6 +24,7 @@ from .confschema import (
     Where,
     content_type_of,
 )
+from .controls import QueueLimits
 from .exceptions import ErrorCode, QueueError
 
 __all__ = [
@@ -82,6 +83,10 @@ class Settings:
     flow_sweep_interval: float = 30.0
     shutdown_grace: float = 30.0
     max_flow_depth: int = 5
+    #: ``QUEUES``: each queue's default limits (a live ``set_limits`` replaces them).
+    queues: Mapping[str, QueueLimits] = field(default_factory=_frozen)
+    max_snoozes: int = 1000
+    missing_handler_timeout: float = 7 * _DAY
 
 
 _UNSET: Any = object()
@@ -216,10 +221,26 @@ def _build(raw: Mapping[str, Any]) -> Settings:
     if "accept_content" in kwargs:
         kwargs["accept_content"] = tuple(kwargs["accept_content"])
     schedules = raw.get("SCHEDULES", {})
+    queues = raw.get("QUEUES", {})
     return Settings(
         backends=MappingProxyType({a: _backend(a, e) for a, e in backends.items()}),
         schedules=MappingProxyType({n: _frozen(e) for n, e in schedules.items()}),
+        queues=MappingProxyType({q: _limits(e) for q, e in queues.items()}),
         **kwargs,
+    )
+
+
+def _limits(entry: Mapping[str, Any]) -> QueueLimits:
+    """A validated ``QUEUES`` entry as ``QueueLimits`` (rates as ``(int, float)``)."""
+
+    def rate(value: Any) -> tuple[int, float] | None:
+        return None if value is None else (int(value[0]), float(value[1]))
+
+    return QueueLimits(
+        concurrency=entry.get("CONCURRENCY"),
+        key_concurrency=entry.get("KEY_CONCURRENCY"),
+        rate_limit=rate(entry.get("RATE_LIMIT")),
+        key_rate_limit=rate(entry.get("KEY_RATE_LIMIT")),
     )
 
 
@@ -253,6 +274,8 @@ _PLAIN_KEYS = (
     "FLOW_SWEEP_INTERVAL",
     "SHUTDOWN_GRACE",
     "MAX_FLOW_DEPTH",
+    "MAX_SNOOZES",
+    "MISSING_HANDLER_TIMEOUT",
 )
 _FLOAT_FIELDS = (
     "default_lease",
@@ -266,6 +289,7 @@ _FLOAT_FIELDS = (
     "sweep_interval",
     "flow_sweep_interval",
     "shutdown_grace",
+    "missing_handler_timeout",
 )
 
 

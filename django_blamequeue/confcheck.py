@@ -23,6 +23,7 @@ from .confschema import (
     AUDIT_LEVELS,
     BACKEND_DEFAULTS,
     PROTOCOLS,
+    QUEUE_KEYS,
     RETENTION_KEYS,
     SCHEDULE_KEYS,
     SETTINGS_WHERE,
@@ -33,8 +34,9 @@ from .confschema import (
     Where,
     content_type_of,
 )
+from .exceptions import QueueError
 from .schedules import cron_error
-from .validation import MAX_INT, MAX_SECONDS, MIN_INTERVAL, json_problem
+from .validation import MAX_INT, MAX_SECONDS, MIN_INTERVAL, json_problem, limits
 
 __all__ = ["validate"]
 
@@ -59,6 +61,7 @@ def validate(
     validator.scalars(raw)
     validator.retention(raw.get("RETENTION", {}))
     validator.schedules(raw.get("SCHEDULES", {}))
+    validator.queues(raw.get("QUEUES", {}))
     return validator.found
 
 
@@ -271,6 +274,34 @@ class _Validator:
                 for why in _schedule_errors(entry):
                     self.add("E011", f"{at}: {why}", _HINT_SCHEDULE)
 
+    def queues(self, queues: object) -> None:
+        """E013: ``QUEUES`` maps queue names to their default limits."""
+        hint = (
+            'For example {"emails": {"CONCURRENCY": 10, "KEY_CONCURRENCY": 1, '
+            '"RATE_LIMIT": (100, 60), "KEY_RATE_LIMIT": (5, 1)}}.'
+        )
+        if not isinstance(queues, Mapping):
+            self.add("E013", f"{self.where('QUEUES')} is {queues!r}; expected a dict", hint)
+            return
+        for name, entry in queues.items():
+            at = self.where("QUEUES", name)
+            if not isinstance(name, str) or not name.strip():
+                self.add("E013", f"{at}: a queue name must be a non-empty str", hint)
+            elif not isinstance(entry, Mapping):
+                self.add("E013", f"{at} must be a dict, not {_kind(entry)}", hint)
+            else:
+                for key in entry:
+                    if key not in QUEUE_KEYS:
+                        why = f"{key!r} is not a queue key.{_closest(key, QUEUE_KEYS)}"
+                        self.add("E013", f"{at}: {why}", "Known keys: " + ", ".join(QUEUE_KEYS))
+                for key in QUEUE_KEYS:
+                    try:
+                        limits(**{key.lower(): entry.get(key)})
+                    except QueueError:
+                        expected = _RATE if key.endswith("RATE_LIMIT") else _COUNT_1
+                        message = f'{at}["{key}"] is {entry[key]!r}; expected {expected} or None'
+                        self.add("E013", message, hint)
+
 
 def _schedule_errors(entry: Mapping[str, Any]) -> list[str]:
     errors = [
@@ -350,6 +381,7 @@ _SECONDS = f"seconds > 0 (at most {MAX_SECONDS:,})"
 _SECONDS_0 = f"seconds >= 0 (at most {MAX_SECONDS:,})"
 _COUNT_1 = f"an int from 1 to {MAX_INT:,}"
 _COUNT_0 = f"an int from 0 to {MAX_INT:,}"
+_RATE = f"(max, per_seconds): max {_COUNT_1}, per_seconds {_SECONDS}"
 
 #: sqs options that are numbers: key -> (validates, what it should be); a failure is E012.
 _SQS_NUMBERS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
@@ -373,4 +405,6 @@ _SCALARS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "FLOW_SWEEP_INTERVAL": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
     "SHUTDOWN_GRACE": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
     "MAX_FLOW_DEPTH": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+    "MAX_SNOOZES": (lambda v: _is_int(v) and 0 <= v <= MAX_INT, _COUNT_0),
+    "MISSING_HANDLER_TIMEOUT": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
 }

@@ -102,7 +102,12 @@ TOP_KEYS = (
     "FLOW_SWEEP_INTERVAL",
     "SHUTDOWN_GRACE",
     "MAX_FLOW_DEPTH",
+    "QUEUES",
+    "MAX_SNOOZES",
+    "MISSING_HANDLER_TIMEOUT",
 )
+#: Keys of a ``QUEUES`` entry: the default limits of that queue (docs/control.md).
+QUEUE_KEYS = ("CONCURRENCY", "KEY_CONCURRENCY", "RATE_LIMIT", "KEY_RATE_LIMIT")
 RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT")
 AUDIT_LEVELS = ("all", "operations", "off")
 SCHEDULE_KEYS = ("job", "cron", "interval", "timezone", "payload", "queue", "enabled", "backend")

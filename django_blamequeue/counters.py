@@ -20,13 +20,28 @@ class Counters:
     released: int = 0
     lock_lost: int = 0
     timed_out: int = 0
+    snoozed: int = 0
+    handed_back: int = 0  # jobs without a handler here, handed back (no attempt spent)
     started_at: float = field(default_factory=time.monotonic)
 
-    def count(self, ok: bool, state: State | None, *, released: bool = False) -> None:
+    def count(
+        self,
+        ok: bool,
+        state: State | None,
+        *,
+        released: bool = False,
+        snoozed: bool = False,
+        handed_back: bool = False,
+    ) -> None:
         """One acked attempt: ``ok`` False is a refused ack (another worker took it over);
-        ``released`` says a pending answer gave the attempt back (a graceful release)."""
+        ``released`` says a pending answer gave the attempt back (a graceful release),
+        ``snoozed`` / ``handed_back`` say why when it was a snooze or a hand-back."""
         if not ok:
             self.lock_lost += 1
+        elif state == State.PENDING and snoozed:
+            self.snoozed += 1
+        elif state == State.PENDING and handed_back:
+            self.handed_back += 1
         elif state == State.DONE:
             self.done += 1
         elif state == State.FAILED:

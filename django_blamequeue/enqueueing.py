@@ -45,8 +45,12 @@ def new_jobs(
     trace_id: Any,
     dedupe_keys: Sequence[Any],
     job_ids: Sequence[str | None] | None = None,
+    concurrency_keys: Sequence[Any] | None = None,
 ) -> list[NewJob]:
-    """Validated jobs of one queue; what they share is checked once, not per payload."""
+    """Validated jobs of one queue; what they share is checked once, not per payload.
+
+    A job's concurrency key is the caller's, else its ``@job``'s ``concurrency_key`` (a
+    string, or a callable of the payload)."""
     if max_attempts is None:
         max_attempts = (definition.max_attempts if definition else None) or (
             get_settings().default_max_attempts
@@ -68,6 +72,7 @@ def new_jobs(
         or (ctx.trace_id if ctx and ctx.trace_id else None)
     )
     flow = definition.flow if definition is not None else None
+    keys = _concurrency_keys(payloads, concurrency_keys, definition)
     jobs = []
     for i, payload in enumerate(encode_many(payloads)):
         new = NewJob(
@@ -75,6 +80,7 @@ def new_jobs(
             payload=payload,
             trace_id=shared_trace or os.urandom(16).hex(),  # uuid4().hex's shape, cheaper
             dedupe_key=validation.optional_text(dedupe_keys[i], "dedupe_key", 255),
+            concurrency_key=keys[i],
             **common,
         )
         if flow is not None:
@@ -83,6 +89,29 @@ def new_jobs(
             )
         jobs.append(new)
     return jobs
+
+
+def _concurrency_keys(
+    payloads: Sequence[Any],
+    given: Sequence[Any] | None,
+    definition: JobDefinition | None,
+) -> list[str | None]:
+    """Each payload's validated concurrency key (the caller's, else the ``@job``'s)."""
+    default = definition.concurrency_key if definition is not None else None
+    keys: list[str | None] = []
+    for i, payload in enumerate(payloads):
+        key = given[i] if given is not None else None
+        if key is None and default is not None:
+            try:
+                key = default(payload) if callable(default) else default
+            except Exception as exc:
+                raise QueueError(
+                    ErrorCode.BAD_ARGUMENT,
+                    f"the concurrency_key of @job {definition.name!r} raised "  # type: ignore[union-attr]
+                    f"{type(exc).__name__}: {exc}",
+                ) from exc
+        keys.append(validation.concurrency_key(key))
+    return keys
 
 
 def new_job(
@@ -99,6 +128,7 @@ def new_job(
     trace_id: Any = None,
     dedupe_key: Any = None,
     job_id: str | None = None,
+    concurrency_key: Any = None,
 ) -> NewJob:
     """One validated job (the arguments as for ``new_jobs``)."""
     return new_jobs(
@@ -114,6 +144,7 @@ def new_job(
         trace_id=trace_id,
         dedupe_keys=[dedupe_key],
         job_ids=[job_id],
+        concurrency_keys=[concurrency_key],
     )[0]
 
 
@@ -132,6 +163,8 @@ def enqueue_many(
     dedupe_key: str | None = None,
     dedupe_keys: Sequence[str | None] | None = None,
     backend: str | None = None,
+    concurrency_key: str | None = None,
+    concurrency_keys: Sequence[str | None] | None = None,
 ) -> list[EnqueuedJob]:
     """Store many jobs of one queue in one statement batch (all or none)."""
     if isinstance(payloads, str | bytes | Mapping) or not isinstance(payloads, Iterable):
@@ -139,6 +172,12 @@ def enqueue_many(
     items = list(payloads)
     if dedupe_keys is not None and len(dedupe_keys) != len(items):
         raise QueueError(ErrorCode.BAD_ARGUMENT, "dedupe_keys must match payloads in length")
+    if concurrency_keys is not None and (
+        isinstance(concurrency_keys, str) or len(concurrency_keys) != len(items)
+    ):
+        raise QueueError(
+            ErrorCode.BAD_ARGUMENT, "concurrency_keys must be a list matching payloads in length"
+        )
     target = get_backend(backend)
     if not items:
         return []
@@ -156,6 +195,9 @@ def enqueue_many(
             classification=classification,
             trace_id=trace_id,
             dedupe_keys=dedupe_keys if dedupe_keys is not None else [dedupe_key] * len(items),
+            concurrency_keys=concurrency_keys
+            if concurrency_keys is not None
+            else [concurrency_key] * len(items),
         )
         flows = [  # a @flow's root: audited as a flow enqueue, with the insert
             audit.Event(
@@ -174,7 +216,7 @@ def enqueue_many(
 
 
 def enqueue(queue_name: str, payload: Any = None, **options: Any) -> EnqueuedJob:
-    """One job; ``options`` as for ``enqueue_many`` (``dedupe_key``, not ``dedupe_keys``)."""
+    """One job; ``options`` as for ``enqueue_many`` (``dedupe_key``, ``concurrency_key``)."""
     return enqueue_many(queue_name, [payload], **options)[0]
 
 

@@ -26,6 +26,7 @@ class ErrorCode(StrEnum):
     FLOW_CYCLE = "FLOW_CYCLE"
     FLOW_UNKNOWN_DEP = "FLOW_UNKNOWN_DEP"
     BAD_ARGUMENT = "BAD_ARGUMENT"
+    BAD_LIMIT = "BAD_LIMIT"
 
 
 class QueueError(Exception):
@@ -46,6 +47,18 @@ class QueueError(Exception):
 
 class Unrecoverable(Exception):
     """Raised by a handler to skip the remaining attempts: the job goes to the DLQ now."""
+
+
+class Snooze(Exception):
+    """Raised by a handler: run this job again after ``seconds``, without spending an attempt.
+
+    The job goes back to ``pending`` (audited as a snooze, counted in ``JobInfo.snoozes``);
+    past ``MAX_SNOOZES`` snoozes it fails instead, so a job cannot snooze forever.
+    """
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+        super().__init__(f"snooze for {seconds!r} s")
 
 
 class JobInterrupted(BaseException):

@@ -78,8 +78,10 @@ def flow(
     timeout: float | None = None,
     backend: str | None = None,
     priority: int = 0,
+    concurrency_key: str | Callable[[Any], str | None] | None = None,
 ) -> Callable[[type], type]:
-    """Register a class with ``fan_out(payload)`` and ``collect(payload, state)`` as a flow."""
+    """Register a class with ``fan_out(payload)`` and ``collect(payload, state)`` as a flow
+    (``concurrency_key`` as for ``@job``: the parent's key)."""
     if on_child_failure not in ("fail", "continue"):
         raise QueueError(ErrorCode.BAD_FLOW, 'on_child_failure must be "fail" or "continue"')
 
@@ -106,6 +108,7 @@ def flow(
             backend=backend,
             priority=priority,
             flow=spec,
+            concurrency_key=concurrency_key,
         )
         cls.definition = definition  # type: ignore[attr-defined]
         cls.enqueue = staticmethod(definition.enqueue)  # type: ignore[attr-defined]

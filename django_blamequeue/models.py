@@ -86,6 +86,9 @@ class JobFields(models.Model):
     )  # on_child_failure: fail|continue
     parent_backend = models.CharField(max_length=100, null=True, blank=True)  # where reports go
     flow_depth = models.PositiveSmallIntegerField(default=0)
+    # The key of the queue's per-key limits (key_concurrency, key_rate_limit); docs/control.md.
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    snoozes = models.PositiveIntegerField(default=0)  # times the handler raised Snooze
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -135,6 +138,23 @@ class Job(JobFields):
             models.Index("flow_id", name="bq_job_flow", condition=Q(flow_id__isnull=False)),
             models.Index("parent_id", name="bq_job_parent", condition=Q(parent_id__isnull=False)),
             models.Index("trace_id", name="bq_job_trace", condition=Q(trace_id__isnull=False)),
+            # Limited claims: jobs in flight per queue and key (counted under the queue's
+            # control-row lock), and the pending jobs of one key in claim order.
+            models.Index(
+                "queue",
+                "concurrency_key",
+                name="bq_job_inflight_key",
+                condition=Q(state="inflight"),
+            ),
+            models.Index(
+                "queue",
+                "concurrency_key",
+                models.F("priority").desc(),
+                "available_at",
+                "id",
+                name="bq_job_key_claim",
+                condition=Q(state="pending") & Q(concurrency_key__isnull=False),
+            ),
         ]
         constraints = [
             # At most one non-terminal job per (queue, dedupe_key).
@@ -185,6 +205,12 @@ class SqsJob(JobFields):
             models.Index("flow_id", name="bq_sqs_flow", condition=Q(flow_id__isnull=False)),
             models.Index("parent_id", name="bq_sqs_parent", condition=Q(parent_id__isnull=False)),
             models.Index("trace_id", name="bq_sqs_trace", condition=Q(trace_id__isnull=False)),
+            models.Index(
+                "queue",
+                "concurrency_key",
+                name="bq_sqs_inflight_key",
+                condition=Q(state="inflight"),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -321,3 +347,92 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class QueueControl(models.Model):
+    """A queue's control state on one backend whose jobs are rows (local, the SQS ledger):
+    paused or not, and its live limits. A claim of a limited queue locks this row, so every
+    worker's claims of it are serialised and count the jobs in flight afresh (docs/control.md).
+
+    ``has_limits``: ``set_limits`` stored limits (the settings' defaults no longer apply);
+    ``limited``: one of them is set, or the queue is paused — what the unlimited claim checks,
+    so a worker whose cached state is stale never claims past a new pause or limit.
+    """
+
+    backend = models.CharField(max_length=100)
+    queue = models.CharField(max_length=200)
+    paused = models.BooleanField(default=False)
+    reason = models.TextField(blank=True, default="")
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=150, null=True, blank=True)
+    has_limits = models.BooleanField(default=False)
+    limited = models.BooleanField(default=False)
+    concurrency = models.PositiveIntegerField(null=True, blank=True)
+    key_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    rate_max = models.PositiveIntegerField(null=True, blank=True)
+    rate_per = models.FloatField(null=True, blank=True)
+    key_rate_max = models.PositiveIntegerField(null=True, blank=True)
+    key_rate_per = models.FloatField(null=True, blank=True)
+    key_cursor = models.CharField(max_length=255, null=True, blank=True)  # round robin of keys
+    version = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "blamequeue_queue_control"
+        default_permissions = ()
+        permissions = [
+            ("pause_queue", "Can pause and resume queues"),
+            ("change_queue_limits", "Can change queue limits"),
+        ]
+        constraints = [models.UniqueConstraint("backend", "queue", name="bq_control_queue")]
+
+    def __str__(self) -> str:
+        return f"{self.backend}:{self.queue}"
+
+
+class RateStart(models.Model):
+    """One handler start of a rate-limited queue (``key`` "" for the queue's own window):
+    the rolling window a claim counts. Rows older than the window are deleted by the next
+    claim of the queue."""
+
+    backend = models.CharField(max_length=100)
+    queue = models.CharField(max_length=200)
+    key = models.CharField(max_length=255, default="")
+    started_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "blamequeue_rate_start"
+        default_permissions = ()
+        indexes = [models.Index("backend", "queue", "key", "started_at", name="bq_rate_window")]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.key} at {self.started_at}"
+
+
+class WorkerRecord(models.Model):
+    """A worker of the registry: written at start, refreshed by its heartbeat, marked
+    stopped when it exits; one whose heartbeat stopped is shown as gone, later pruned."""
+
+    worker_id = models.CharField(primary_key=True, max_length=100)
+    backend = models.CharField(max_length=100)
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    queues = models.JSONField(default=list)
+    concurrency = models.PositiveIntegerField(default=1)
+    running = models.JSONField(default=list)  # ids of the jobs it runs now
+    job_names = models.JSONField(default=list)  # the job names it has handlers for
+    state = models.CharField(max_length=20, default="running")
+    version = models.CharField(max_length=50, blank=True, default="")
+    done = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "blamequeue_worker"
+        default_permissions = ()
+        indexes = [models.Index("backend", "last_seen", name="bq_worker_seen")]
+
+    def __str__(self) -> str:
+        return self.worker_id

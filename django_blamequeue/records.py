@@ -36,6 +36,7 @@ class NewJob:
     flow_depth: int = 0
     blocked: bool = False  # True for a DAG child with dependencies
     depends_on: tuple[str, ...] = ()  # job ids (DAG)
+    concurrency_key: str | None = None  # the key of the queue's per-key limits
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +72,8 @@ class Claimed:
     flow_phase: str | None = None
     flow_mode: str | None = None
     flow_depth: int = 0
+    concurrency_key: str | None = None
+    snoozes: int = 0  # how often the job snoozed before this attempt
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,7 +123,8 @@ class Transition:
     error: str | None = None
     traceback: str | None = None
     reason: Reason | None = None
-    give_back_attempt: bool = False  # graceful release
+    give_back_attempt: bool = False  # graceful release, a snooze, a hand-back
+    snoozed: bool = False  # the handler raised Snooze: count it on the job
     yields_to_cancel: bool = True  # a pending cancel request turns this into CANCELLED
     children: tuple[ChildSpec, ...] = ()  # WAITING_CHILDREN: the fan-out manifest
 
@@ -218,6 +222,8 @@ class JobInfo:
     flow_key: str | None = None
     flow_phase: str | None = None
     children: Mapping[str, int] | None = None  # a flow parent's tally of children by state
+    concurrency_key: str | None = None
+    snoozes: int = 0  # how often the job snoozed (Snooze): no attempt spent for those
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,6 +30,8 @@ class JobDefinition:
     backend: str | None = None
     priority: int = 0
     flow: Any = None  # a flow.FlowSpec for @flow classes
+    #: The key of the queue's per-key limits: a string, or a callable of the payload.
+    concurrency_key: str | Callable[[Any], str | None] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -43,6 +45,16 @@ class JobDefinition:
         options.setdefault("priority", self.priority)
         return enqueueing.enqueue_many(
             self.queue, payloads, definition=self, name=self.name, **options
+        )
+
+
+def _check_key(concurrency_key: object) -> None:
+    if concurrency_key is None or callable(concurrency_key):
+        return
+    if not isinstance(concurrency_key, str) or not concurrency_key:
+        raise QueueError(
+            ErrorCode.INVALID_HANDLER,
+            "concurrency_key must be a non-empty string or a callable of the payload",
         )
 
 
@@ -76,6 +88,7 @@ def job(
     retryable: RetryPredicate | None = None,
     backend: str | None = None,
     priority: int = 0,
+    concurrency_key: str | Callable[[Any], str | None] | None = None,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -88,9 +101,13 @@ def job(
     retryable: RetryPredicate | None = None,
     backend: str | None = None,
     priority: int = 0,
+    concurrency_key: str | Callable[[Any], str | None] | None = None,
 ) -> Any:
-    """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``)."""
+    """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``).
+    ``concurrency_key``: the key of the queue's per-key limits for each run, a string or a
+    callable of the payload (``enqueue(concurrency_key=...)`` overrides it)."""
     _check(queue, max_attempts, timeout, retryable)
+    _check_key(concurrency_key)
 
     def register(f: Callable[..., Any]) -> JobDefinition:
         return register_definition(
@@ -102,6 +119,7 @@ def job(
             retryable=retryable,
             backend=backend,
             priority=priority,
+            concurrency_key=concurrency_key,
         )
 
     return register(func) if func is not None else register
@@ -118,8 +136,10 @@ def register_definition(
     backend: str | None,
     priority: int,
     flow: Any = None,
+    concurrency_key: str | Callable[[Any], str | None] | None = None,
 ) -> JobDefinition:
     _check(queue, max_attempts, timeout, retryable)
+    _check_key(concurrency_key)
     if not callable(f):
         raise QueueError(ErrorCode.INVALID_HANDLER, f"{f!r} is not callable")
     definition = JobDefinition(
@@ -132,6 +152,7 @@ def register_definition(
         backend=backend,
         priority=priority,
         flow=flow,
+        concurrency_key=concurrency_key,
     )
     with _lock:
         old = _registry.get(definition.name)

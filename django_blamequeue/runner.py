@@ -19,11 +19,12 @@ from . import registry, tracing
 from .conf import get_settings
 from .context import JobContext, _current
 from .core import lifecycle
-from .exceptions import JobInterrupted, QueueError
+from .exceptions import ErrorCode, JobInterrupted, QueueError, Snooze
 from .fanout import build_children
 from .interrupt import Guard
 from .records import Claimed, Transition
 from .serializers import decode, encode
+from .validation import MAX_SECONDS
 
 logger = logging.getLogger("django_blamequeue.worker")
 
@@ -119,6 +120,8 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
         result = call()
     except JobInterrupted:
         raise
+    except Snooze as exc:
+        return snoozed(exc)
     except BaseException as exc:  # a handler's SystemExit must not kill the worker
         return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
     try:
@@ -145,11 +148,30 @@ def _flow_phase(run: Run, spec: Any, payload: Any) -> lifecycle.Outcome:
         )
     except JobInterrupted:
         raise
+    except Snooze as exc:
+        return snoozed(exc)
     except QueueError as exc:
         return lifecycle.BadJob(f"fan-out refused: {exc}")
     except BaseException as exc:
         return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
     return lifecycle.FannedOut(children)
+
+
+def snoozed(exc: Snooze) -> lifecycle.Outcome:
+    """``Snooze(seconds)`` as an outcome; seconds that are not a number from 0 to 100 years
+    make it an error of the handler's (retried or dead-lettered like any other)."""
+    seconds = exc.seconds
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 <= seconds <= MAX_SECONDS
+    ):
+        bad = QueueError(
+            ErrorCode.BAD_ARGUMENT,
+            f"Snooze seconds must be a number from 0 to {MAX_SECONDS:,}, not {seconds!r}",
+        )
+        return lifecycle.Raised(bad, lifecycle.format_traceback(exc))
+    return lifecycle.Snoozed(float(seconds))
 
 
 def transition_for(
@@ -164,9 +186,15 @@ def transition_for(
         backoff_max=settings.backoff_max,
         backoff_jitter=settings.backoff_jitter,
         retryable=definition.retryable if definition else None,
+        max_snoozes=settings.max_snoozes,
+        missing_handler_timeout=settings.missing_handler_timeout,
     )
     return lifecycle.decide(
-        outcome, attempt=claimed.attempt, max_attempts=claimed.max_attempts, policy=policy
+        outcome,
+        attempt=claimed.attempt,
+        max_attempts=claimed.max_attempts,
+        policy=policy,
+        snoozes=claimed.snoozes,
     )
 
 

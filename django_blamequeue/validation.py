@@ -14,6 +14,7 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .controls import QueueLimits
 from .exceptions import ErrorCode, QueueError
 
 MAX_QUEUE = 200
@@ -279,5 +280,82 @@ def parse_rate_limit(text: str) -> tuple[int, float]:
         raise QueueError(
             ErrorCode.BAD_RATE_LIMIT, f"expected MAX/SECONDS, not {shown(text)}"
         ) from None
+    assert parsed is not None
+    return parsed
+
+
+def concurrency_key(value: object) -> str | None:
+    """A job's concurrency key: None, or non-empty storable text of at most 255 characters
+    ("" is the queue's own rate window)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise QueueError(
+            ErrorCode.BAD_ARGUMENT,
+            f"concurrency_key must be a non-empty string or None, not {shown(value)}",
+        )
+    return optional_text(value, "concurrency_key", MAX_KEY)
+
+
+def _limit_count(value: object, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
+        raise QueueError(
+            ErrorCode.BAD_LIMIT,
+            f"{what} must be None or an int from 1 to {MAX_INT:,}, not {shown(value)}",
+        )
+    return value
+
+
+def _limit_rate(value: object, what: str) -> tuple[int, float] | None:
+    if value is None:
+        return None
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise QueueError(
+            ErrorCode.BAD_LIMIT, f"{what} must be None or (max, per_seconds), not {shown(value)}"
+        )
+    most, per = value
+    if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= MAX_INT:
+        raise QueueError(
+            ErrorCode.BAD_LIMIT,
+            f"{what} max must be an int from 1 to {MAX_INT:,}, not {shown(most)}",
+        )
+    window = _number(per)
+    if window is None or not 0 < window <= MAX_SECONDS:
+        raise QueueError(
+            ErrorCode.BAD_LIMIT,
+            f"{what} seconds must be > 0 and ≤ {MAX_SECONDS:,}, not {shown(per)}",
+        )
+    return most, window
+
+
+def limits(
+    *,
+    concurrency: object = None,
+    key_concurrency: object = None,
+    rate_limit: object = None,
+    key_rate_limit: object = None,
+) -> QueueLimits:
+    """``QueueLimits`` from ``set_limits``' arguments (or a ``QUEUES`` entry): counts are
+    None or an int from 1 to 2**31-1, rates None or ``(max, per_seconds)``; anything else is
+    ``BAD_LIMIT``."""
+    return QueueLimits(
+        concurrency=_limit_count(concurrency, "concurrency"),
+        key_concurrency=_limit_count(key_concurrency, "key_concurrency"),
+        rate_limit=_limit_rate(rate_limit, "rate_limit"),
+        key_rate_limit=_limit_rate(key_rate_limit, "key_rate_limit"),
+    )
+
+
+def parse_limit_rate(text: str) -> tuple[int, float]:
+    """``"MAX/SECONDS"`` for the ``limits`` command; ``BAD_LIMIT`` otherwise."""
+    try:
+        left, right = text.split("/", 1)
+        parsed = _limit_rate((int(left), float(right)), "rate")
+    except QueueError:
+        raise
+    except ValueError:
+        raise QueueError(ErrorCode.BAD_LIMIT, f"expected MAX/SECONDS, not {shown(text)}") from None
     assert parsed is not None
     return parsed

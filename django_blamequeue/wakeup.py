@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 _lock = threading.Lock()
 _waiters: dict[str, set[threading.Event]] = {}
+_control_epoch = 0
 
 
 def register(queues: Iterable[str], event: threading.Event) -> None:
@@ -30,3 +31,17 @@ def notify(queues: Iterable[str]) -> None:
         events = [e for q in set(queues) for e in _waiters.get(q, ())]
     for e in events:
         e.set()
+
+
+def control_changed(queues: Iterable[str]) -> None:
+    """A queue was paused, resumed or limited in this process: consumers re-read their
+    control state (``control_epoch`` moved) and wake at once."""
+    global _control_epoch
+    with _lock:
+        _control_epoch += 1
+    notify(queues)
+
+
+def control_epoch() -> int:
+    """Grows with every ``control_changed`` in this process."""
+    return _control_epoch

@@ -12,15 +12,17 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import connections
 
-from . import metrics, registry, wakeup
+from . import fleet, metrics, registry, wakeup
 from .backends.base import Backend
 from .conf import get_settings
 from .context import JobContext
+from .controlview import ControlView
 from .core import lifecycle
-from .core.states import State
+from .core.states import Reason, State
 from .counters import Counters, StartWindow
 from .exceptions import ErrorCode, QueueError, WorkerShutdown
 from .heartbeat import Heartbeat
@@ -40,6 +42,7 @@ class WorkerOptions:
     fast_poll: float = 0.05
     rate_limit: tuple[int, float] | None = None
     burst: bool = False
+    register: bool = True  # in the worker registry (queue.workers())
 
 
 class Consumer:
@@ -63,6 +66,16 @@ class Consumer:
         self._thread = threading.Thread(target=self._main, name="blamequeue-consumer", daemon=True)
         self._exited = threading.Event()
         self.pool = SlotPool(options.concurrency, handler, self._report)
+        self.control = ControlView(
+            backend, options.queues, self._settings.queues, options.poll_interval
+        )
+        self._listener: object = None
+        #: Job names this worker handed back for lack of a handler, with how often.
+        self.no_handler: dict[str, int] = {}
+        names = [fleet.ANY_NAME] if handler is not None else list(registry.registered())
+        self.registration = fleet.Registration(
+            backend, options.queues, options.concurrency, names, self._snapshot
+        )
 
     # -- control ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -94,10 +107,12 @@ class Consumer:
 
     # -- main loop -------------------------------------------------------------------------
     def _main(self) -> None:
-        listener = self.backend.listener(self.options.queues)
+        listener = self._listener = self.backend.listener(self.options.queues)
         if listener is not None:
             listener.start(self._wake)
         wakeup.register(self.options.queues, self._wake)
+        if self.options.register:
+            self.registration.start()
         try:
             self._loop(listener)
         finally:
@@ -106,8 +121,24 @@ class Consumer:
                 listener.stop()
             self.pool.stop()
             self._settle_queued()
+            if self.options.register:
+                self.registration.stop()
             self._exited.set()
             connections.close_all()
+
+    def _snapshot(self) -> fleet.Snapshot:
+        """For the registry's heartbeat thread: what runs here now."""
+        for _ in range(5):
+            try:
+                running = tuple(self._running)
+                break
+            except RuntimeError:  # the main thread changed it meanwhile: read again
+                continue
+        else:
+            running = ()
+        c = self.counters
+        state = "stopping" if self._stopping else "running"
+        return fleet.Snapshot(running=running, state=state, done=c.done, failed=c.failed)
 
     @staticmethod
     def _settle_queued() -> None:
@@ -127,6 +158,7 @@ class Consumer:
             if self._stopping and self._shutdown_step():
                 return
             self._heartbeat()
+            self.control.refresh(listener)
             claimed_full = False
             free = 0 if self._stopping else self._free_slots()
             if free > 0:
@@ -163,14 +195,19 @@ class Consumer:
             wait = self.options.poll_interval
         wait = min(wait, self._starts.next_room(now))
         wait = min(wait, self.heartbeat.next_due(self._running, now))
+        if len(self._running) < self.options.concurrency:
+            wait = min(wait, self.control.rate_wait())  # a rate window may open before a poll
         return max(wait, 0.0005)
 
     # -- claims ----------------------------------------------------------------------------
     def _claim(self, limit: int) -> int:
         assert self.backend.resilience is not None
+        queues, limits = self.control.claim_args()
+        if not queues:
+            return 0
         try:
             claimed = self.backend.resilience.call(
-                lambda: self.backend.claim(self.options.queues, limit, self.options.lease)
+                lambda: self.backend.claim(queues, limit, self.options.lease, limits=limits)
             )
         except QueueError as exc:
             self._backoff(exc)
@@ -186,10 +223,14 @@ class Consumer:
         """Ack what finished and lease up to ``limit`` more, in one transaction."""
         assert self.backend.resilience is not None
         acks = self._acks
+        queues, limits = self.control.claim_args()
+        if not queues:
+            self._flush()
+            return 0
         try:
             results, claimed = self.backend.resilience.call(
                 lambda: self.backend.apply_and_claim(
-                    acks, self.options.queues, limit, self.options.lease
+                    acks, queues, limit, self.options.lease, limits=limits
                 )
             )
         except QueueError as exc:
@@ -207,11 +248,35 @@ class Consumer:
 
     def _dispatch_all(self, claimed: list[Claimed]) -> int:
         now = time.monotonic()
-        runs = [self._dispatch(c, now) for c in claimed]
+        runs = []
+        for c in claimed:
+            definition = registry.get(c.name) if self.handler is None else None
+            if self.handler is None and definition is None:
+                self._hand_back(c, now)
+            else:
+                runs.append(self._dispatch(c, now, definition))
         self._read_flow_states(runs)
         self.pool.submit_many(runs)
         self.counters.claimed += len(claimed)
         return len(claimed)
+
+    def _hand_back(self, c: Claimed, now: float) -> None:
+        """A job this worker has no handler for (a rolling deploy): back to pending without
+        spending an attempt, for a worker that has it (lifecycle.NoHandler decides how long it
+        waits, and fails it once no worker has had a handler for MISSING_HANDLER_TIMEOUT)."""
+        claimed_at = c.lease_expires_at - timedelta(seconds=self.options.lease)
+        age = (claimed_at - c.created_at).total_seconds() if c.created_at else 0.0
+        outcome = lifecycle.NoHandler(
+            name=c.name,
+            age=max(age, 0.0),
+            known_elsewhere=self.registration.known_elsewhere(c.queue, c.name),
+            worker=self.registration.worker_id,
+        )
+        run = self._new_run(c, now, None)
+        self._ack_runs[c.job_id] = (run, transition := transition_for(c, None, outcome))
+        self._acks.append(Ack(job_id=c.job_id, token=c.token, transition=transition))
+        self.no_handler[c.name] = self.no_handler.get(c.name, 0) + 1
+        self._wake.set()  # ack it at once, not after the next poll
 
     def _read_flow_states(self, runs: list[Run]) -> None:
         """The children's state of each parent leased for ``collect``, in one read on this
@@ -227,9 +292,17 @@ class Consumer:
         for r in collects:
             r.flow_state = states.get(r.claimed.job_id)
 
-    def _dispatch(self, c: Claimed, now: float) -> Run:
+    def _dispatch(self, c: Claimed, now: float, definition: registry.JobDefinition | None) -> Run:
         """Track a claimed job as running; the caller hands the run to the pool."""
-        definition = registry.get(c.name)
+        run = self._new_run(c, now, definition)
+        run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)
+        self._running[c.job_id] = run
+        if metrics.enabled:
+            metrics.run_started(self.backend.alias, c, self.options.lease)
+        self._starts.started(now)
+        return run
+
+    def _new_run(self, c: Claimed, now: float, definition: registry.JobDefinition | None) -> Run:
         timeout = c.timeout or (definition.timeout if definition else None)
         lease = self.options.lease
         run = Run(
@@ -251,11 +324,6 @@ class Consumer:
             lease_until=now + lease,
             definition=definition,
         )
-        run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)
-        self._running[c.job_id] = run
-        if metrics.enabled:
-            metrics.run_started(self.backend.alias, c, lease)
-        self._starts.started(now)
         return run
 
     def _extended(self, run: Run, seconds: float) -> None:
@@ -264,16 +332,21 @@ class Consumer:
         run.renew_at = max(run.renew_at, run.lease_until - self.options.lease / 2)
 
     def _drained(self) -> bool:
-        """Burst mode: nothing running here, nothing to ack, nothing pending or in flight."""
+        """Burst mode: nothing running here, nothing to ack, nothing pending or in flight
+        that this worker may run: a paused queue counts as empty, and so do jobs it handed
+        back for lack of a handler."""
         if self._running or self._acks or self._finished:
             return False
         assert self.backend.resilience is not None
+        self.control.refresh(self._listener, force=True)
+        queues, _ = self.control.claim_args()
+        b = self.backend
         try:
-            queues = self.options.queues
-            left = self.backend.resilience.call(
-                lambda: self.backend.outstanding(queues), idempotent=True
-            )
-            return left == 0
+            left = b.resilience.call(lambda: b.outstanding(queues), idempotent=True)  # type: ignore[union-attr]
+            if left and self.no_handler:
+                waits = b.resilience.call(lambda: b.handler_waits(queues), idempotent=True)  # type: ignore[union-attr]
+                left -= sum(w.count for w in waits if w.name in self.no_handler)
+            return left <= 0
         except QueueError:
             return False
 
@@ -374,7 +447,13 @@ class Consumer:
                 ErrorCode.LOCK_LOST,
                 extra=_extra(run),
             )
-        self.counters.count(ok, state, released=transition.give_back_attempt)
+        self.counters.count(
+            ok,
+            state,
+            released=transition.give_back_attempt,
+            snoozed=transition.snoozed,
+            handed_back=transition.reason == Reason.NO_HANDLER,
+        )
 
     def _backoff(self, exc: Exception) -> None:
         self._error_delay = min(max(self._error_delay * 2, 0.1), 5.0)

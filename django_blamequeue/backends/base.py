@@ -9,11 +9,13 @@ changes nothing. The core reads the ``supports_*`` flags; it never branches on t
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..conf import BackendConfig
+from ..controls import ControlState, HandlerWait
+from ..core.limits import QueueLimits
 from ..records import (
     Ack,
     AckResult,
@@ -114,6 +116,9 @@ class Backend(metaclass=ABCMeta):
     #: Some jobs' messages are sent after their state commits (SQS): the relay's passes call
     #: ``send_unsent`` for what a crash left unsent.
     sends_later = False
+    #: A claim under per-key limits finds other keys' jobs behind a full key in claim order
+    #: (False on SQS: it leases among the messages SQS delivers, in SQS's order).
+    supports_key_order = True
     #: Engine errors that mean "unavailable" (mapped to ``BACKEND_UNAVAILABLE``).
     unavailable_errors: tuple[type[BaseException], ...] = ()
     #: The Django database alias that holds this backend's jobs and audit rows (the local
@@ -152,9 +157,21 @@ class Backend(metaclass=ABCMeta):
     # -- leasing -------------------------------------------------------------------------
     @abstractmethod
     def claim(
-        self, queues: Sequence[str], limit: int, lease_s: float, now: datetime | None = None
+        self,
+        queues: Sequence[str],
+        limit: int,
+        lease_s: float,
+        now: datetime | None = None,
+        *,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> list[Claimed]:
-        """Lease up to ``limit`` available jobs in one statement; attempts count here."""
+        """Lease up to ``limit`` available jobs in one statement; attempts count here.
+
+        Never from a paused queue (rule: paused). The queues named in ``limits`` are claimed
+        under their limits (rule: limits), counted by the engine across every worker: the
+        live limits stored for the queue, else those given (the settings' defaults). A queue
+        not named there is claimed unlimited, unless its stored control state says it is
+        paused or limited: then it is skipped (the worker's view of it was stale)."""
 
     @abstractmethod
     def apply_many(self, acks: Sequence[Ack], now: datetime | None = None) -> list[AckResult]:
@@ -167,6 +184,8 @@ class Backend(metaclass=ABCMeta):
         limit: int,
         lease_s: float,
         now: datetime | None = None,
+        *,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> tuple[list[AckResult], list[Claimed]]:
         """With ``supports_apply_and_claim``: ``apply_many(acks)`` and ``claim(queues, limit)``
         atomically (both or neither), so an error leaves the acks to be re-sent."""
@@ -253,6 +272,45 @@ class Backend(metaclass=ABCMeta):
     ) -> PruneReport:
         """Delete old terminal jobs (and their flow rows). ``None`` keeps that state."""
 
+    # -- the control plane ----------------------------------------------------------------
+    @abstractmethod
+    def controls(self, queues: Sequence[str] | None = None) -> dict[str, ControlState]:
+        """The stored control state of these queues (all when None); a queue never paused or
+        limited has none."""
+
+    @abstractmethod
+    def pause(
+        self, queue: str, *, reason: str = "", by: str | None = None, now: datetime | None = None
+    ) -> ControlState:
+        """No claim takes jobs of ``queue`` once this returns; in-flight jobs run on. Audited
+        with ``by`` and ``reason``; listening workers are woken to re-read it."""
+
+    @abstractmethod
+    def resume(
+        self, queue: str, *, by: str | None = None, now: datetime | None = None
+    ) -> ControlState:
+        """Claims take ``queue``'s jobs again; idle workers are woken."""
+
+    @abstractmethod
+    def set_limits(
+        self,
+        queue: str,
+        limits: QueueLimits | None,
+        *,
+        by: str | None = None,
+        now: datetime | None = None,
+    ) -> ControlState:
+        """Store ``queue``'s live limits (they replace the settings' defaults); None removes
+        them. Claims that start after this returns obey them."""
+
+    @abstractmethod
+    def handler_waits(self, queues: Sequence[str] | None = None) -> list[HandlerWait]:
+        """Pending jobs a worker handed back for lack of a handler, by queue and name."""
+
+    @abstractmethod
+    def waiting_names(self) -> dict[tuple[str, str], int]:
+        """Jobs waiting to run (pending, delayed included, and blocked) by (queue, name)."""
+
     # -- parent/child flows (only with ``supports_flows``) ----------------------------------
     def flow_state(self, parent_id: str) -> FlowState:
         """What ``collect`` sees: the tally, results and errors of a parent's children."""
@@ -332,7 +390,7 @@ class Backend(metaclass=ABCMeta):
 
     def outstanding(self, queues: Sequence[str]) -> int:
         """What a burst worker still waits for; by default pending + inflight."""
-        return sum(self.size(q) for q in queues)
+        return sum(self.size(q) for q in queues) if queues else 0
 
     def now(self) -> datetime:
         """The engine's clock (for display and for computing retention cut-offs)."""

@@ -19,6 +19,10 @@ from typing import Any
 
 logger = logging.getLogger("django_blamequeue.listen")
 
+#: Marks a message of the control channel (a queue paused, resumed or limited): NUL cannot
+#: start a queue name, which holds no NUL (validation.storable).
+CONTROL = "\x00"
+
 
 class Listener(metaclass=ABCMeta):
     #: What the warning calls the subscription.
@@ -30,6 +34,9 @@ class Listener(metaclass=ABCMeta):
         self.queues = frozenset(queues)
         self.wake = threading.Event()
         self.listening = False
+        #: Set by a control message, and at every (re)subscription (one may have been missed);
+        #: the worker clears it when it re-reads the queues' control state.
+        self.control_seen = True
         self.reconnects = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -67,9 +74,13 @@ class Listener(metaclass=ABCMeta):
                 self._handle = self._subscribe()
                 self.listening = True
                 delay = 0.1
+                self.control_seen = True  # a control message may have been missed meanwhile
                 self.wake.set()  # anything made ready while we were away: claim now
                 while not self._stop.is_set():
                     for queue in self._messages(self._handle, 1.0):
+                        if queue.startswith(CONTROL):
+                            self.control_seen = True
+                            queue = queue[len(CONTROL) :]
                         if not self.queues or queue in self.queues:
                             self.wake.set()
             except Exception as exc:

@@ -16,6 +16,7 @@ from ..exceptions import Unrecoverable
 from ..records import ChildSpec, Transition
 from ..serializers import Encoded
 from .backoff import backoff_seconds
+from .limits import handback_delay, handler_gone
 from .states import Reason, State, can_transition
 
 logger = logging.getLogger("django_blamequeue.lifecycle")
@@ -31,6 +32,8 @@ class Policy:
     backoff_max: float = 300.0
     backoff_jitter: bool = False
     retryable: RetryPredicate | None = None
+    max_snoozes: int = 1000
+    missing_handler_timeout: float = 7 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +76,28 @@ class BadJob:
     message: str
 
 
-Outcome = Succeeded | Raised | TimedOut | Cancelled | Released | BadJob | FannedOut
+@dataclass(frozen=True, slots=True)
+class Snoozed:
+    """The handler raised ``Snooze(seconds)``: run it again later, no attempt spent."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class NoHandler:
+    """This worker has no handler for the job's name (a rolling deploy: newer code enqueued
+    it, or older code a worker was not deployed with). ``age``: seconds since the job was
+    created, by the engine's clock; ``known_elsewhere``: another live worker has it."""
+
+    name: str
+    age: float
+    known_elsewhere: bool
+    worker: str = ""
+
+
+Outcome = (
+    Succeeded | Raised | TimedOut | Cancelled | Released | BadJob | FannedOut | Snoozed | NoHandler
+)
 
 
 #: The longest description ``describe`` answers (characters); the traceback keeps the rest.
@@ -144,10 +168,16 @@ def _retry_or_fail(
     return Transition(state=State.FAILED, error=error, traceback=trace, reason=reason)
 
 
-def decide(outcome: Outcome, *, attempt: int, max_attempts: int, policy: Policy) -> Transition:
+def decide(
+    outcome: Outcome, *, attempt: int, max_attempts: int, policy: Policy, snoozes: int = 0
+) -> Transition:
     """The transition for one attempt (``attempt`` is 1-based, counted at claim); always one
-    that ``states.ALLOWED`` permits from ``inflight``, the only state an ack applies to."""
-    transition = _decide(outcome, attempt=attempt, max_attempts=max_attempts, policy=policy)
+    that ``states.ALLOWED`` permits from ``inflight``, the only state an ack applies to.
+    ``snoozes``: how often the job snoozed before this attempt."""
+    if isinstance(outcome, Snoozed | NoHandler):
+        transition = _hand_back(outcome, policy=policy, snoozes=snoozes)
+    else:
+        transition = _decide(outcome, attempt=attempt, max_attempts=max_attempts, policy=policy)
     if not can_transition(State.INFLIGHT, transition.state):  # pragma: no cover - a bug here
         raise AssertionError(f"decided {transition.state} from inflight: not allowed")
     return transition
@@ -182,6 +212,46 @@ def _decide(outcome: Outcome, *, attempt: int, max_attempts: int, policy: Policy
         case BadJob(message):
             return Transition(state=State.FAILED, error=message, reason=Reason.BAD_JOB)
     raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
+
+
+def _hand_back(outcome: Snoozed | NoHandler, *, policy: Policy, snoozes: int) -> Transition:
+    """A job that did not really run: back to pending with the attempt given back, or failed
+    when it has snoozed ``max_snoozes`` times / waited ``missing_handler_timeout`` for a
+    handler no live worker has."""
+    if isinstance(outcome, Snoozed):
+        if snoozes >= policy.max_snoozes:
+            return Transition(
+                state=State.FAILED,
+                error=f"Snooze: the job snoozed {snoozes} times, the most MAX_SNOOZES allows "
+                f"({policy.max_snoozes}); it fails instead of snoozing forever",
+                reason=Reason.SNOOZED_TOO_OFTEN,
+            )
+        return Transition(
+            state=State.PENDING,
+            delay=outcome.seconds,
+            give_back_attempt=True,
+            snoozed=True,
+            reason=Reason.SNOOZED,
+        )
+    timeout = policy.missing_handler_timeout
+    if handler_gone(outcome.age, known_elsewhere=outcome.known_elsewhere, timeout=timeout):
+        return Transition(
+            state=State.FAILED,
+            error=f"no worker has a handler for job name {outcome.name!r}: the job waited "
+            f"{outcome.age / 86400:.1f} days, longer than MISSING_HANDLER_TIMEOUT "
+            f"({timeout / 86400:g} days); deploy the code that defines it, then retry the "
+            "job from the DLQ",
+            reason=Reason.NO_HANDLER,
+        )
+    where = f" on worker {outcome.worker}" if outcome.worker else ""
+    return Transition(
+        state=State.PENDING,
+        delay=handback_delay(outcome.age, known_elsewhere=outcome.known_elsewhere),
+        give_back_attempt=True,
+        error=f"no handler for job name {outcome.name!r}{where}: handed back, without "
+        "spending an attempt, for a worker that has one",
+        reason=Reason.NO_HANDLER,
+    )
 
 
 def rescue(

@@ -74,6 +74,18 @@ RULES: tuple[Rule, ...] = (
         "core.rules.settle_due",
     ),
     Rule(
+        "paused",
+        "A claim takes nothing from a paused queue (jobs already in flight finish normally).",
+        "core.rules.claims_from",
+    ),
+    Rule(
+        "limits",
+        "A claim takes at most concurrency minus the queue's jobs in flight, and at most the "
+        "rate limit's max minus the starts in its window; it skips (never stops at) a job "
+        "whose key has key_concurrency jobs in flight or key_rate_limit starts in its window.",
+        "core.limits.claimable",
+    ),
+    Rule(
         "cascade",
         "A parent that settled with children still pending, or was cancelled, cancels its "
         "unfinished children: waiting ones at once, running ones by request.",
@@ -102,6 +114,11 @@ DLQ_RETRY_RESETS: dict[str, object] = {
     "available_at": "now",
     "finished_at": None,
 }
+
+
+def claims_from(*, paused: bool) -> bool:
+    """rule: paused — may a claim take jobs of this queue?"""
+    return not paused
 
 
 def released(dependency_states: Iterable[State | None]) -> bool:

@@ -51,4 +51,7 @@ class Reason(StrEnum):
     TIMEOUT = "timeout"
     STALLED = "stalled"
     CANCELLED = "cancelled"
-    BAD_JOB = "bad_job"  # unknown name, undecodable payload, flow job on a plain handler
+    BAD_JOB = "bad_job"  # undecodable payload, flow job on a plain handler
+    SNOOZED = "snoozed"  # the handler raised Snooze: pending again, no attempt spent
+    SNOOZED_TOO_OFTEN = "snoozed_too_often"  # past MAX_SNOOZES
+    NO_HANDLER = "no_handler"  # handed back (no attempt spent), or failed once it waited too long

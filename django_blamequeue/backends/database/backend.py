@@ -9,30 +9,42 @@ ack-and-claim, the rescuer's pass and LISTEN.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 
 from ... import audit, wakeup
+from ...core.limits import QueueLimits
 from ...core.states import TERMINAL, State
 from ...records import Ack, AckResult, Claimed, EnqueuedJob, NewJob, RescueReport
 from ..jobtable import sql
 from ..jobtable.acks import Acks
+from ..jobtable.control import ControlRows
 from ..jobtable.dag import DagRelease
 from ..jobtable.inserts import Inserts
 from ..jobtable.leases import Leases
+from ..jobtable.limited import LimitedClaims
 from ..jobtable.listing import Listing
 from ..jobtable.manifests import Manifests
 from ..jobtable.reports import ChildReports
 from ..jobtable.rows import claimed_from_row, to_dt
-from .base import CHANNEL, LocalBase
+from .base import CHANNEL, CONTROL_CHANNEL, LocalBase
 from .listen import PgListener
 
 
 class DatabaseBackend(
-    LocalBase, Inserts, Leases, Acks, Listing, Manifests, ChildReports, DagRelease
+    LocalBase,
+    Inserts,
+    Leases,
+    Acks,
+    Listing,
+    Manifests,
+    ChildReports,
+    DagRelease,
+    ControlRows,
+    LimitedClaims,
 ):
     """The local backend: SQLite or PostgreSQL, through Django's own connections."""
 
@@ -65,12 +77,18 @@ class DatabaseBackend(
 
     # -- leasing ---------------------------------------------------------------------------
     def claim(
-        self, queues: Sequence[str], limit: int, lease_s: float, now: datetime | None = None
+        self,
+        queues: Sequence[str],
+        limit: int,
+        lease_s: float,
+        now: datetime | None = None,
+        *,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> list[Claimed]:
         if limit <= 0 or not queues:
             return []
         with transaction.atomic(using=self.db):
-            return self._claim(queues, limit, lease_s, now)
+            return self._claim(queues, limit, lease_s, now, limits)
 
     def apply_and_claim(
         self,
@@ -79,6 +97,8 @@ class DatabaseBackend(
         limit: int,
         lease_s: float,
         now: datetime | None = None,
+        *,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> tuple[list[AckResult], list[Claimed]]:
         """``apply_many`` then ``claim``, in one transaction: one commit (one WAL flush) per
         worker round instead of two. Both or neither: after an error the acks are re-sent
@@ -87,24 +107,37 @@ class DatabaseBackend(
             return [], []
         with transaction.atomic(using=self.db):
             results = self._apply(acks, now) if acks else []
-            claimed = self._claim(queues, limit, lease_s, now) if limit > 0 and queues else []
+            claimed = (
+                self._claim(queues, limit, lease_s, now, limits) if limit > 0 and queues else []
+            )
         return results, claimed
 
     def _claim(
-        self, queues: Sequence[str], limit: int, lease_s: float, now: datetime | None
+        self,
+        queues: Sequence[str],
+        limit: int,
+        lease_s: float,
+        now: datetime | None,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> list[Claimed]:
-        """The claim, inside the caller's transaction."""
-        qs = list(queues)
+        """The claim, inside the caller's transaction: the queues named in ``limits`` under
+        their limits (``limited.py``), then the others with what is left of ``limit``."""
+        limited = [q for q in queues if limits and q in limits]
+        qs = [q for q in queues if not (limits and q in limits)]
+        claimed = self._claim_limited(limited, limit, lease_s, now, limits or {}) if limited else []
+        limit -= len(claimed)
         with self.connection.cursor() as cur:
-            if self.is_postgres:
-                cur.execute(sql.claim_postgresql(), [qs, now, limit, limit, now, lease_s, now, now])
-            else:
+            if qs and limit > 0 and self.is_postgres:
+                params = [qs, self.alias, now, limit, limit, now, lease_s, now, now]
+                cur.execute(sql.claim_postgresql(), params)
+            elif qs and limit > 0:
                 t = self._now(now)
                 expires = t + timedelta(seconds=lease_s)
                 a = self._adapt
-                cur.execute(sql.claim_sqlite(len(qs)), [a(expires), a(t), a(t), *qs, a(t), limit])
-            rows = cur.fetchall()
-            claimed = [claimed_from_row(r) for r in rows]
+                params = [a(expires), a(t), a(t), *qs, self.alias, a(t), limit]
+                cur.execute(sql.claim_sqlite(len(qs)), params)
+            rows = cur.fetchall() if qs and limit > 0 else []
+            claimed += [claimed_from_row(r) for r in rows]
             claimed.sort(
                 key=lambda c: (-c.priority, c.available_at or c.lease_expires_at, c.job_id)
             )
@@ -143,7 +176,7 @@ class DatabaseBackend(
         if not self.supports_listen:
             return None
 
-        return PgListener(self.db, CHANNEL, queues)
+        return PgListener(self.db, CHANNEL, queues, control=CONTROL_CHANNEL)
 
 
 __all__ = ["TERMINAL", "DatabaseBackend", "to_dt"]

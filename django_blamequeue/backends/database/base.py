@@ -4,9 +4,9 @@ LISTEN-able on PostgreSQL, cheap to poll on SQLite."""
 from __future__ import annotations
 
 from ...conf import BackendConfig
-from ..jobtable.base import CHANNEL, LedgerBase
+from ..jobtable.base import CHANNEL, CONTROL_CHANNEL, LedgerBase
 
-__all__ = ["CHANNEL", "LocalBase"]
+__all__ = ["CHANNEL", "CONTROL_CHANNEL", "LocalBase"]
 
 
 class LocalBase(LedgerBase):

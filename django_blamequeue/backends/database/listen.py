@@ -12,16 +12,19 @@ from typing import Any
 
 from django.db import connections
 
-from ..listen import Listener
+from ..listen import CONTROL, Listener
 
 
 class PgListener(Listener):
     what = "LISTEN connection"
 
-    def __init__(self, db: str, channel: str, queues: Sequence[str]) -> None:
+    def __init__(
+        self, db: str, channel: str, queues: Sequence[str], control: str | None = None
+    ) -> None:
         super().__init__(queues)
         self.db = db
         self.channel = channel
+        self.control = control  # the channel of pause / resume / limit changes
 
     def _subscribe(self) -> Any:
         import psycopg
@@ -31,7 +34,12 @@ class PgListener(Listener):
         params.pop("context", None)
         conn = psycopg.connect(**params, autocommit=True)
         conn.execute(f'LISTEN "{self.channel}"')
+        if self.control:
+            conn.execute(f'LISTEN "{self.control}"')
         return conn
 
     def _messages(self, handle: Any, timeout: float) -> Iterable[str]:
-        return (note.payload for note in handle.notifies(timeout=timeout))
+        return (
+            CONTROL + note.payload if note.channel == self.control else note.payload
+            for note in handle.notifies(timeout=timeout)
+        )

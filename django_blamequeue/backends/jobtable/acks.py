@@ -39,6 +39,7 @@ def _ack_row_pg(a: Ack) -> tuple[Any, ...]:
         int(t.give_back_attempt),
         int(t.yields_to_cancel),
         int(t.state == State.DONE),
+        int(t.snoozed),
     )
 
 
@@ -103,6 +104,7 @@ class Acks(LedgerBase):
             int(t.give_back_attempt),
             int(t.yields_to_cancel),
             int(t.state == State.DONE),
+            int(t.snoozed),
         ]
 
     def _after_acks(

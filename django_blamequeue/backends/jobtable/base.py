@@ -22,6 +22,8 @@ from ...records import Ack
 from ..base import Backend
 
 CHANNEL = "blamequeue"
+#: NOTIFY channel of control changes (pause, resume, limits): listening workers re-read them.
+CONTROL_CHANNEL = "blamequeue_control"
 
 
 class LedgerBase(Backend):

@@ -44,6 +44,7 @@ _INSERT_COLUMNS = (
     "flow_mode",
     "parent_backend",
     "flow_depth",
+    "concurrency_key",
     "created_at",
     "updated_at",
 )
@@ -122,6 +123,7 @@ class Inserts(LedgerBase):
             j.flow_mode,
             j.parent_backend,
             j.flow_depth,
+            j.concurrency_key,
             now,
             now,
         )

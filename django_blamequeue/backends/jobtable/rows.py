@@ -50,6 +50,8 @@ def claimed_from_row(row: Sequence[Any]) -> Claimed:
         flow_phase,
         flow_mode,
         flow_depth,
+        concurrency_key,
+        snoozes,
     ) = row
     expires_at = to_dt(expires)
     assert expires_at is not None
@@ -73,6 +75,8 @@ def claimed_from_row(row: Sequence[Any]) -> Claimed:
         flow_phase=flow_phase,
         flow_mode=flow_mode,
         flow_depth=flow_depth or 0,
+        concurrency_key=concurrency_key,
+        snoozes=snoozes or 0,
     )
 
 
@@ -123,4 +127,6 @@ def info_from_model(
         flow_key=job.flow_key,
         flow_phase=job.flow_phase,
         children=children,
+        concurrency_key=job.concurrency_key,
+        snoozes=job.snoozes,
     )

@@ -13,18 +13,27 @@ from typing import Any
 
 JOB = "blamequeue_job"
 DEP = "blamequeue_flow_dependency"
+CONTROL = "blamequeue_queue_control"
 # Statements that both job tables run take ``table``: the local backend's ``JOB`` (the
 # default, so its statements are unchanged) or the SQS ledger's.
 
 CLAIM_COLUMNS = (
     "id, queue, name, payload, content_type, content_encoding, lease_token, attempts, "
     "max_attempts, lease_expires_at, priority, timeout, trace_id, classification, flow_id, "
-    "parent_id, available_at, created_at, flow_phase, flow_mode, flow_depth"
+    "parent_id, available_at, created_at, flow_phase, flow_mode, flow_depth, concurrency_key, "
+    "snoozes"
+)
+#: A queue whose control row says ``limited`` (paused, or live limits set) is left to the
+#: limited claim (``limited.py``): the unlimited claim skips it (rule: paused), so a worker
+#: whose cached control state is stale never claims past a pause or a new limit.
+_UNLIMITED = (
+    f"NOT EXISTS (SELECT 1 FROM {CONTROL} k WHERE k.backend = %s AND k.queue = {{q}} AND k.limited)"
 )
 
 
 def claim_postgresql() -> str:
-    """Params: queues (a list), now, limit, limit, now, lease_seconds, now, now.
+    """Params: queues (a list), the backend's alias, now, limit, limit, now, lease_seconds,
+    now, now.
 
     One ordered index scan per queue (``LATERAL``): ``queue IN (…)`` over several queues
     cannot use the claim index's order and sorts every ready row. Each queue locks at most
@@ -33,7 +42,9 @@ def claim_postgresql() -> str:
     """
     return f"""
 WITH picked AS (
-    SELECT c.id FROM unnest(%s::varchar[]) AS q(name)
+    SELECT c.id FROM (
+        SELECT u.name FROM unnest(%s::varchar[]) AS u(name) WHERE {_UNLIMITED.format(q="u.name")}
+    ) AS q
     CROSS JOIN LATERAL (
         SELECT id, priority, available_at FROM {JOB}
         WHERE state = 'pending' AND queue = q.name
@@ -124,7 +135,8 @@ def insert_jobs_sqlite(columns: Sequence[str], n: int, table: str = JOB) -> str:
 
 
 def claim_sqlite(n_queues: int) -> str:
-    """Params: *queues, now, limit, lease_expires_at, now, now (all times as stored text)."""
+    """Params: lease_expires_at, now, now, *queues, the backend's alias, now, limit (times as
+    stored text)."""
     queues = ", ".join(["%s"] * n_queues)
     return f"""
 UPDATE {JOB}
@@ -136,7 +148,8 @@ SET state = 'inflight',
     updated_at = %s
 WHERE id IN (
     SELECT id FROM {JOB}
-    WHERE state = 'pending' AND queue IN ({queues}) AND available_at <= %s
+    WHERE state = 'pending' AND queue IN ({queues}) AND {_UNLIMITED.format(q=JOB + ".queue")}
+      AND available_at <= %s
     ORDER BY priority DESC, available_at, id
     LIMIT %s
 )
@@ -145,9 +158,9 @@ RETURNING {CLAIM_COLUMNS}
 
 
 # Batched acks: one UPDATE … FROM (VALUES …) fenced by (id, token, state = 'inflight').
-# v.column1..12: id, token, state, result, error, traceback, reason, available_at,
-# finished_at, give_back (0/1), yields_to_cancel (0/1), progress_done (0/1).
-ACK_COLUMNS = 12
+# v.column1..13: id, token, state, result, error, traceback, reason, available_at,
+# finished_at, give_back (0/1), yields_to_cancel (0/1), progress_done (0/1), snoozed (0/1).
+ACK_COLUMNS = 13
 _PG_CASTS = (
     "varchar",
     "varchar",
@@ -158,6 +171,7 @@ _PG_CASTS = (
     "varchar",
     "timestamptz",
     "timestamptz",
+    "integer",
     "integer",
     "integer",
     "integer",
@@ -182,6 +196,7 @@ SET state = CASE WHEN v.column11 = 1 AND {table}.cancel_requested THEN 'cancelle
                             AND NOT (v.column11 = 1 AND {table}.cancel_requested)
                        THEN NULL ELSE v.column9 END,
     progress = CASE WHEN v.column12 = 1 THEN 100 ELSE {table}.progress END,
+    snoozes = {table}.snoozes + v.column13,
     lease_token = NULL,
     lease_expires_at = NULL,
     updated_at = v.column9

@@ -10,11 +10,12 @@ does both in one call per worker round.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from ... import audit
+from ...controls import QueueLimits
 from ...core.states import State
 from ...records import (
     Ack,
@@ -26,7 +27,8 @@ from ...records import (
     RescueReport,
 )
 from . import lua
-from .codec import Blobs, ack_rows, ack_spec, claimed_from, job_header
+from .codec import Blobs, ack_rows, ack_spec, claimed_from, job_header, limits_spec
+from .control import Control
 from .flows import Flows
 from .operations import Operations
 
@@ -34,7 +36,7 @@ ENQUEUE_CHUNK = 1000  # jobs per script call: keeps each call short (Redis runs 
 ACK_CHUNK = 500
 
 
-class RedisBackend(Operations, Flows):
+class RedisBackend(Operations, Flows, Control):
     """Jobs in Redis (through django-redis or a URL); outbox and audit rows in Django."""
 
     # -- enqueue ---------------------------------------------------------------------------
@@ -69,16 +71,30 @@ class RedisBackend(Operations, Flows):
 
     # -- leasing ---------------------------------------------------------------------------
     @staticmethod
-    def _claim_spec(queues: Sequence[str], limit: int, lease_s: float) -> list[Any]:
-        """Queues, limit, lease, and a random nonce the script derives the tokens from."""
-        return [list(queues), limit, str(round(lease_s * 1_000_000)), os.urandom(14).hex()]
+    def _claim_spec(
+        queues: Sequence[str],
+        limit: int,
+        lease_s: float,
+        limits: Mapping[str, QueueLimits] | None = None,
+    ) -> list[Any]:
+        """Queues, limit, lease, a random nonce the script derives the tokens from, and the
+        settings' default limits of the queues claimed under limits (``limits.lua``)."""
+        lease = str(round(lease_s * 1_000_000))
+        limited = {q: limits_spec(lim) for q, lim in limits.items()} if limits else False
+        return [list(queues), limit, lease, os.urandom(14).hex(), limited]
 
     def claim(
-        self, queues: Sequence[str], limit: int, lease_s: float, now: datetime | None = None
+        self,
+        queues: Sequence[str],
+        limit: int,
+        lease_s: float,
+        now: datetime | None = None,
+        *,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> list[Claimed]:
         if limit <= 0 or not queues:
             return []
-        spec = self._claim_spec(queues, limit, lease_s)
+        spec = self._claim_spec(queues, limit, lease_s, limits)
         reply = self._run("claim", spec, now=now, after=False)
         claimed = claimed_from(reply.result)
         self._after([reply], audit.start_events(claimed, self.alias))
@@ -105,14 +121,17 @@ class RedisBackend(Operations, Flows):
         limit: int,
         lease_s: float,
         now: datetime | None = None,
+        *,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> tuple[list[AckResult], list[Claimed]]:
         """The acks and the next claim in one script: one round trip per worker round."""
         if len(acks) > ACK_CHUNK:
-            return self.apply_many(acks, now), self.claim(queues, limit, lease_s, now)
+            results = self.apply_many(acks, now)
+            return results, self.claim(queues, limit, lease_s, now, limits=limits)
         if limit <= 0 or not queues:
             return self.apply_many(acks, now), []
         blobs = Blobs()
-        spec = [self._ack_batch(acks, blobs), self._claim_spec(queues, limit, lease_s)]
+        spec = [self._ack_batch(acks, blobs), self._claim_spec(queues, limit, lease_s, limits)]
         reply = self._run("ack_claim", spec, blobs, now, after=False)
         rows, claimed_rows = reply.result
         claimed = claimed_from(claimed_rows)

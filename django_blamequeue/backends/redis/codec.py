@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ... import wire
+from ...controls import ControlState, QueueLimits
 from ...records import Ack, ChildSpec, Claimed, JobInfo, NewJob, Report
 from ...serializers import Encoded, decode
 from .keys import from_us, to_us
@@ -48,6 +49,7 @@ def job_header(j: NewJob) -> list[Any]:
         str(j.flow_depth),
         1 if j.blocked else 0,
         " ".join(j.depends_on),
+        j.concurrency_key if j.concurrency_key is not None else False,
     ]
 
 
@@ -80,6 +82,7 @@ def ack_spec(a: Ack, blobs: Blobs) -> list[Any]:
         1 if t.give_back_attempt else 0,
         1 if t.yields_to_cancel else 0,
         [child_spec(c, blobs) for c in t.children] if t.children else False,
+        1 if t.snoozed else 0,
     ]
 
 
@@ -131,6 +134,8 @@ def _claimed(row: list[Any], payload: bytes) -> Claimed:
         flow_phase,
         flow_mode,
         flow_depth,
+        ckey,
+        snoozes,
     ) = row
     expires_at = from_us(expires)
     assert expires_at is not None
@@ -154,6 +159,8 @@ def _claimed(row: list[Any], payload: bytes) -> Claimed:
         flow_phase=flow_phase or None,
         flow_mode=flow_mode or None,
         flow_depth=int(flow_depth or 0),
+        concurrency_key=ckey or None,
+        snoozes=int(snoozes or 0),
     )
 
 
@@ -219,4 +226,55 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         flow_key=s("flow_key"),
         flow_phase=s("flow_phase"),
         children=children,
+        concurrency_key=s("ckey"),
+        snoozes=n("snoozes"),
+    )
+
+
+def limits_spec(limits: QueueLimits | None) -> list[Any] | bool:
+    """Limits as the scripts read them (``limits.lua``): [c, kc, rm, rp, krm, krp]."""
+    if limits is None:
+        return False
+    rate, key_rate = limits.rate_limit, limits.key_rate_limit
+    values: list[Any] = [
+        limits.concurrency,
+        limits.key_concurrency,
+        rate[0] if rate else None,
+        repr(float(rate[1])) if rate else None,
+        key_rate[0] if key_rate else None,
+        repr(float(key_rate[1])) if key_rate else None,
+    ]
+    return [False if v is None else v for v in values]
+
+
+def control_from(queue: str, raw: Sequence[Any]) -> ControlState:
+    """A queue's control hash (a flat HGETALL reply, or a dict) as a ``ControlState``."""
+    if isinstance(raw, Mapping):
+        h = {text(k) or "": text(v) or "" for k, v in raw.items()}
+    else:
+        items = [text(v) or "" for v in raw]
+        h = dict(zip(items[::2], items[1::2], strict=True))
+
+    def count(name: str) -> int | None:
+        return int(h[name]) if h.get(name) else None
+
+    def rate(most: str, per: str) -> tuple[int, float] | None:
+        return (int(h[most]), float(h[per])) if h.get(most) and h.get(per) else None
+
+    live = None
+    if h.get("ov") == "1":
+        live = QueueLimits(
+            concurrency=count("c"),
+            key_concurrency=count("kc"),
+            rate_limit=rate("rm", "rp"),
+            key_rate_limit=rate("krm", "krp"),
+        )
+    return ControlState(
+        queue=queue,
+        paused=h.get("paused") == "1",
+        reason=h.get("reason") or "",
+        paused_at=from_us(h.get("at")) if h.get("paused") == "1" else None,
+        paused_by=h.get("by") or None,
+        live=live,
+        version=int(h.get("v") or 0),
     )

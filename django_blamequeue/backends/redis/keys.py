@@ -34,6 +34,11 @@ Layout (``P`` = the tagged prefix; times are integer microseconds since the epoc
                                 ``P:outbox:leased`` entries being sent; ``P:outbox:n:KIND``
                                 unsent entries per job id
 ``P:wake``                      pub/sub channel: queue names with newly ready jobs
+``P:ctlwake``                   pub/sub channel: queues paused, resumed or limited
+``P:ctls``                      set of queues with a control hash (``P:q:QUEUE:ctl``)
+``P:q:QUEUE:ctl|kin|rate|...``  a queue's control state, keys in flight, rate windows,
+                                ready jobs by key (``limits.lua``)
+``P:q:QUEUE:nohandler``         set of pending jobs handed back for lack of a handler
 ==============================  ==============================================================
 """
 
@@ -75,6 +80,8 @@ class Keys:
         self.waiting = f"{self.prefix}:waiting"
         self.cascade = f"{self.prefix}:cascade"
         self.leased = f"{self.prefix}:leased"
+        self.control_wake = f"{self.prefix}:ctlwake"
+        self.controls = f"{self.prefix}:ctls"
 
     def job(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..listen import Listener
+from ..listen import CONTROL, Listener
 
 if TYPE_CHECKING:
     from .base import RedisBase
@@ -24,12 +24,15 @@ class RedisListener(Listener):
 
     def _subscribe(self) -> Any:
         pubsub = self.backend.client.pubsub(ignore_subscribe_messages=True)
-        pubsub.subscribe(self.backend.keys.wake)
+        pubsub.subscribe(self.backend.keys.wake, self.backend.keys.control_wake)
         return pubsub
 
     def _messages(self, handle: Any, timeout: float) -> Iterable[str]:
         message = handle.get_message(timeout=timeout)
         if message is None:
             return ()
-        data = message.get("data")
-        return (data.decode() if isinstance(data, bytes) else str(data),)
+        data, channel = message.get("data"), message.get("channel")
+        text = data.decode() if isinstance(data, bytes) else str(data)
+        if channel in (self.backend.keys.control_wake, self.backend.keys.control_wake.encode()):
+            text = CONTROL + text
+        return (text,)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ... import audit
 from ...core import rules
+from ...core.states import Reason
 from .keys import to_us
 
 NAMES = (
@@ -44,6 +45,9 @@ NAMES = (
     "outbox_done",
     "prune",
     "stats",
+    "control",
+    "waits",
+    "names",
 )
 
 
@@ -68,6 +72,7 @@ def constants() -> str:
             f"local A = {{{table}}}",
             f"local STALLED_MESSAGE = {_lua_string(rules.STALLED_MESSAGE)}",
             f"local CONTINUE = {_lua_string(rules.CONTINUE)}",
+            f"local NO_HANDLER = {_lua_string(Reason.NO_HANDLER.value)}",
         ]
     )
 

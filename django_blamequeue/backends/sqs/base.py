@@ -76,6 +76,7 @@ class SqsBase(LedgerBase):
     supports_flows = True
     supports_priority = False  # SQS delivers in its own order; priority is stored and shown
     supports_time_travel = False  # visibility and delays run on AWS's clock
+    supports_key_order = False  # limits lease among the messages SQS delivers, in its order
     sends_later = True  # the ledger's unsent rows: ``send_unsent`` sends them
     unavailable_errors = UNAVAILABLE
 

@@ -13,6 +13,10 @@ by the receive rules (docs/backends/sqs.md):
   the rest of the lease, never delete it, since the holder may still crash;
 - inflight with an expired lease: take it over, which is the rescue (stall + 1,
   ``core.lifecycle.rescue`` decides pending or failed) followed by a claim.
+
+A paused or limited queue's received jobs are leased under its control row's lock
+(``jobtable/limited.py``): those its limits do not allow now, or a paused queue's, are hidden
+again for ``LIMIT_HOLD`` seconds, still pending, no attempt spent.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from itertools import count
 from typing import Any
@@ -29,14 +33,19 @@ from django.db import transaction
 
 from ... import audit
 from ...conf import get_settings
+from ...controls import QueueLimits
+from ...core import limits as rule
 from ...core.states import TERMINAL, State
 from ...records import Claimed
+from ..jobtable.limited import LimitedClaims
 from ..jobtable.rows import claimed_from_row, to_dt
-from ..jobtable.sql import CLAIM_COLUMNS
+from ..jobtable.sql import CLAIM_COLUMNS, CONTROL
 from .base import FollowUps, SqsBase
 from .transport import BATCH, MAX_DELAY, MAX_VISIBILITY, QueueGone, Received
 
 ROUNDS = 4
+#: Seconds a message is hidden again when its queue is paused or its limits are full now.
+LIMIT_HOLD = 2
 _TERMINAL = frozenset(s.value for s in TERMINAL)
 _PARKED = frozenset({State.BLOCKED.value, State.WAITING_CHILDREN.value})
 _SORT_COLUMNS = (
@@ -54,14 +63,21 @@ _SORT_COLUMNS = (
 )
 
 
-def claim_statement(table: str, vendor: str, n: int) -> str:
+def claim_statement(table: str, vendor: str, n: int, *, unlimited: bool = True) -> str:
     """Lease the received jobs that are pending and due, in one statement.
 
     PostgreSQL reads the clock in the statement (no round trip for it). Params: the lease
     in seconds; per message: id, token, receipt handle, message id, receive count; then
-    ``now`` (NULL: ``statement_timestamp()``). SQLite: the lease's expiry, now, now; the
-    messages; now (times as stored text).
+    ``now`` (NULL: ``statement_timestamp()``); then, if ``unlimited``, the backend's alias:
+    a job of a queue whose control row says limited (or paused) is left alone (rule: paused).
+    SQLite: the lease's expiry, now, now; the messages; now (times as stored text); the alias.
     """
+    guard = (
+        f" AND NOT EXISTS (SELECT 1 FROM {CONTROL} k WHERE k.backend = %s "
+        f"AND k.queue = {table}.queue AND k.limited)"
+        if unlimited
+        else ""
+    )
     sets = (
         f"state = 'inflight', attempts = {table}.attempts + 1, lease_token = v.column2, "
         "receipt_handle = v.column3, message_id = v.column4, receive_count = v.column5, "
@@ -76,21 +92,27 @@ def claim_statement(table: str, vendor: str, n: int) -> str:
             f"UPDATE {table} SET {sets}lease_expires_at = c.now + make_interval(secs => %s), "
             f"started_at = c.now, updated_at = c.now FROM {values}, {clock} "
             f"WHERE {table}.id = v.column1 AND {table}.state = 'pending' "
-            f"AND {table}.available_at <= c.now RETURNING {CLAIM_COLUMNS}"
+            f"AND {table}.available_at <= c.now{guard} RETURNING {CLAIM_COLUMNS}"
         )
     values = f"(VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * n)}) AS v"
     return (
         f"UPDATE {table} SET {sets}lease_expires_at = %s, started_at = %s, updated_at = %s "
         f"FROM {values} WHERE {table}.id = v.column1 AND {table}.state = 'pending' "
-        f"AND {table}.available_at <= %s RETURNING {CLAIM_COLUMNS}"
+        f"AND {table}.available_at <= %s{guard} RETURNING {CLAIM_COLUMNS}"
     )
 
 
-class Receive(SqsBase):
+class Receive(SqsBase, LimitedClaims):
     _turn = count()
 
     def claim(
-        self, queues: Sequence[str], limit: int, lease_s: float, now: datetime | None = None
+        self,
+        queues: Sequence[str],
+        limit: int,
+        lease_s: float,
+        now: datetime | None = None,
+        *,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> list[Claimed]:
         if limit <= 0 or not queues:
             return []
@@ -103,13 +125,17 @@ class Receive(SqsBase):
         for _ in range(ROUNDS):
             want = limit - len(claimed)
             got = self._receive(queues, want, visibility)
-            claimed += self._lease_received(got, lease_s, now)
+            claimed += self._lease_received(got, lease_s, now, limits or {})
             if len(got) < want or len(claimed) >= limit or time.monotonic() > budget:
                 break
         return claimed
 
     def _lease_received(
-        self, got: Sequence[Received], lease_s: float, now: datetime | None
+        self,
+        got: Sequence[Received],
+        lease_s: float,
+        now: datetime | None,
+        limits: Mapping[str, QueueLimits],
     ) -> list[Claimed]:
         """One transaction over the ledger for the received messages, then what SQS is owed."""
         owed = FollowUps()
@@ -122,7 +148,7 @@ class Receive(SqsBase):
         claimed: list[Claimed] = []
         if received:
             with transaction.atomic(using=self.db):
-                claimed = self._lease(received, lease_s, now, owed)
+                claimed = self._lease(received, lease_s, now, owed, limits)
                 self._audit_starts(claimed)
         self._follow_up(owed)
         return claimed
@@ -146,7 +172,12 @@ class Receive(SqsBase):
         return found
 
     def _lease(
-        self, received: Sequence[Received], lease_s: float, now: datetime | None, owed: FollowUps
+        self,
+        received: Sequence[Received],
+        lease_s: float,
+        now: datetime | None,
+        owed: FollowUps,
+        limits: Mapping[str, QueueLimits],
     ) -> list[Claimed]:
         """Inside the claim's transaction: lease what can be leased, sort out the rest."""
         first: dict[str, Received] = {}
@@ -157,15 +188,83 @@ class Receive(SqsBase):
                 rest.append(m)  # two messages of one job in one receive: one may lease it
             else:
                 first[m.job_id] = m
-        claimed = self._claim_messages(list(first.values()), lease_s, now)
-        leased = {c.job_id for c in claimed}
+        claimed, held = self._claim_gated(list(first.values()), lease_s, now, limits)
+        for m in held:
+            owed.hold(m.queue, m.receipt, LIMIT_HOLD)
+        leased = {c.job_id for c in claimed} | {m.job_id for m in held}
         leftovers = [m for m in first.values() if m.job_id not in leased] + rest
         if leftovers:
-            claimed += self._sort_out(leftovers, lease_s, self._now(now), owed)
+            claimed += self._sort_out(leftovers, lease_s, self._now(now), owed, limits)
         return claimed
 
+    def _claim_gated(
+        self,
+        received: Sequence[Received],
+        lease_s: float,
+        now: datetime | None,
+        limits: Mapping[str, QueueLimits],
+    ) -> tuple[list[Claimed], list[Received]]:
+        """Lease received jobs: those of queues named in ``limits`` under their limits (the
+        rest of them answered as held), the others unlimited."""
+        free = [m for m in received if m.queue not in limits]
+        claimed = self._claim_messages(free, lease_s, now) if free else []
+        held: list[Received] = []
+        by_queue: dict[str, list[Received]] = {}
+        for m in received:
+            if m.queue in limits:
+                by_queue.setdefault(m.queue, []).append(m)
+        for queue in sorted(by_queue):
+            got, waiting = self._claim_limited_messages(
+                queue, by_queue[queue], lease_s, now, limits[queue]
+            )
+            claimed += got
+            held += waiting
+        return claimed, held
+
+    def _claim_limited_messages(
+        self,
+        queue: str,
+        received: Sequence[Received],
+        lease_s: float,
+        now: datetime | None,
+        defaults: QueueLimits,
+    ) -> tuple[list[Claimed], list[Received]]:
+        """Under the queue's control-row lock: the received jobs its limits allow now, in
+        the order SQS delivered them (rule: limits); the others are held."""
+        gate = self._gate(queue, defaults, now)
+        due = (
+            dict(
+                self.jobs()
+                .filter(
+                    id__in=[m.job_id for m in received],
+                    state=State.PENDING,
+                    available_at__lte=gate.now,
+                )
+                .values_list("id", "concurrency_key")
+            )
+            if gate is not None
+            else {}
+        )
+        if gate is None or not due:
+            return [], [m for m in received if gate is None or m.job_id in due]
+        candidates = [(m.job_id or "", due[m.job_id]) for m in received if m.job_id in due]
+        ids = set(
+            rule.claimable(
+                candidates, limit=len(candidates), limits=gate.limits, counted=gate.counted
+            )
+        )
+        picked = [m for m in received if m.job_id in ids]
+        claimed = self._claim_messages(picked, lease_s, gate.now, unlimited=False) if picked else []
+        self._record_starts(gate, claimed)
+        return claimed, [m for m in received if m.job_id in due and m.job_id not in ids]
+
     def _claim_messages(
-        self, received: Sequence[Received], lease_s: float, now: datetime | None
+        self,
+        received: Sequence[Received],
+        lease_s: float,
+        now: datetime | None,
+        *,
+        unlimited: bool = True,
     ) -> list[Claimed]:
         a = self._adapt
         claimed: list[Claimed] = []
@@ -184,24 +283,36 @@ class Receive(SqsBase):
                     m.receive_count,
                 ]
             params.append(now if t is None else a(t))
-            statement = claim_statement(self.table, self.connection.vendor, len(chunk))
+            if unlimited:
+                params.append(self.alias)
+            statement = claim_statement(
+                self.table, self.connection.vendor, len(chunk), unlimited=unlimited
+            )
             with self.connection.cursor() as cur:
                 cur.execute(statement, params)
                 claimed += [claimed_from_row(r) for r in cur.fetchall()]
         return claimed
 
     def _sort_out(
-        self, leftovers: Sequence[Received], lease_s: float, t: datetime, owed: FollowUps
+        self,
+        leftovers: Sequence[Received],
+        lease_s: float,
+        t: datetime,
+        owed: FollowUps,
+        limits: Mapping[str, QueueLimits],
     ) -> list[Claimed]:
         """The receive rules for messages that did not lease their job (module docstring)."""
         ids = sorted({m.job_id for m in leftovers if m.job_id})
         rows = {r[0]: r for r in self.jobs().filter(id__in=ids).values_list(*_SORT_COLUMNS)}
+        gated = self._gated_queues({m.queue for m in leftovers} - set(limits))
         expired: dict[str, tuple[Received, tuple[Any, ...]]] = {}
         for m in leftovers:
             row = rows.get(m.job_id or "")
             state = row[1] if row is not None else None
             if row is None or state in _TERMINAL or state in _PARKED:
                 owed.remove(m.queue, m.receipt)
+            elif state == State.PENDING and m.queue in gated:  # seen as unlimited: stale view
+                owed.hold(m.queue, m.receipt, LIMIT_HOLD)
             elif state == State.PENDING:
                 self._pending_message(m, row, t, owed)
             elif (to_dt(row[2]) or t) >= t:  # inflight, lease live: hold, never delete
@@ -214,7 +325,19 @@ class Receive(SqsBase):
                 owed.hold(m.queue, m.receipt, math.ceil(lease_s) + 1)
             else:
                 expired[row[0]] = (m, (row[0], row[6], row[7], row[8], row[9], row[10]))
-        return self._take_over(expired, lease_s, t, owed) if expired else []
+        return self._take_over(expired, lease_s, t, owed, limits) if expired else []
+
+    def _gated_queues(self, queues: set[str]) -> set[str]:
+        """The queues among ``queues`` whose control row says paused or limited."""
+        if not queues:
+            return set()
+        with self.connection.cursor() as cur:
+            cur.execute(
+                f"SELECT queue FROM {CONTROL} WHERE backend = %s AND limited "
+                f"AND queue IN ({', '.join(['%s'] * len(queues))})",
+                [self.alias, *sorted(queues)],
+            )
+            return {r[0] for r in cur.fetchall()}
 
     @staticmethod
     def _pending_message(m: Received, row: tuple[Any, ...], t: datetime, owed: FollowUps) -> None:
@@ -232,6 +355,7 @@ class Receive(SqsBase):
         lease_s: float,
         t: datetime,
         owed: FollowUps,
+        limits: Mapping[str, QueueLimits],
     ) -> list[Claimed]:
         """Expired leases met by their message: rescue them, then lease those re-pended."""
         max_stalled = get_settings().max_stalled_count
@@ -240,7 +364,12 @@ class Receive(SqsBase):
             owed.remove(expired[job_id][0].queue, expired[job_id][0].receipt)
         owed.to_dlq += [r[0] for r in groups[State.FAILED]]
         again = [expired[r[0]][0] for r in groups[State.PENDING]]
-        return self._claim_messages(again, lease_s, t) if again else []
+        if not again:
+            return []
+        claimed, held = self._claim_gated(again, lease_s, t, limits)
+        for m in held:
+            owed.hold(m.queue, m.receipt, LIMIT_HOLD)
+        return claimed
 
     def _audit_starts(self, claimed: Sequence[Claimed]) -> None:
         if claimed:

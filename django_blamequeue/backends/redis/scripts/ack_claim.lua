@@ -1,3 +1,4 @@
+--! include limits
 --! include leasing
 -- ARGS: [acks, claim]. The acks of finished jobs and the next claim in one atomic step: acks
 -- first (a slot an ack frees may be refilled at once), then the claim as in claim.lua.

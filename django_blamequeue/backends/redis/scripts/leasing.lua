@@ -12,26 +12,38 @@ end
 
 local CLAIMED = {'id', 'queue', 'name', 'ctype', 'cenc', 'attempts', 'max_attempts',
                  'priority', 'timeout', 'trace_id', 'classification', 'flow_id', 'parent_id',
-                 'avail', 'created', 'flow_phase', 'flow_mode', 'flow_depth', 'payload'}
+                 'avail', 'created', 'flow_phase', 'flow_mode', 'flow_depth', 'ckey', 'snoozes',
+                 'payload'}
 local NCLAIMED = #CLAIMED
+local CKEY = 19
 
 -- Lease up to `limit` jobs over `queues`: priority desc, then available_at, then id, across
 -- the queues. The i-th job's lease token is `nonce` (28 random hex digits, one per call)
 -- followed by i in 4 hex digits: unguessable, and unique per lease.
 -- Reply: {header, payload...}: header a JSON array of [token, expires, started, id, queue,
 -- name, ...] per job (CLAIMED without the payload; numbers as strings), then the payloads.
-local function claim(queues, limit, lease_us, nonce)
-  local candidates = {}
+-- `limited`: queue -> the settings' default limits of queues claimed under limits (limits.lua);
+-- a paused queue gives nothing, and a queue with live limits obeys them whatever was passed.
+local function claim(queues, limit, lease_us, nonce, limited)
+  local candidates, gates = {}, {}
   for _, q in ipairs(queues) do
-    promote(q, 1000)
-    -- A ready job is due unless it was made ready by a caller whose `now` ran ahead.
-    local items = redis.call('ZRANGE', qk(q, 'ready'), 0, 2 * limit + 8, 'WITHSCORES')
-    local got = 0
-    for j = 1, #items, 2 do
-      if got >= limit then break end
-      if tonumber(string.sub(items[j], 1, 16)) <= NOW then
-        candidates[#candidates + 1] = {tonumber(items[j + 1]), items[j], q}
-        got = got + 1
+    local gate = gate_of(q, limited and limited[q])
+    if gate ~= PAUSED then
+      promote(q, 1000)
+      if gate then
+        gates[q] = gate
+        limited_candidates(q, limit, gate, candidates)
+      else
+        -- A ready job is due unless it was made ready by a caller whose `now` ran ahead.
+        local items = redis.call('ZRANGE', qk(q, 'ready'), 0, 2 * limit + 8, 'WITHSCORES')
+        local got = 0
+        for j = 1, #items, 2 do
+          if got >= limit then break end
+          if tonumber(string.sub(items[j], 1, 16)) <= NOW then
+            candidates[#candidates + 1] = {tonumber(items[j + 1]), items[j], q}
+            got = got + 1
+          end
+        end
       end
     end
   end
@@ -53,6 +65,12 @@ local function claim(queues, limit, lease_us, nonce)
                'expires', expires, 'started', started, 'updated', started)
     redis.call('ZADD', P .. ':inflight', expires, id)
     leased(c[3], 1)
+    local key = h[CKEY]
+    if key then
+      redis.call('HINCRBY', qk(c[3], 'kin'), key, 1)
+      unindex_key(c[3], key, c[2])
+    end
+    if gates[c[3]] then started(c[3], gates[c[3]], key, token) end
     out[#out + 1] = h[NCLAIMED]
     h[NCLAIMED] = nil
     header[#header + 1] = {token, expires, started, unpack(h)}
@@ -62,7 +80,8 @@ local function claim(queues, limit, lease_us, nonce)
 end
 
 -- One ack, from JSON: [id, token, state, result blob or false, error, traceback, reason,
--- delay_us, give_back 0/1, yields_to_cancel 0/1, children (a fan-out's, see land) or false].
+-- delay_us, give_back 0/1, yields_to_cancel 0/1, children (a fan-out's, see land) or false,
+-- snoozed 0/1].
 -- Reply row: {id, ok, state, queue, attempts, name, fanned}.
 local function fan_out(id, k, h, children)
   local q = h[4]
@@ -110,10 +129,11 @@ local function apply_ack(a)
   local state = wins and 'cancelled' or wanted
   local attempts = tonumber(h[5])
   local function put(field, value) set[#set + 1] = field; set[#set + 1] = value end
-  if a[9] == 1 then  -- graceful release: the attempt is given back
+  if a[9] == 1 then  -- graceful release, a snooze, a hand-back: the attempt is given back
     attempts = attempts - 1
     put('attempts', fmt(attempts))
   end
+  if a[12] == 1 then redis.call('HINCRBY', k, 'snoozes', 1) end
   if wanted == 'done' then  -- a job is done once: it holds no result before
     if result then put('result', result) end
     put('progress', '100')
@@ -128,6 +148,7 @@ local function apply_ack(a)
   if state == 'pending' then  -- (a job in flight has no finish time)
     redis.call(unpack(set))
     make_pending(id, q, num(h[7], 0), NOW + tonumber(a[8]))
+    if reason == NO_HANDLER then redis.call('SADD', qk(q, 'nohandler'), id) end
   else
     put('state', state)
     put('finished', now)
@@ -146,7 +167,7 @@ local function apply_acks(acks)
   return #out > 0 and cjson.encode(out) or ''
 end
 
--- [queues, limit, lease_us, nonce]
+-- [queues, limit, lease_us, nonce, limited or false]
 local function claim_spec(c)
-  return c[1], c[2], tonumber(c[3]), c[4]
+  return c[1], c[2], tonumber(c[3]), c[4], c[5] or nil
 end

@@ -64,14 +64,31 @@ end
 -- followed by the id, so equal priorities order by available_at, then id (FIFO), exactly.
 local function member(avail, id) return string.format('%016.0f', avail) .. id end
 
+-- A job with a concurrency key is also indexed by key while ready: P:q:Q:kr:KEY (same
+-- scores and members as the ready set), and its key is in P:q:Q:keyring (score: when a claim
+-- last served it), so a limited claim finds other keys' jobs behind a full key (limits.lua).
+local function kr(q, key) return qk(q, 'kr:' .. key) end
+
 -- Index a pending job: ready when due, else delayed (its hash says pending at `avail`).
 local function index_pending(id, q, prio, avail)
   if avail <= NOW then
-    redis.call('ZADD', qk(q, 'ready'), -prio, member(avail, id))
+    local m = member(avail, id)
+    redis.call('ZADD', qk(q, 'ready'), -prio, m)
+    local key = redis.call('HGET', jk(id), 'ckey')
+    if key then
+      redis.call('ZADD', kr(q, key), -prio, m)
+      redis.call('ZADD', qk(q, 'keyring'), 'NX', 0, key)
+    end
     WAKE[q] = true
   else
     redis.call('ZADD', qk(q, 'delayed'), fmt(avail), id)
   end
+end
+
+-- A ready keyed job left the ready set (claimed, cancelled, purged).
+local function unindex_key(q, key, m)
+  redis.call('ZREM', kr(q, key), m)
+  if redis.call('EXISTS', kr(q, key)) == 0 then redis.call('ZREM', qk(q, 'keyring'), key) end
 end
 
 local function make_pending(id, q, prio, avail)
@@ -85,7 +102,12 @@ local function leased(q, n) LEASED[q] = (LEASED[q] or 0) + n end
 -- job (token, expires) mean something only while it is inflight: every fence checks the state.
 local function unindex(id, q, state, avail)
   if state == 'pending' then
-    if avail then redis.call('ZREM', qk(q, 'ready'), member(tonumber(avail), id)) end
+    if avail then
+      local m = member(tonumber(avail), id)
+      redis.call('ZREM', qk(q, 'ready'), m)
+      local key = redis.call('HGET', jk(id), 'ckey')
+      if key then unindex_key(q, key, m) end
+    end
     redis.call('ZREM', qk(q, 'delayed'), id)
   elseif state == 'blocked' then
     redis.call('SREM', qk(q, 'blocked'), id)
@@ -95,6 +117,10 @@ local function unindex(id, q, state, avail)
   elseif state == 'inflight' then
     redis.call('ZREM', P .. ':inflight', id)
     leased(q, -1)
+    local key = redis.call('HGET', jk(id), 'ckey')
+    if key and redis.call('HINCRBY', qk(q, 'kin'), key, -1) <= 0 then
+      redis.call('HDEL', qk(q, 'kin'), key)
+    end
   end
 end
 
@@ -293,7 +319,8 @@ end
 -- Returns the id answered, 1 if deduplicated else 0, and whether a job was inserted.
 local OPTIONAL = {[10] = 'timeout', [11] = 'classification', [12] = 'trace_id',
                   [13] = 'dedupe_key', [14] = 'flow_id', [15] = 'parent_id', [16] = 'flow_key',
-                  [17] = 'flow_phase', [18] = 'flow_mode', [19] = 'parent_backend'}
+                  [17] = 'flow_phase', [18] = 'flow_mode', [19] = 'parent_backend',
+                  [23] = 'ckey'}
 local function insert_job(j, payload)
   local id, q, name = j[1], j[2], j[3]
   local k = jk(id)

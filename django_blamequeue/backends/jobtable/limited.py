@@ -1,0 +1,339 @@
+"""Claims of paused or limited queues on the job-table backends (local, the SQS ledger).
+
+A limited claim locks the queue's control row first (``SELECT … FOR UPDATE``; SQLite's write
+transaction serialises claimers anyway), so every worker's claims of that queue take turns,
+and each counts afresh, after the lock, what is in flight: the jobs whose state is
+``inflight`` (a crashed worker's stay counted until the sweeper rescues their leases; an ack,
+a release or a cancel frees the slot at once) and the starts in the rate windows (rows of
+``blamequeue_rate_start``, deleted once they leave the window). ``core.limits.claimable``
+decides (rule: limits), on the counts just read, in the same transaction as the claim.
+
+Per-key limits skip a key that is full and go on: the claim reads candidates in claim order
+(priority, then ``available_at``, then id); if that window is all full keys, it walks the
+queue's other keys (``bq_job_key_claim``, one index probe per key, round robin from the last
+key it served) and takes their first jobs, so one tenant's backlog never starves another.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from ...core import limits as rule
+from ...core.limits import InFlight, QueueLimits
+from ...core.rules import claims_from
+from ...records import Claimed
+from . import sql
+from .base import LedgerBase
+from .rows import claimed_from_row
+
+CONTROL = "blamequeue_queue_control"
+RATE = "blamequeue_rate_start"
+_CONTROL_COLUMNS = (
+    "paused, has_limits, concurrency, key_concurrency, rate_max, rate_per, key_rate_max, "
+    "key_rate_per, key_cursor"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """A limited queue, locked for this claim: its limits in force and what was counted."""
+
+    queue: str
+    limits: QueueLimits
+    counted: InFlight
+    now: datetime
+    cursor: str | None
+
+
+class LimitedClaims(LedgerBase):
+    # -- the lock and the counts -----------------------------------------------------------
+    def _lock_control(self, queue: str) -> tuple[Any, ...]:
+        """The queue's control row, locked for this transaction (made if missing)."""
+        lock = " FOR UPDATE" if self.is_postgres else ""
+        select = f"SELECT {_CONTROL_COLUMNS} FROM {CONTROL} WHERE backend = %s AND queue = %s"
+        with self.connection.cursor() as cur:
+            cur.execute(select + lock, [self.alias, queue])
+            row = cur.fetchone()
+            if row is None:
+                cur.execute(
+                    f"INSERT INTO {CONTROL} (backend, queue, paused, reason, has_limits, "
+                    "limited, version) VALUES (%s, %s, %s, '', %s, %s, 0) "
+                    "ON CONFLICT (backend, queue) DO NOTHING",
+                    [self.alias, queue, False, False, False],
+                )
+                cur.execute(select + lock, [self.alias, queue])
+                row = cur.fetchone()
+        return tuple(row)
+
+    def _gate(self, queue: str, defaults: QueueLimits | None, now: datetime | None) -> Gate | None:
+        """Lock ``queue``'s control row and count; None when it is paused (rule: paused)."""
+        paused, has_limits, c, kc, rmax, rper, krmax, krper, cursor = self._lock_control(queue)
+        if not claims_from(paused=bool(paused)):
+            return None
+        live = None
+        if has_limits:
+            live = QueueLimits(
+                concurrency=c,
+                key_concurrency=kc,
+                rate_limit=(rmax, float(rper)) if rmax is not None and rper is not None else None,
+                key_rate_limit=(krmax, float(krper))
+                if krmax is not None and krper is not None
+                else None,
+            )
+        limits = rule.in_force(live, defaults)
+        t = now if now is not None else self._clock()
+        return Gate(queue, limits, self._count(queue, limits, t), t, cursor)
+
+    def _clock(self) -> datetime:
+        """The engine's clock read after the lock (not the statement's start time, which may
+        precede the wait): a claim's starts are stamped after the previous holder's."""
+        if not self.is_postgres:
+            return timezone.now()
+        with self.connection.cursor() as cur:
+            cur.execute("SELECT clock_timestamp()")
+            value: datetime = cur.fetchone()[0]
+            return value
+
+    def _count(self, queue: str, limits: QueueLimits, t: datetime) -> InFlight:
+        jobs, by_key = 0, {}
+        starts, by_key_starts = 0, {}
+        a = self._adapt
+        with self.connection.cursor() as cur:
+            if limits.concurrency is not None or limits.key_concurrency is not None:
+                cur.execute(
+                    f"SELECT concurrency_key, count(*) FROM {self.table} "
+                    "WHERE queue = %s AND state = 'inflight' GROUP BY concurrency_key",
+                    [queue],
+                )
+                for key, n in cur.fetchall():
+                    jobs += n
+                    if key is not None:
+                        by_key[key] = n
+            for rate, keyed in ((limits.rate_limit, False), (limits.key_rate_limit, True)):
+                if rate is None:
+                    continue
+                since = a(t - timedelta(seconds=rate[1]))
+                scope = "key <> ''" if keyed else "key = ''"
+                where = f"WHERE backend = %s AND queue = %s AND {scope}"
+                cur.execute(
+                    f"DELETE FROM {RATE} {where} AND started_at <= %s", [self.alias, queue, since]
+                )
+                cur.execute(
+                    f"SELECT key, count(*) FROM {RATE} {where} GROUP BY key", [self.alias, queue]
+                )
+                for key, n in cur.fetchall():
+                    if keyed:
+                        by_key_starts[key] = n
+                    else:
+                        starts = n
+        return InFlight(jobs=jobs, by_key=by_key, starts=starts, starts_by_key=by_key_starts)
+
+    def _record_starts(self, gate: Gate, claimed: Sequence[Claimed]) -> None:
+        """The claimed jobs' starts, in the windows that count them."""
+        rows: list[Any] = []
+        stamp = self._adapt(gate.now)
+        for c in claimed:
+            if gate.limits.rate_limit is not None:
+                rows += [self.alias, gate.queue, "", stamp]
+            if gate.limits.key_rate_limit is not None and c.concurrency_key is not None:
+                rows += [self.alias, gate.queue, c.concurrency_key, stamp]
+        if rows:
+            values = ", ".join(["(%s, %s, %s, %s)"] * (len(rows) // 4))
+            with self.connection.cursor() as cur:
+                cur.execute(
+                    f"INSERT INTO {RATE} (backend, queue, key, started_at) VALUES {values}", rows
+                )
+
+    # -- the local backend's limited claim -------------------------------------------------
+    def _claim_limited(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        lease_s: float,
+        now: datetime | None,
+        defaults: Mapping[str, QueueLimits],
+    ) -> list[Claimed]:
+        """Inside the caller's transaction: claim up to ``limit`` jobs of ``queues`` under
+        their limits (queues locked in name order, so two claimers never deadlock)."""
+        claimed: list[Claimed] = []
+        for queue in sorted(set(queues)):
+            left = limit - len(claimed)
+            if left <= 0:
+                break
+            gate = self._gate(queue, defaults.get(queue), now)
+            if gate is None:
+                continue
+            ids = self._pick(gate, left)
+            if ids:
+                got = self._lease_ids(ids, lease_s, gate.now)
+                self._record_starts(gate, got)
+                claimed += got
+        return claimed
+
+    def _pick(self, gate: Gate, limit: int) -> list[str]:
+        """The ids to claim: candidates in claim order, then (per-key limits) other keys."""
+        room = rule.room(limit, gate.limits, gate.counted)
+        if room <= 0:
+            return []
+        keyed = gate.limits.keyed
+        scan = rule.window_scan(room) if keyed else room
+        candidates = self._candidates(gate.queue, gate.now, scan)
+        ids = rule.claimable(candidates, limit=limit, limits=gate.limits, counted=gate.counted)
+        if keyed and len(ids) < room and len(candidates) >= scan:
+            ids += self._other_keys(gate, limit, ids, candidates)
+        return ids
+
+    def _candidates(self, queue: str, t: datetime, n: int) -> list[tuple[str, str | None]]:
+        with self.connection.cursor() as cur:
+            cur.execute(
+                f"SELECT id, concurrency_key FROM {self.table} WHERE state = 'pending' "
+                "AND queue = %s AND available_at <= %s "
+                "ORDER BY priority DESC, available_at, id LIMIT %s",
+                [queue, self._adapt(t), n],
+            )
+            return [(r[0], r[1]) for r in cur.fetchall()]
+
+    def _other_keys(
+        self,
+        gate: Gate,
+        limit: int,
+        taken: list[str],
+        seen: Sequence[tuple[str, str | None]],
+    ) -> list[str]:
+        """The first jobs of keys beyond the window, taking turns from the last key served."""
+        key_of = dict(seen)
+        mine: dict[str, int] = {}
+        for job_id in taken:
+            key = key_of.get(job_id)
+            if key is not None:
+                mine[key] = mine.get(key, 0) + 1
+        by_key = dict(gate.counted.by_key or {})
+        by_starts = dict(gate.counted.starts_by_key or {})
+        for key, n in mine.items():
+            by_key[key] = by_key.get(key, 0) + n
+            by_starts[key] = by_starts.get(key, 0) + n
+        counted = InFlight(
+            jobs=gate.counted.jobs + len(taken),
+            by_key=by_key,
+            starts=gate.counted.starts + len(taken),
+            starts_by_key=by_starts,
+        )
+        left = rule.room(limit - len(taken), gate.limits, counted)
+        if left <= 0:
+            return []
+        full = rule.saturated(gate.limits, counted, {*by_key, *by_starts})
+        keys = self._walk_keys(gate, sorted(full), left)
+        if not keys:
+            return []
+        per_key = gate.limits.key_concurrency or left
+        heads = self._heads(gate.queue, gate.now, keys, min(left, per_key))
+        return rule.claimable(heads, limit=limit - len(taken), limits=gate.limits, counted=counted)
+
+    def _walk_keys(self, gate: Gate, full: Sequence[str], wanted: int) -> list[str]:
+        """Up to ``wanted`` keys with pending jobs, none of ``full``, in key order after the
+        queue's cursor (wrapping once); the cursor moves to the last key taken."""
+        found: list[str] = []
+        start = gate.cursor or ""
+        for after, upto in ((start, None), ("", start)) if start else (("", None),):
+            found += self._walk(gate.queue, after, upto, full, wanted - len(found), found)
+            if len(found) >= wanted:
+                break
+        if found:
+            with self.connection.cursor() as cur:
+                cur.execute(
+                    f"UPDATE {CONTROL} SET key_cursor = %s WHERE backend = %s AND queue = %s",
+                    [found[-1], self.alias, gate.queue],
+                )
+        return found
+
+    def _walk(
+        self,
+        queue: str,
+        after: str,
+        upto: str | None,
+        full: Sequence[str],
+        wanted: int,
+        found: Sequence[str],
+    ) -> list[str]:
+        """One index probe per key (a loose index scan), skipping ``full`` and ``found``."""
+        if wanted <= 0:
+            return []
+        skip = [*full, *found]
+        t = self.table
+        nxt = (
+            f"SELECT concurrency_key FROM {t} WHERE state = 'pending' AND queue = %s "
+            "AND concurrency_key > {prev} ORDER BY concurrency_key LIMIT 1"
+        )
+        skip_param: Any = skip
+        if self.is_postgres:
+            excluded = "NOT (k = ANY(%s::varchar[]))"
+        else:
+            excluded, skip_param = "k NOT IN (SELECT value FROM json_each(%s))", json.dumps(skip)
+        bound = " AND k <= %s" if upto is not None else ""
+        statement = (
+            "WITH RECURSIVE walk(k, n) AS ("
+            f"SELECT ({nxt.format(prev='%s')}), 1 "
+            "UNION ALL "
+            f"SELECT ({nxt.format(prev='walk.k')}), walk.n + 1 FROM walk "
+            "WHERE walk.k IS NOT NULL AND walk.n < %s"
+            f") SELECT k FROM walk WHERE k IS NOT NULL AND {excluded}{bound} LIMIT %s"
+        )
+        params: list[Any] = [queue, after, queue, len(skip) + wanted + 16, skip_param]
+        if upto is not None:
+            params.append(upto)
+        params.append(wanted)
+        with self.connection.cursor() as cur:
+            cur.execute(statement, params)
+            return [r[0] for r in cur.fetchall()]
+
+    def _heads(
+        self, queue: str, t: datetime, keys: Sequence[str], per_key: int
+    ) -> list[tuple[str, str | None]]:
+        """Each key's first ``per_key`` due jobs, in claim order within the key."""
+        one = (
+            f"SELECT id, concurrency_key FROM {self.table} WHERE state = 'pending' "
+            "AND queue = %s AND concurrency_key = {key} AND available_at <= %s "
+            "ORDER BY priority DESC, available_at, id LIMIT %s"
+        )
+        with self.connection.cursor() as cur:
+            if self.is_postgres:
+                cur.execute(
+                    "SELECT h.id, h.concurrency_key FROM unnest(%s::varchar[]) "
+                    "WITH ORDINALITY AS u(k, i) CROSS JOIN LATERAL ("
+                    + one.format(key="u.k")
+                    + ") AS h ORDER BY u.i",
+                    [list(keys), queue, t, per_key],
+                )
+                return [(r[0], r[1]) for r in cur.fetchall()]
+            heads: list[tuple[str, str | None]] = []
+            for key in keys:
+                cur.execute(one.format(key="%s"), [queue, key, self._adapt(t), per_key])
+                heads += [(r[0], r[1]) for r in cur.fetchall()]
+            return heads
+
+    def _lease_ids(self, ids: Sequence[str], lease_s: float, t: datetime) -> list[Claimed]:
+        """Lease the picked jobs still pending (a cancel may have won meanwhile)."""
+        a = self._adapt
+        expires = a(t + timedelta(seconds=lease_s))
+        if self.is_postgres:
+            token = "replace(gen_random_uuid()::text, '-', '')"
+            where, params = "id = ANY(%s::varchar[])", [expires, a(t), a(t), list(ids)]
+        else:
+            token = "lower(hex(randomblob(16)))"
+            where = f"id IN ({sql.placeholders(ids)})"
+            params = [expires, a(t), a(t), *ids]
+        with self.connection.cursor() as cur:
+            cur.execute(
+                f"UPDATE {self.table} SET state = 'inflight', attempts = attempts + 1, "
+                f"lease_token = {token}, lease_expires_at = %s, started_at = %s, "
+                f"updated_at = %s WHERE {where} AND state = 'pending' "
+                f"RETURNING {sql.CLAIM_COLUMNS}",
+                params,
+            )
+            return [claimed_from_row(r) for r in cur.fetchall()]

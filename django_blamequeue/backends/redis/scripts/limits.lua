@@ -1,0 +1,123 @@
+-- limits.lua: a claim's view of a queue's control state (pause, limits), included by the claim
+-- scripts before leasing.lua. Keys of a queue Q (P:q:Q:...):
+--   ctl        hash: paused 1/0, reason, at, by; ov 1 when live limits are set, then c, kc,
+--              rm, rp, krm, krp (counts; rp, krp in seconds); v (version)
+--   kin        hash: concurrency key -> jobs of that key in flight (moved at claim / unindex)
+--   rate       zset: lease token -> start time, the queue's rate window
+--   krate:KEY  zset: the same per key
+--   kr:KEY, keyring: ready jobs by key, keys by last service (lib.lua)
+-- P:leased (queue -> jobs in flight) is the queue's own count.
+
+local PAUSED = {}
+
+local function us(seconds) return math.floor(tonumber(seconds) * 1000000 + 0.5) end
+
+-- The limits a claim obeys for queue q: its live limits, else the settings' defaults the
+-- worker passed ([c, kc, rm, rp, krm, krp], false for none); PAUSED; nil when unlimited.
+-- rule: paused (core.rules.claims_from)
+local function gate_of(q, defaults)
+  local h = redis.call('HMGET', qk(q, 'ctl'), 'paused', 'ov', 'c', 'kc', 'rm', 'rp', 'krm', 'krp')
+  if h[1] == '1' then return PAUSED end
+  local v
+  if h[2] == '1' then
+    v = {h[3], h[4], h[5], h[6], h[7], h[8]}
+  elseif defaults then
+    v = defaults
+  else
+    return nil
+  end
+  local g = {c = num(v[1], nil), kc = num(v[2], nil), rm = num(v[3], nil), krm = num(v[5], nil)}
+  if g.rm then g.rp = us(v[4]) end
+  if g.krm then g.krp = us(v[6]) end
+  if not (g.c or g.kc or g.rm or g.krm) then return nil end
+  g.inflight = num(redis.call('HGET', P .. ':leased', q), 0) + (LEASED[q] or 0)
+  if g.rm then
+    redis.call('ZREMRANGEBYSCORE', qk(q, 'rate'), '-inf', fmt(NOW - g.rp))
+    g.starts = redis.call('ZCARD', qk(q, 'rate'))
+  else
+    g.starts = 0
+  end
+  g.kin, g.kstarts = {}, {}
+  return g
+end
+
+-- How many more jobs of key `key` may start now (math.huge: no per-key limit).
+local function key_room(q, g, key, mine)
+  local left = math.huge
+  if g.kc then
+    if g.kin[key] == nil then g.kin[key] = num(redis.call('HGET', qk(q, 'kin'), key), 0) end
+    left = math.min(left, g.kc - g.kin[key] - mine)
+  end
+  if g.krm then
+    if g.kstarts[key] == nil then
+      local w = qk(q, 'krate:' .. key)
+      redis.call('ZREMRANGEBYSCORE', w, '-inf', fmt(NOW - g.krp))
+      g.kstarts[key] = redis.call('ZCARD', w)
+    end
+    left = math.min(left, g.krm - g.kstarts[key] - mine)
+  end
+  return left
+end
+
+-- rule: limits (core.limits.claimable) — at most `room` jobs; a job whose key is full is
+-- skipped, never a reason to stop. Candidates go to `out` as the claim's other candidates do.
+local function limited_candidates(q, limit, g, out)
+  local room = limit
+  if g.c then room = math.min(room, g.c - g.inflight) end
+  if g.rm then room = math.min(room, g.rm - g.starts) end
+  if room <= 0 then return end
+  local keyed = g.kc or g.krm
+  local taken, per_key, full, picked = 0, {}, {}, {}
+  local function try(m, score)
+    if taken >= room or picked[m] or tonumber(string.sub(m, 1, 16)) > NOW then return end
+    local key = redis.call('HGET', jk(string.sub(m, 17)), 'ckey')
+    if key and keyed then
+      local mine = per_key[key] or 0
+      if key_room(q, g, key, mine) <= 0 then
+        full[key] = true
+        return
+      end
+      per_key[key] = mine + 1
+    end
+    out[#out + 1] = {tonumber(score), m, q}
+    picked[m] = true
+    taken = taken + 1
+  end
+  local scan = keyed and 4 * room + 64 or room + 8
+  local items = redis.call('ZRANGE', qk(q, 'ready'), 0, scan - 1, 'WITHSCORES')
+  for j = 1, #items, 2 do
+    if taken >= room then return end
+    try(items[j], items[j + 1])
+  end
+  if not keyed or taken >= room or #items < 2 * scan then return end
+  -- The window was full keys: the keys served least recently, each one's first jobs.
+  local ring = qk(q, 'keyring')
+  for _, key in ipairs(redis.call('ZRANGE', ring, 0, 4 * room + 64)) do
+    if taken >= room then return end
+    if not full[key] then
+      local n = math.min(room - taken, key_room(q, g, key, per_key[key] or 0))
+      if n > 0 then
+        local heads = redis.call('ZRANGE', qk(q, 'kr:' .. key), 0, n - 1, 'WITHSCORES')
+        for j = 1, #heads, 2 do try(heads[j], heads[j + 1]) end
+      end
+    end
+  end
+end
+
+-- A claimed job of a limited queue: its start in the windows, its key served last.
+local function started(q, g, key, token)
+  if g.rm then
+    redis.call('ZADD', qk(q, 'rate'), NOW, token)
+    redis.call('PEXPIRE', qk(q, 'rate'), math.ceil(g.rp / 1000) + 1000)
+  end
+  if key then
+    if g.krm then
+      local w = qk(q, 'krate:' .. key)
+      redis.call('ZADD', w, NOW, token)
+      redis.call('PEXPIRE', w, math.ceil(g.krp / 1000) + 1000)
+    end
+    if redis.call('ZSCORE', qk(q, 'keyring'), key) then
+      redis.call('ZADD', qk(q, 'keyring'), redis.call('INCR', qk(q, 'kseq')), key)
+    end
+  end
+end
