@@ -59,7 +59,7 @@ class ControlPlane:
         listening workers hear it at once, polling ones within a poll interval."""
         b = get_backend(backend)
         q = validation.queue_name(queue_name)
-        why = validation.optional_text(reason, "reason", MAX_REASON) or ""
+        why = validation.optional_text(reason or None, "reason", MAX_REASON) or ""
         by = _user(user)
         _call(b, lambda: b.pause(q, reason=why, by=by))
 

@@ -156,7 +156,7 @@ class Registration:
         job_names: Sequence[str],
         snapshot: Callable[[], Snapshot],
         *,
-        heartbeat: float = HEARTBEAT,
+        heartbeat: float | None = None,
     ) -> None:
         self.backend = backend
         self.db = database_of(backend)
@@ -165,7 +165,7 @@ class Registration:
         self.concurrency = concurrency
         self.job_names = sorted(job_names)
         self.snapshot = snapshot
-        self.heartbeat = heartbeat
+        self.heartbeat = heartbeat or HEARTBEAT
         #: Queue → names other live workers have handlers for (refreshed by each beat).
         self.elsewhere: dict[str, set[str]] = {}
         self._stop = threading.Event()

@@ -70,7 +70,7 @@ local function claim(queues, limit, lease_us, nonce, limited)
       redis.call('HINCRBY', qk(c[3], 'kin'), key, 1)
       unindex_key(c[3], key, c[2])
     end
-    if gates[c[3]] then started(c[3], gates[c[3]], key, token) end
+    if gates[c[3]] then count_start(c[3], gates[c[3]], key, token) end
     out[#out + 1] = h[NCLAIMED]
     h[NCLAIMED] = nil
     header[#header + 1] = {token, expires, started, unpack(h)}

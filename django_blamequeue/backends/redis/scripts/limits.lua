@@ -105,7 +105,7 @@ local function limited_candidates(q, limit, g, out)
 end
 
 -- A claimed job of a limited queue: its start in the windows, its key served last.
-local function started(q, g, key, token)
+local function count_start(q, g, key, token)
   if g.rm then
     redis.call('ZADD', qk(q, 'rate'), NOW, token)
     redis.call('PEXPIRE', qk(q, 'rate'), math.ceil(g.rp / 1000) + 1000)
