@@ -19,13 +19,14 @@ class BlameQueueConfig(AppConfig):
 
     def ready(self) -> None:
         from . import outbox
-        from .checks import check_backends, check_queues_served, check_settings
+        from .checks import check_backends, check_handlers, check_queues_served, check_settings
         from .context import JobContextFilter
 
         outbox.install()  # the backends' hooks: relay, settle and cascade through the services
         checks.register(check_settings, "blamequeue")
         checks.register(check_queues_served, "blamequeue")
         checks.register(check_backends, "blamequeue", deploy=True)
+        checks.register(check_handlers, "blamequeue", deploy=True)
         for name in AUTODISCOVER_MODULES:
             autodiscover_modules(name)
         # Logger filters apply only to records of that very logger: put it on each of ours.

@@ -17,7 +17,7 @@ from . import conf, registry
 from .backends import get_backend
 from .exceptions import QueueError
 
-__all__ = ["check_backends", "check_queues_served", "check_settings"]
+__all__ = ["check_backends", "check_handlers", "check_queues_served", "check_settings"]
 
 
 def check_settings(
@@ -120,4 +120,64 @@ def _unserved(what: str, queue: str, backend: str, default: str) -> checks.Warni
         "wait until a worker is started for that backend",
         hint=f'Start "manage.py runworker {queue} --backend {backend}" too.',
         id="blamequeue.W007",
+    )
+
+
+def check_handlers(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """W008, ``check --deploy``: waiting jobs (pending, delayed, blocked) and schedules whose
+    job name no handler of this code answers, with counts. Run it with the code about to be
+    deployed: a name it lacks would wait (workers hand it back) until it fails after
+    ``MISSING_HANDLER_TIMEOUT``. Jobs named after their queue (enqueued without ``name=``, for
+    a ``queue.consume(queue, handler)``) are not checked."""
+    from .models import Schedule
+
+    try:
+        current = conf.get_settings()
+    except QueueError:  # invalid settings: check_settings reports them
+        return []
+    messages: list[checks.CheckMessage] = []
+    for alias in current.backends:
+        try:
+            waiting = get_backend(alias).waiting_names()
+        except Exception as exc:
+            messages.append(_unreachable(alias, exc))
+            continue
+        for (q, name), n in sorted(waiting.items()):
+            if name and name != q and registry.get(name) is None:
+                messages.append(_no_handler(f"{n:,} waiting job(s) of backend {alias!r}", q, name))
+    schedules = {n: str(e["job"]) for n, e in current.schedules.items()}
+    try:
+        rows = Schedule.objects.filter(enabled=True).values_list("name", "job")
+        schedules.update({n: j for n, j in rows if n not in schedules})
+    except Exception as exc:  # no table yet (before migrate)
+        messages.append(_unreachable("default", exc))
+    for name, job in sorted(schedules.items()):
+        if registry.get(job) is None:
+            messages.append(
+                checks.Warning(
+                    f"schedule {name!r} fires job {job!r}, which no handler of this code answers",
+                    hint="Deploy the code that defines it, or fix or disable the schedule.",
+                    id="blamequeue.W008",
+                )
+            )
+    return messages
+
+
+def _no_handler(what: str, queue: str, name: str) -> checks.Warning:
+    return checks.Warning(
+        f"{what} on queue {queue!r} name job {name!r}, which no handler of this code answers: "
+        "workers hand them back until one has it, and they fail after MISSING_HANDLER_TIMEOUT",
+        hint="Deploy the code that defines it (a @job, @flow or @task) before these workers, "
+        "or cancel / purge the jobs.",
+        id="blamequeue.W008",
+    )
+
+
+def _unreachable(alias: str, exc: Exception) -> checks.Warning:
+    return checks.Warning(
+        f"backend {alias!r} could not be checked: {type(exc).__name__}: {exc}",
+        hint="Run the deployment checks where the engine is reachable.",
+        id="blamequeue.W006",
     )

@@ -38,6 +38,7 @@ class ProgressLine:
         counters: Callable[[], Counters],
         in_flight: Callable[[], str],
         *,
+        notes: Callable[[], list[str]] | None = None,
         tty: bool | None = None,
         tty_interval: float = 0.5,
         log_interval: float = 10.0,
@@ -45,6 +46,7 @@ class ProgressLine:
         self.out = out
         self.counters = counters
         self.in_flight = in_flight
+        self.notes = notes or (lambda: [])
         self.tty = out.isatty() if tty is None else tty
         self.interval = tty_interval if self.tty else log_interval
         self._last = time.monotonic()
@@ -70,6 +72,11 @@ class ProgressLine:
             parts.append(f"lock lost {c.lock_lost:,}")
         if c.timed_out:
             parts.append(f"timed out {c.timed_out:,}")
+        if c.snoozed:
+            parts.append(f"snoozed {c.snoozed:,}")
+        if c.handed_back:
+            parts.append(f"handed back {c.handed_back:,} (no handler here)")
+        parts += self.notes()
         if final:
             parts.append(f"{fmt_rate(finished / elapsed)} over {elapsed:.1f} s")
         else:

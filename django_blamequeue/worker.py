@@ -343,9 +343,9 @@ class Consumer:
         b = self.backend
         try:
             left = b.resilience.call(lambda: b.outstanding(queues), idempotent=True)  # type: ignore[union-attr]
-            if left and self.no_handler:
+            if left and self.handler is None:  # dispatching by name: some may have none here
                 waits = b.resilience.call(lambda: b.handler_waits(queues), idempotent=True)  # type: ignore[union-attr]
-                left -= sum(w.count for w in waits if w.name in self.no_handler)
+                left -= sum(w.count for w in waits if registry.get(w.name) is None)
             return left <= 0
         except QueueError:
             return False

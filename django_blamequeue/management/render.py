@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from ..controls import HandlerWait, QueueControl, WorkerInfo, rate_text
 from ..records import JobInfo, QueueStats
 
 STATE_MARK = {
@@ -244,3 +245,82 @@ def _local(moment: datetime, tz: str) -> str:
     if tz in ("", "UTC"):
         return ""
     return f" ({moment.astimezone(ZoneInfo(tz)):%H:%M %Z})"
+
+
+# -- the control plane -----------------------------------------------------------------------
+def render_controls(controls: Iterable[QueueControl]) -> list[str]:
+    """One line per paused queue and per limited queue (under ``stats``)."""
+    lines = []
+    for c in controls:
+        where = f"{c.queue!r} on backend {c.backend}"
+        if c.paused:
+            by = f" by {c.paused_by}" if c.paused_by else ""
+            since = f" since {when(c.paused_at)}" if c.paused_at else ""
+            why = f": {c.reason}" if c.reason else ""
+            lines.append(f"paused  {where}{by}{since}{why}")
+        if not c.limits.empty:
+            lines.append(f"limits  {where}: {c.limits.describe()} ({c.source})")
+    return lines
+
+
+def render_limits(c: QueueControl) -> list[str]:
+    """``blamequeue limits QUEUE``: the limits in force, where they come from, the pause."""
+    lim = c.limits
+    rows = [
+        ("concurrency", "-" if lim.concurrency is None else str(lim.concurrency)),
+        ("key concurrency", "-" if lim.key_concurrency is None else str(lim.key_concurrency)),
+        ("rate limit", "-" if lim.rate_limit is None else rate_text(lim.rate_limit)),
+        ("key rate limit", "-" if lim.key_rate_limit is None else rate_text(lim.key_rate_limit)),
+        (
+            "source",
+            {"live": "live (set_limits)", "settings": 'BLAMEQUEUE["QUEUES"]'}.get(
+                c.source, "none (no limits)"
+            ),
+        ),
+        ("paused", ("yes" + (f": {c.reason}" if c.reason else "")) if c.paused else "no"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return [f"queue {c.queue} (backend {c.backend})"] + [
+        f"  {k.ljust(width)}  {v}" for k, v in rows
+    ]
+
+
+def render_unserved(backend: str, queues: Iterable[tuple[str, int]]) -> list[str]:
+    """Queues with waiting jobs that no live worker of the registry consumes."""
+    return [
+        f"unserved  {q!r} on backend {backend}: {n:,} waiting job(s), no live worker serves it"
+        for q, n in queues
+    ]
+
+
+def render_waits(backend: str, waits: Iterable[HandlerWait]) -> list[str]:
+    """Jobs handed back for lack of a handler that no live worker has."""
+    waits = list(waits)
+    total = sum(w.count for w in waits)
+    if not total:
+        return []
+    names = ", ".join(f"{w.count:,} × {w.name!r} on {w.queue!r}" for w in waits)
+    return [
+        f"{total:,} job(s) wait for a handler no running worker has on backend {backend}: {names}"
+    ]
+
+
+WORKER_MARK = {"running": "▶", "stopping": "◼", "stopped": "·", "gone": "✗"}
+
+
+def render_workers(workers: Sequence[WorkerInfo], now: datetime) -> list[str]:
+    """``blamequeue workers``: one line per worker, then the jobs each runs now."""
+    if not workers:
+        return ["no worker has registered (runworker registers itself and heartbeats)"]
+    lines = []
+    for w in workers:
+        seen = span(max(0.0, (now - w.last_seen).total_seconds()))
+        up = span(max(0.0, (now - w.started_at).total_seconds()))
+        mark = WORKER_MARK.get(w.state, "?")
+        lines.append(
+            f"{mark} {w.worker_id}  {w.state:<8} backend {w.backend}  "
+            f"queues {', '.join(w.queues)}  running {len(w.running)}/{w.concurrency}  "
+            f"done {w.done:,}  failed {w.failed:,}  up {up}  seen {seen} ago  v{w.version}"
+        )
+        lines += [f"    {job_id}" for job_id in w.running]
+    return lines

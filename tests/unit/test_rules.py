@@ -10,7 +10,7 @@ import pytest
 
 import django_blamequeue
 from django_blamequeue.backends.redis import lua
-from django_blamequeue.core import lifecycle, rules
+from django_blamequeue.core import lifecycle, limits, rules
 from django_blamequeue.core.states import ALLOWED, State
 
 PACKAGE = Path(django_blamequeue.__file__).parent
@@ -25,6 +25,17 @@ COPIES = {
     "report-once": ["backends/jobtable/flowsql.py", "backends/redis/scripts/lib.lua"],
     "settle-due": ["backends/jobtable/flowsql.py", "backends/redis/scripts/lib.lua"],
     "cascade": ["backends/jobtable/reports.py", "backends/redis/scripts/lib.lua"],
+    "paused": [
+        "backends/jobtable/sql.py",
+        "backends/jobtable/limited.py",
+        "backends/sqs/receive.py",
+        "backends/redis/scripts/limits.lua",
+    ],
+    "limits": [
+        "backends/jobtable/limited.py",
+        "backends/sqs/receive.py",
+        "backends/redis/scripts/limits.lua",
+    ],
 }
 
 
@@ -41,7 +52,7 @@ def test_each_engine_copy_of_a_rule_names_it(rule: str) -> None:
 @pytest.mark.parametrize("rule", rules.RULES, ids=lambda r: r.id)
 def test_each_rule_names_a_reference_that_exists(rule: rules.Rule) -> None:
     module, _, name = rule.reference.rpartition(".")
-    target = {"core.rules": rules, "core.lifecycle": lifecycle}[module]
+    target = {"core.rules": rules, "core.lifecycle": lifecycle, "core.limits": limits}[module]
     assert hasattr(target, name)
 
 

@@ -16,6 +16,8 @@ from ...backends import all_backends, get_backend
 from ...backends.base import Backend
 from ...exceptions import QueueError
 from ...records import JobInfo, QueueStats
+from .. import controls
+from ..controls import ControlCommands
 from ..render import (
     Delayed,
     ScheduleView,
@@ -26,11 +28,13 @@ from ..render import (
 )
 
 
-class Command(BaseCommand):
+class Command(ControlCommands, BaseCommand):
     help = (
         "Operate queues: stats | show ID | dlq list [QUEUE] | dlq retry ID | dlq retry --all "
         "QUEUE | purge QUEUE | cancel ID | flow show FLOW_ID | schedules | "
-        "enqueue NAME --payload JSON"
+        "enqueue NAME --payload JSON | pause QUEUE [--reason TEXT] | resume QUEUE | "
+        "limits QUEUE [--concurrency N] [--key-concurrency N] [--rate-limit MAX/SECONDS] "
+        "[--key-rate-limit MAX/SECONDS] [--clear] | workers"
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -65,6 +69,7 @@ class Command(BaseCommand):
         enq.add_argument("--delay", type=float, default=None)
         enq.add_argument("--priority", type=int, default=0)
         enq.add_argument("--dedupe-key", default=None)
+        controls.add_arguments(sub)
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -84,6 +89,7 @@ class Command(BaseCommand):
     def do_stats(self, options: dict[str, Any]) -> None:
         rows: list[tuple[QueueStats, Delayed | None]] = []
         blind = []
+        waiting: dict[str, dict[str, int]] = {}
         for b in self.backends(options):
             delayed = _delayed(b)
             if delayed is None:
@@ -91,7 +97,10 @@ class Command(BaseCommand):
             nothing = Delayed(count=0, next_in=0.0)
             for st in b.stats():
                 rows.append((st, None if delayed is None else delayed.get(st.queue, nothing)))
+                n = st.counts.get("pending", 0) + st.counts.get("blocked", 0)
+                waiting.setdefault(b.alias, {})[st.queue] = n
         self.write(render_stats(rows))
+        self.stats_notes(options, waiting)
         for entry in queue.list_backends():
             if options["backend"] in (None, entry["name"]):
                 self.stdout.write(

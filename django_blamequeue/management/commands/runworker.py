@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import metrics, registry
+from ... import fleet, metrics, registry
 from ...api import queue
 from ...conf import get_settings
 from ...console import ProgressLine, banner, worker_identity
@@ -163,6 +163,7 @@ class Command(BaseCommand):
             self.stdout._out,  # type: ignore[arg-type]  # the real stream, so a TTY is detected
             lambda: consumer.counters,
             lambda: f"{consumer.in_flight}/{options['concurrency']}",
+            notes=lambda: _notes(consumer),
             **({"log_interval": interval} if interval else {}),
         )
         try:
@@ -226,5 +227,39 @@ class Command(BaseCommand):
                 "burst (exit when empty)" if consumer.options.burst else "run until signalled",
             ),
         ]
+        rows += _control_rows(consumer)
         rows += [("warning", text) for text in b.deployment_warnings()]
         self.stdout.write(banner(f"django-blamequeue {ver} · runworker", rows))
+
+
+def _notes(consumer: Any) -> list[str]:
+    """The progress line's words about the control plane: paused queues, jobs this worker
+    has no handler for (by name)."""
+    notes = []
+    paused = consumer.control.paused()
+    if paused:
+        notes.append("paused " + ", ".join(paused))
+    if consumer.no_handler:
+        names = sorted(consumer.no_handler, key=lambda n: -consumer.no_handler[n])
+        shown = ", ".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "")
+        notes.append(f"waiting for a handler: {shown}")
+    return notes
+
+
+def _control_rows(consumer: Any) -> list[tuple[str, str]]:
+    """Banner rows: paused and limited queues, jobs no running worker has a handler for."""
+    try:
+        consumer.control.refresh(force=True)
+        rows: list[tuple[str, str]] = consumer.control.describe()
+        queues = set(consumer.options.queues)
+        waits = [w for w in fleet.unhandled(consumer.backend) if w.queue in queues]
+    except QueueError as exc:
+        return [("control", f"could not be read ({exc})")]
+    rows.append(("handlers", f"{len(registry.registered())} job names registered"))
+    total = sum(w.count for w in waits)
+    if total:
+        names = ", ".join(f"{w.name} ({w.count:,})" for w in waits[:3])
+        rows.append(
+            ("waiting", f"{total:,} job(s) wait for a handler no running worker has: {names}")
+        )
+    return rows
