@@ -20,10 +20,11 @@ from django.views.decorators.http import require_http_methods, require_POST
 from ..api import queue
 from ..backends import all_backends
 from ..backends.base import Backend
+from ..controls import QueueControl
 from ..exceptions import QueueError
 from ..records import QueueStats
 from ..validation import identifier, queue_name
-from . import display, operations
+from . import control, display, operations
 from .base import PURGE, RETRY, VIEW, VIEW_AUDIT, allowed, backend_or_404, require
 from .flows import flow_page
 
@@ -109,6 +110,11 @@ class OverviewRow:
     waiting: int
     dlq_url: str | None
     purge_url: str | None
+    paused: bool = False
+    reason: str = ""
+    limits: str = ""  # the limits in force, described; "" for none
+    source: str = ""  # live | settings
+    limits_url: str = ""
 
 
 class Console:
@@ -123,6 +129,7 @@ class Console:
             ("Overview", _url("overview"), current == "overview"),
             ("Jobs", reverse("admin:django_blamequeue_job_changelist"), current == "jobs"),
             ("Dead letters", _url("dlq"), current == "dlq"),
+            ("Workers", _url("workers"), current == "workers"),
         ]
         if allowed(request, "django_blamequeue.view_schedule"):
             tabs.append(
@@ -169,11 +176,18 @@ class Console:
             backends.append(entry)
             try:
                 stats = stats_of(b)
+                controls = {c.queue: c for c in queue.controls(backend=b.alias)}
             except QueueError as exc:
                 entry["error"] = str(exc)
                 entry["breaker"] = breaker_of(b)
                 continue
-            rows += [self._row(request, b, st, entry["breaker"]) for st in stats]
+            listed = {st.queue for st in stats}
+            stats += [
+                QueueStats(backend=b.alias, queue=q) for q in sorted(controls) if q not in listed
+            ]
+            rows += [
+                self._row(request, b, st, entry["breaker"], controls.get(st.queue)) for st in stats
+            ]
         headers = [s.replace("_", " ") for s in OVERVIEW_STATES]
         return self.render(
             request,
@@ -184,9 +198,20 @@ class Console:
             backends=backends,
             headers=headers,
             styles=display.STATE_STYLES,
+            can_pause=allowed(request, control.PAUSE),
+            pause_url=_url("pause"),
+            resume_url=_url("resume"),
+            paused=sum(1 for r in rows if r.paused),
         )
 
-    def _row(self, request: HttpRequest, b: Backend, st: QueueStats, breaker: str) -> OverviewRow:
+    def _row(
+        self,
+        request: HttpRequest,
+        b: Backend,
+        st: QueueStats,
+        breaker: str,
+        ctl: QueueControl | None = None,
+    ) -> OverviewRow:
         listable = b.database is not None
         cells = [
             Cell(
@@ -215,6 +240,11 @@ class Console:
             purge_url=_url("purge", backend=b.alias, queue=st.queue)
             if waiting and allowed(request, PURGE)
             else None,
+            paused=bool(ctl and ctl.paused),
+            reason=ctl.reason if ctl else "",
+            limits="" if ctl is None or ctl.limits.empty else ctl.limits.describe(),
+            source=ctl.source if ctl else "",
+            limits_url=_url("limits", backend=b.alias, queue=st.queue),
         )
 
     # -- dead-letter queue ---------------------------------------------------------------
@@ -301,6 +331,19 @@ class Console:
     # -- purge ---------------------------------------------------------------------------
     def purge(self, request: HttpRequest) -> HttpResponse:
         return _purge(request, self)
+
+    # -- the control plane ---------------------------------------------------------------
+    def pause(self, request: HttpRequest) -> HttpResponse:
+        return control.pause(request)
+
+    def resume(self, request: HttpRequest) -> HttpResponse:
+        return control.resume(request)
+
+    def limits(self, request: HttpRequest) -> HttpResponse:
+        return control.limits_page(request, self)
+
+    def workers(self, request: HttpRequest) -> HttpResponse:
+        return control.workers_page(request, self)
 
     # -- flows ---------------------------------------------------------------------------
     def flow(self, request: HttpRequest, flow_id: str) -> HttpResponse:
