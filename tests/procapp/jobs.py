@@ -17,7 +17,7 @@ from django.db import connections, transaction
 
 from django_blamequeue import current_job, job
 
-from .models import Redelivery, SideEffect
+from .models import Redelivery, Run, SideEffect
 
 QUEUE = "proc"
 
@@ -57,7 +57,13 @@ def effect(payload: dict[str, Any] | None) -> dict[str, int]:
     if payload.get("hold_gil") and ctx.attempt <= int(payload.get("hold_attempts", 1)):
         hold_gil(float(payload["hold_gil"]))
         return {"pid": os.getpid(), "held": 1}
-    db: str = ctx.backend.db  # type: ignore[attr-defined]
+    store_effect(ctx)
+    return {"pid": os.getpid()}
+
+
+def store_effect(ctx: Any) -> None:
+    """The job's effect, once, fenced by its lease token (a redelivery records whose it found)."""
+    db: str = ctx.backend.db
     connection = connections[db]
     table = getattr(ctx.backend, "table", "blamequeue_job")
     fence = FENCE.format(table=table) + (" FOR UPDATE" if connection.vendor == "postgresql" else "")
@@ -76,4 +82,19 @@ def effect(payload: dict[str, Any] | None) -> dict[str, int]:
                 first_pid=first.pid,
                 first_token=first.token,
             )
+
+
+@job(queue=QUEUE, name="procapp.run", concurrency_key=lambda p: (p or {}).get("key"))
+def run(payload: dict[str, Any] | None) -> dict[str, int]:
+    """A run with its start and end on record (``Run``), ``{"sleep": s}`` long, then the
+    effect as ``procapp.effect`` stores it: the control-plane fault tests read the overlaps."""
+    payload = payload or {}
+    ctx = current_job()
+    db: str = ctx.backend.db  # type: ignore[attr-defined]
+    record = Run.objects.using(db).create(
+        job_id=ctx.job_id, key=payload.get("key"), pid=os.getpid(), started=time.time()
+    )
+    time.sleep(float(payload.get("sleep", 0)))
+    store_effect(ctx)
+    Run.objects.using(db).filter(pk=record.pk).update(ended=time.time())
     return {"pid": os.getpid()}

@@ -29,3 +29,18 @@ class Redelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} again by {self.pid} (first {self.first_pid})"
+
+
+class Run(models.Model):
+    """One run of a ``procapp.run`` job, with host-clock start and end times (one host: every
+    worker shares the clock), so a test can see which runs overlapped. ``ended`` stays NULL
+    for a run whose worker was killed first."""
+
+    job_id = models.CharField(max_length=26)
+    key = models.CharField(max_length=255, null=True)
+    pid = models.IntegerField()
+    started = models.FloatField()
+    ended = models.FloatField(null=True)
+
+    def __str__(self) -> str:
+        return f"{self.job_id} [{self.key}] by {self.pid}"
