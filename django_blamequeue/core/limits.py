@@ -103,7 +103,7 @@ def saturated(limits: QueueLimits, counted: InFlight, keys: Iterable[str]) -> se
 def window_scan(room_left: int) -> int:
     """How many candidates a limited claim reads in claim order before it looks key by key
     for other keys' jobs: enough that interleaved keys rarely need the second look."""
-    return 4 * room_left + 64
+    return 2 * room_left + 16
 
 
 # -- jobs no worker here can run -------------------------------------------------------------

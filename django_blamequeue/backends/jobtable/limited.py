@@ -71,8 +71,17 @@ class LimitedClaims(LedgerBase):
                 row = cur.fetchone()
         return tuple(row)
 
-    def _gate(self, queue: str, defaults: QueueLimits | None, now: datetime | None) -> Gate | None:
-        """Lock ``queue``'s control row and count; None when it is paused (rule: paused)."""
+    def _gate(
+        self,
+        queue: str,
+        defaults: QueueLimits | None,
+        now: datetime | None,
+        *,
+        scan: int = 0,
+    ) -> tuple[Gate, list[tuple[str, str | None]]] | None:
+        """Lock ``queue``'s control row and count; None when it is paused (rule: paused).
+        With ``scan``, also the first ``scan`` candidates in claim order (on PostgreSQL in
+        the same statement as the clock and the count)."""
         paused, has_limits, c, kc, rmax, rper, krmax, krper, cursor = self._lock_control(queue)
         if not claims_from(paused=bool(paused)):
             return None
@@ -87,8 +96,45 @@ class LimitedClaims(LedgerBase):
                 else None,
             )
         limits = rule.in_force(live, defaults)
+        if self.is_postgres and scan:
+            t, jobs, by_key, candidates = self._look(queue, now, scan)
+            counted = self._count(queue, limits, t, inflight=(jobs, by_key))
+            return Gate(queue, limits, counted, t, cursor), candidates
         t = now if now is not None else self._clock()
-        return Gate(queue, limits, self._count(queue, limits, t), t, cursor)
+        counted = self._count(queue, limits, t)
+        candidates = self._candidates(queue, t, scan) if scan else []
+        return Gate(queue, limits, counted, t, cursor), candidates
+
+    def _look(
+        self, queue: str, now: datetime | None, scan: int
+    ) -> tuple[datetime, int, dict[str, int], list[tuple[str, str | None]]]:
+        """PostgreSQL, after the lock: the clock, the jobs in flight by key and the first
+        ``scan`` candidates in claim order, in one round trip."""
+        t = self.table
+        clock = "COALESCE(%s::timestamptz, statement_timestamp())"
+        statement = (
+            f"SELECT 0, NULL::varchar, NULL::varchar, 0::bigint, {clock} "
+            f"UNION ALL SELECT 1, NULL, concurrency_key, count(*), NULL FROM {t} "
+            "WHERE queue = %s AND state = 'inflight' GROUP BY concurrency_key "
+            "UNION ALL SELECT 2, c.id, c.concurrency_key, 0, NULL FROM ("
+            f"SELECT id, concurrency_key FROM {t} WHERE state = 'pending' AND queue = %s "
+            f"AND available_at <= {clock} ORDER BY priority DESC, available_at, id LIMIT %s) c"
+        )
+        jobs, by_key, candidates = 0, {}, []
+        stamp: datetime | None = None
+        with self.connection.cursor() as cur:
+            cur.execute(statement, [now, queue, queue, now, scan])
+            for kind, job_id, key, n, clock_value in cur.fetchall():
+                if kind == 0:
+                    stamp = clock_value
+                elif kind == 1:
+                    jobs += n
+                    if key is not None:
+                        by_key[key] = n
+                else:
+                    candidates.append((job_id, key))
+        assert stamp is not None
+        return stamp, jobs, by_key, candidates
 
     def _clock(self) -> datetime:
         """The engine's clock read after the lock (not the statement's start time, which may
@@ -100,12 +146,23 @@ class LimitedClaims(LedgerBase):
             value: datetime = cur.fetchone()[0]
             return value
 
-    def _count(self, queue: str, limits: QueueLimits, t: datetime) -> InFlight:
-        jobs, by_key = 0, {}
+    def _count(
+        self,
+        queue: str,
+        limits: QueueLimits,
+        t: datetime,
+        *,
+        inflight: tuple[int, dict[str, int]] | None = None,
+    ) -> InFlight:
+        """What is in flight (unless ``inflight`` was read already) and the rate windows'
+        starts; a window's rows older than it are deleted first."""
+        jobs, by_key = inflight or (0, {})
         starts, by_key_starts = 0, {}
         a = self._adapt
         with self.connection.cursor() as cur:
-            if limits.concurrency is not None or limits.key_concurrency is not None:
+            if inflight is None and (
+                limits.concurrency is not None or limits.key_concurrency is not None
+            ):
                 cur.execute(
                     f"SELECT concurrency_key, count(*) FROM {self.table} "
                     "WHERE queue = %s AND state = 'inflight' GROUP BY concurrency_key",
@@ -166,26 +223,27 @@ class LimitedClaims(LedgerBase):
             left = limit - len(claimed)
             if left <= 0:
                 break
-            gate = self._gate(queue, defaults.get(queue), now)
-            if gate is None:
+            looked = self._gate(queue, defaults.get(queue), now, scan=rule.window_scan(left))
+            if looked is None:
                 continue
-            ids = self._pick(gate, left)
+            gate, candidates = looked
+            ids = self._pick(gate, left, candidates)
             if ids:
                 got = self._lease_ids(ids, lease_s, gate.now)
                 self._record_starts(gate, got)
                 claimed += got
         return claimed
 
-    def _pick(self, gate: Gate, limit: int) -> list[str]:
-        """The ids to claim: candidates in claim order, then (per-key limits) other keys."""
+    def _pick(
+        self, gate: Gate, limit: int, candidates: Sequence[tuple[str, str | None]]
+    ) -> list[str]:
+        """The ids to claim: ``candidates`` (the first in claim order), then (per-key limits)
+        other keys' first jobs if the candidates were all of full keys."""
         room = rule.room(limit, gate.limits, gate.counted)
         if room <= 0:
             return []
-        keyed = gate.limits.keyed
-        scan = rule.window_scan(room) if keyed else room
-        candidates = self._candidates(gate.queue, gate.now, scan)
         ids = rule.claimable(candidates, limit=limit, limits=gate.limits, counted=gate.counted)
-        if keyed and len(ids) < room and len(candidates) >= scan:
+        if gate.limits.keyed and len(ids) < room and len(candidates) >= rule.window_scan(limit):
             ids += self._other_keys(gate, limit, ids, candidates)
         return ids
 

@@ -231,7 +231,8 @@ class Receive(SqsBase, LimitedClaims):
     ) -> tuple[list[Claimed], list[Received]]:
         """Under the queue's control-row lock: the received jobs its limits allow now, in
         the order SQS delivered them (rule: limits); the others are held."""
-        gate = self._gate(queue, defaults, now)
+        looked = self._gate(queue, defaults, now)
+        gate = looked[0] if looked is not None else None
         due = (
             dict(
                 self.jobs()
