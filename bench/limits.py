@@ -166,8 +166,9 @@ def section(report: dict[str, Any]) -> str:
             "",
             f"Run of {report['finished']} (`{report['command']}`, {report['elapsed_s']:.0f} s).",
             "",
-            f"- Machine: {m['nproc']} CPUs, load average {m['loadavg_start'][0]:.1f} at the start and "
-            f"{report['loadavg_end'][0]:.1f} at the end (other processes share this machine).",
+            f"- Machine: {m['nproc']} CPUs, load average {m['loadavg_start'][0]:.1f} at the "
+            f"start and {report['loadavg_end'][0]:.1f} at the end (other processes share this "
+            "machine).",
             f"- PostgreSQL started by `tests.servers` (fsync on); N = {cfg['n']:,} no-op jobs per "
             "drain; workers `manage.py runworker bench --no-sweep --concurrency 64 --burst` × 2.",
             f"- Drains alternate unlimited / keyed, {cfg['rounds']} rounds; the best of each is "

@@ -59,7 +59,53 @@ def demo_data() -> dict[str, object]:
     assert isinstance(hooks, list)
     operations.retry(request, get_backend(), [(hooks[0], "webhooks")])
     data["schedule"] = schedules()
+    control()
     return data
+
+
+def control() -> None:
+    """The control plane's demo: a paused queue, limits (live and from settings), and the
+    worker registry with a running, a stopped and a gone worker."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_blamequeue import queue
+    from django_blamequeue.models import Job, WorkerRecord
+
+    queue.pause("webhooks", reason="hooks.example.com returns 503", user=USER)
+    queue.set_limits("emails", concurrency=20, key_concurrency=2, rate_limit=(600, 60), user=USER)
+    queue.set_limits("imports", key_rate_limit=(5, 1), user=USER)
+    now = timezone.now()
+    running = list(
+        Job.objects.filter(state="inflight").order_by("id").values_list("id", "queue")[:8]
+    )
+    rows = [
+        ("web-1:4211:a1b2c3", "web-1", 4211, ["emails", "webhooks"], 16, "running", 40, 2),
+        ("web-2:9120:d4e5f6", "web-2", 9120, ["pages", "reports"], 8, "running", 5, 0),
+        ("web-2:8113:0f0f0f", "web-2", 8113, ["imports"], 4, "stopped", 2400, 0),
+        ("web-3:3005:deadbe", "web-3", 3005, ["emails"], 16, "running", 900, 0),
+    ]
+    for worker_id, host, pid, queues, slots, state, ago, failed in rows:
+        seen = now - timedelta(seconds=ago)
+        mine = [j for j, q in running if q in queues][:slots] if ago < 60 else []
+        WorkerRecord.objects.create(
+            worker_id=worker_id,
+            backend="default",
+            host=host,
+            pid=pid,
+            queues=queues,
+            concurrency=slots,
+            running=mine,
+            job_names=["demo.jobs.send_email", "demo.jobs.render_report"],
+            state=state,
+            version="0.1.0",
+            done=1200 + pid % 500,
+            failed=failed,
+            started_at=seen - timedelta(hours=3),
+            last_seen=seen,
+            stopped_at=seen if state == "stopped" else None,
+        )
 
 
 def schedules() -> int:
@@ -131,6 +177,8 @@ def shoot(base: str, out: Path, data: dict[str, object]) -> list[Path]:
         ("schedules", "/admin/django_blamequeue/schedule/", False),
         ("schedule-edit", f"/admin/django_blamequeue/schedule/{data['schedule']}/change/", True),
         ("audit-log", "/admin/django_blamequeue/auditevent/", False),
+        ("control-limits", f"{job}queues/limits/?backend=default&queue=emails", False),
+        ("workers", f"{job}workers/", False),
     ]
     written = []
     with sync_playwright() as p:

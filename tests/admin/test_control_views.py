@@ -49,7 +49,7 @@ def test_the_overview_shows_paused_queues_and_limits_at_a_glance(admin_client_: 
     body = text(admin_client_.get(OVERVIEW))
     assert "1 queue paused" in body
     emails = row(body, "emails")
-    assert "⏸ paused" in emails and "smtp down" in emails and "Resume" in emails
+    assert "‖ paused" in emails and "smtp down" in emails and "Resume" in emails
     hooks = row(body, "hooks")
     assert "concurrency 3 · rate per key 5/1 s" in hooks and 'name="reason"' in hooks
 
