@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.db.models import Q
+
 from . import registry, tracing
 from .audit import Event
 from .backends import get_backend
@@ -240,7 +242,10 @@ class CapturedJobs:
         """How far to move the clock to the next retry (or, up to ``horizon``, delayed job)."""
         now = self.now()
         waiting = self._rows().filter(state=State.PENDING, queue__in=queues, available_at__gt=now)
-        soonest = waiting.filter(attempts__gt=0).order_by("available_at").first()
+        # retries, and snoozes (a snoozed first attempt has given its attempt back)
+        soonest = (
+            waiting.filter(Q(attempts__gt=0) | Q(snoozes__gt=0)).order_by("available_at").first()
+        )
         if horizon is not None:
             delayed = waiting.filter(available_at__lte=horizon).order_by("available_at").first()
             if delayed is not None and (

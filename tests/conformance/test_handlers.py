@@ -77,3 +77,21 @@ def test_a_job_no_worker_had_a_handler_for_too_long_fails_saying_so(
     assert (r["reason"], r["attempts"]) == ("no_handler", 1)
     assert "no worker has a handler for job name 'deploy'" in r["error"]
     assert "MISSING_HANDLER_TIMEOUT" in r["error"]
+
+
+def test_a_flow_parent_whose_flow_is_gone_is_handed_back_too(backend: str, engine: Backend) -> None:
+    from django_blamequeue import Child, flow, registry
+
+    @flow(queue="deploy", name="tests.conformance.GoneFlow")
+    class GoneFlow:
+        def fan_out(self, payload: Any) -> list[Child]:
+            return []
+
+        def collect(self, payload: Any, state: Any) -> None:
+            return None
+
+    parent = GoneFlow.enqueue({}, backend=backend).job_id  # type: ignore[attr-defined]
+    registry.unregister("tests.conformance.GoneFlow")  # this worker's code has no such flow
+    queue.consume("deploy", None, backend=backend, poll_interval=0.05)
+    assert wait_until(lambda: handed_back(engine, parent), 10)
+    assert row(engine, parent)["attempts"] == 0
