@@ -71,8 +71,11 @@ def test_stats_of_a_named_backend_shows_only_that_backend(backend: str) -> None:
     queue.enqueue("only-here", 1, backend=backend)
     out = io.StringIO()
     call_command("blamequeue", "--backend", backend, "stats", stdout=out)
-    rows = [line for line in out.getvalue().splitlines() if "only-here" in line]
+    lines = out.getvalue().splitlines()
+    rows = [line for line in lines if "only-here" in line and not line.startswith("unserved")]
     assert len(rows) == 1 and rows[0].startswith(backend)
+    # the note under the table (no live worker serves it) names the same backend only
+    assert all(f"on backend {backend}:" in line for line in lines if line.startswith("unserved"))
 
 
 ENQUEUE_REFUSALS = [
