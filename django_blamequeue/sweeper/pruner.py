@@ -23,7 +23,6 @@ class Pruner:
 
     def run_once(self, now: datetime | None = None) -> PruneReport:
 
-        assert self.backend.resilience is not None
         s = self.settings
         t = now or self.backend.now()
 
