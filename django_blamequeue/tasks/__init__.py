@@ -37,6 +37,7 @@ from ..api import queue
 from ..backends import get_backend
 from ..conf import backend_config
 from ..exceptions import QueueError
+from . import attempts
 from .compat import (
     AVAILABLE,
     BaseTaskBackend,
@@ -49,7 +50,7 @@ from .compat import (
 )
 from .results import TaskNotRunnable, TaskStalled, _result, _send
 from .running import _register, _task_for
-from .task import BlameQueueTask
+from .task import TASK_OPTIONS, BlameQueueTask
 
 logger = logging.getLogger("django_blamequeue.tasks")
 
@@ -139,6 +140,7 @@ class BlameQueueBackend(BaseTaskBackend):
             "task": {
                 "backend": task.backend,
                 "run_after": run_after.isoformat() if run_after else None,
+                "options": {k: getattr(task, k, None) for k in TASK_OPTIONS},
             },
         }
         enq = queue.enqueue(
@@ -170,4 +172,4 @@ class BlameQueueBackend(BaseTaskBackend):
         info = queue.get_job(result_id, backend=self.blamequeue_backend)
         if info is None:
             raise TaskResultDoesNotExist(result_id)
-        return _result(_task_for(info), info)
+        return _result(_task_for(info), info, attempts.of(info.backend, info.job_id))
