@@ -36,7 +36,7 @@ from .. import validation
 from ..api import queue
 from ..backends import get_backend
 from ..conf import backend_config
-from ..exceptions import QueueError
+from ..exceptions import ErrorCode, QueueError
 from . import attempts
 from .compat import (
     AVAILABLE,
@@ -166,10 +166,14 @@ class BlameQueueBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
-        """The task run's current state; ``TaskResultDoesNotExist`` for no job, or a job
-        that is not a task run."""
-
-        info = queue.get_job(result_id, backend=self.blamequeue_backend)
+        """The task run's current state; ``TaskResultDoesNotExist`` for no job, a job that
+        is not a task run, or an id that cannot be one (``""``, a number)."""
+        try:
+            info = queue.get_job(result_id, backend=self.blamequeue_backend)
+        except QueueError as exc:
+            if exc.code != ErrorCode.BAD_ARGUMENT:
+                raise
+            raise TaskResultDoesNotExist(result_id) from None
         if info is None:
             raise TaskResultDoesNotExist(result_id)
         return _result(_task_for(info), info, attempts.of(info.backend, info.job_id))

@@ -119,3 +119,9 @@ def test_django_logs_the_enqueue_the_start_and_the_end(
     assert any("state=RUNNING" in line for line in mine)
     assert any("state=SUCCESSFUL" in line for line in mine)
     assert not any("NoneType" in line for line in mine)
+
+
+def test_an_id_that_cannot_be_one_does_not_exist_either(tasks_backend: Any) -> None:
+    for bad in ("", "x" * 300):
+        with pytest.raises(TaskResultDoesNotExist):
+            tasks_backend.get_result(bad)
