@@ -101,6 +101,12 @@ def ideal_drain(args: argparse.Namespace, pg: drain.Cluster, url: str, tag: str)
         "B": str(args.ideal_batch),
         "P": str(args.workers),
     }
+
+    def wal() -> int:
+        with psycopg.connect(url, autocommit=True) as conn:
+            return int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])  # type: ignore[index]
+
+    wal0 = wal()
     cpu0, pg0 = children_cpu(), postgres_cpu(pg.pid)
     proc = subprocess.run(
         [sys.executable, str(args.ideal)],
@@ -116,10 +122,15 @@ def ideal_drain(args: argparse.Namespace, pg: drain.Cluster, url: str, tag: str)
     printed = next(
         float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("RATE")
     )
+    wal_bytes = wal() - wal0
     with psycopg.connect(url, autocommit=True) as conn:
         ((jobs, first, last, claims, acks),) = conn.execute(
             "SELECT count(*), min(lease_until) - interval '30 seconds', max(finished_at), "
             "count(DISTINCT lease_until), count(DISTINCT finished_at) FROM q WHERE state = 'done'"
+        ).fetchall()
+        time.sleep(0.6)  # the exited backends' table counters reach the statistics
+        ((updated, hot),) = conn.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'q'"
         ).fetchall()
     if jobs != args.n:
         raise RuntimeError(f"ideal_pg.py left {jobs} of {args.n} jobs done")
@@ -135,11 +146,15 @@ def ideal_drain(args: argparse.Namespace, pg: drain.Cluster, url: str, tag: str)
         # Its CPU includes the COPY of the N rows (small next to the drain) and its start-up.
         "worker_cpu_us": 1e6 * cpu / jobs,
         "pg_cpu_us": 1e6 * server / jobs,
+        "wal_bytes_per_job": wal_bytes / jobs,  # its COPY of the N rows included
+        "updates_per_job": updated / jobs,
+        "hot_update_share": hot / updated if updated else 0.0,
     }
     log(
         f"{tag}: ideal_pg.py B={args.ideal_batch}: {out['rate']:,.0f}/s first claim to last ack "
         f"({printed:,.0f}/s as it prints it, start-up included; CPU {out['worker_cpu_us']:,.0f} "
-        f"+ {out['pg_cpu_us']:,.0f} µs/job)"
+        f"+ {out['pg_cpu_us']:,.0f} µs/job; {out['wal_bytes_per_job']:,.0f} WAL bytes/job with its "
+        f"COPY, {100 * out['hot_update_share']:.0f} % HOT updates)"
     )
     return out
 
@@ -288,9 +303,21 @@ def cpu_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
                     f"{x['rate']:,.0f}",
                     f"{client:,.0f} + {x['pg_cpu_us']:,.0f}",
                     f"{x['claim_batch']:.1f} / {x['ack_batch']:.1f}" if "claim_batch" in x else "",
+                    f"{x['wal_bytes_per_job']:,.0f}" if "wal_bytes_per_job" in x else "",
+                    f"{100 * x['hot_update_share']:.0f} %" if "hot_update_share" in x else "",
                 )
             )
     return rows
+
+
+CPU_HEADER = (
+    "side",
+    "jobs/s",
+    "CPU µs/job: client + server",
+    "claim / ack",
+    "WAL bytes/job",
+    "HOT updates",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,6 +343,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pg-stats", type=int, default=0, metavar="N", help="print the N costliest statements"
     )
+    parser.add_argument(
+        "--alter",
+        action="append",
+        default=[],
+        metavar="SQL",
+        help="a statement run after the migration (repeatable), to try a lever on the schema, "
+        "e.g. 'ALTER TABLE blamequeue_job SET (fillfactor = 70)'",
+    )
     parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.name}")
     args = parser.parse_args(argv)
     scenarios = args.scenarios.split(",")
@@ -340,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             ideal_url = pg.create_database("ideal")
             report["server"] = pg.facts()
             drain.setup_django(url, SETTINGS)
+            drain.alter(args.alter)
             drain.sql(f"CREATE TABLE {RAW_TABLE} (LIKE blamequeue_job INCLUDING ALL)")
             startups: dict[Any, float] = {}
             for r in range(args.rounds):
@@ -383,11 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{m['loadavg_start'][0]:.1f} → {m['loadavg_end'][0]:.1f}; N = {args.n:,} (drains), "
         f"{args.single_n:,} (single); {args.rounds} round(s); {report['elapsed_s']:.0f} s\n"
     )
-    print(
-        drain.text_table(
-            ("side", "jobs/s", "CPU µs/job: client + server", "claim / ack"), cpu_rows(report)
-        )
-    )
+    print(drain.text_table(CPU_HEADER, cpu_rows(report)))
     print()
     print(drain.text_table(HEADER, summary_rows(report)))
     if not args.no_write:

@@ -111,12 +111,41 @@ def sql(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
         return cur.fetchall() if cur.description else []
 
 
+def alter(statements: Sequence[str]) -> None:
+    """Run ``--alter`` statements after the migration: a lever tried on the schema (a
+    ``fillfactor``, a dropped index) without touching the package."""
+    for statement in statements:
+        sql(statement)
+
+
 def reset_jobs() -> None:
     sql("TRUNCATE blamequeue_job, blamequeue_audit, blamequeue_flow_dependency")
 
 
 def done_count() -> int:
     return int(sql("SELECT count(*) FROM blamequeue_job WHERE state = 'done'")[0][0])
+
+
+def table_stats(table: str = "blamequeue_job") -> dict[str, int]:
+    """Counters of the server so far: WAL bytes written, and ``table``'s inserted, updated
+    and HOT-updated rows (a HOT update adds no index entries; any update that changes an
+    indexed column, such as ``state``, cannot be one)."""
+    ((wal, ins, upd, hot),) = sql(
+        "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, coalesce(n_tup_ins, 0), "
+        "coalesce(n_tup_upd, 0), coalesce(n_tup_hot_upd, 0) FROM pg_stat_user_tables "
+        "WHERE relname = %s",
+        [table],
+    )
+    return {"wal_bytes": int(wal), "inserted": ins, "updated": upd, "hot_updated": hot}
+
+
+def stats_delta(before: dict[str, int], after: dict[str, int], jobs: int) -> dict[str, float]:
+    d = {k: after[k] - before[k] for k in before}
+    return {
+        "wal_bytes_per_job": d["wal_bytes"] / jobs,
+        "updates_per_job": d["updated"] / jobs,
+        "hot_update_share": d["hot_updated"] / d["updated"] if d["updated"] else 0.0,
+    }
 
 
 def sessions() -> int:
@@ -174,7 +203,7 @@ class Workers:
     @property
     def shown(self) -> str:
         """The command as the reports print it."""
-        return shlex.join(["manage.py", *self.command[3:]])
+        return shlex.join(["manage.py", *self.command[2:]])
 
     def log_path(self, i: int) -> Path:
         return self.logdir / f"{self.tag}-{i}.log"
@@ -259,7 +288,7 @@ class Drain:
         sql("ANALYZE")  # what autovacuum would have done by then: claims planned from stats
         if self.pg_stats:
             sql("SELECT pg_stat_statements_reset()")
-        sessions0 = sessions()
+        sessions0, stats0 = sessions(), table_stats()
         cpu0, pg0, t0 = children_cpu(), postgres_cpu(self.pg_pid), time.perf_counter()
         spy = profiling.Spy(self.py_spy, self.workers.tag)
         with self.workers as w:
@@ -269,6 +298,8 @@ class Drain:
         cpu = children_cpu() - cpu0 - self.workers.count * self.startup_cpu
         pg = postgres_cpu(self.pg_pid) - pg0
         opened = sessions() - sessions0
+        time.sleep(0.6)  # the exited backends' table counters reach the statistics
+        stats1 = table_stats()
         counts = dict(sql("SELECT state, count(*) FROM blamequeue_job GROUP BY state"))
         if counts.get("done") != self.n or len(counts) != 1:
             raise RuntimeError(f"{self.workers.tag}: drain of {self.n} left {counts}")
@@ -292,6 +323,7 @@ class Drain:
             "pg_cpu_us": 1e6 * pg / jobs if self.pg_pid else None,
             "sessions": opened,
             "sessions_per_job": opened / jobs,
+            **stats_delta(stats0, stats1, jobs),
         }
         if recorded is not None:
             share = (jobs - spy.done_at_start) / self.workers.count  # worker 0's, about
@@ -301,7 +333,9 @@ class Drain:
         self.log(
             f"{self.workers.tag}: {jobs:,} jobs in {seconds:.2f} s = {out['rate']:,.0f}/s "
             f"(worker CPU {out['worker_cpu_us']:,.0f} µs/job, server "
-            f"{out['pg_cpu_us'] or 0:,.0f} µs/job, {out['sessions_per_job']:.2f} connections/job; "
+            f"{out['pg_cpu_us'] or 0:,.0f} µs/job, {out['sessions_per_job']:.2f} connections/job, "
+            f"{out['wal_bytes_per_job']:,.0f} WAL bytes/job, "
+            f"{100 * out['hot_update_share']:.0f} % HOT updates; "
             f"claims of {out['claim_batch']:.1f}, acks of {out['ack_batch']:.1f})"
         )
         return out

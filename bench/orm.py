@@ -128,6 +128,7 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
                 f"{best['worker_cpu_us']:,.0f} + {best['pg_cpu_us'] or 0:,.0f}",
                 f"{best['sessions_per_job']:.2f}",
                 f"{best['claim_batch']:.1f} / {best['ack_batch']:.1f}",
+                f"{best['wal_bytes_per_job']:,.0f}",
             )
         )
     return rows
@@ -141,6 +142,7 @@ HEADER = (
     "CPU µs/job: workers + server",
     "connections/job",
     "claim / ack batch",
+    "WAL bytes/job",
 )
 
 
@@ -177,6 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pg-stats", type=int, default=0, metavar="N", help="print the N costliest statements"
     )
+    parser.add_argument(
+        "--alter",
+        action="append",
+        default=[],
+        metavar="SQL",
+        help="a statement run after the migration (repeatable), to try a lever on the schema",
+    )
     parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.name}")
     args = parser.parse_args(argv)
 
@@ -198,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             url = pg.create_database("bench")
             report["server"] = pg.facts()
             drain.setup_django(url, SETTINGS)
+            drain.alter(args.alter)
             from bench.ormapp import work
 
             work.seed()
