@@ -4,7 +4,8 @@
 ``BENCH_CONN_MAX_AGE`` sets the database's ``CONN_MAX_AGE``: unset or ``0`` is Django's
 default (a connection per request, here per job), ``none`` keeps connections for good, a
 number is seconds. ``BENCH_DB_POOL=1`` turns on Django's psycopg connection pool
-(``OPTIONS["pool"]``, needs ``psycopg_pool``; ``CONN_MAX_AGE`` must then be 0).
+(``OPTIONS["pool"]``: 4 to 20 connections per process, enough for 10 slots and the worker's own;
+needs ``psycopg_pool``; ``CONN_MAX_AGE`` must then be 0).
 """
 
 from __future__ import annotations
@@ -25,4 +26,4 @@ def _conn_max_age(raw: str) -> int | None:
 DATABASES = {"default": {**_DATABASES["default"]}}
 DATABASES["default"]["CONN_MAX_AGE"] = _conn_max_age(os.environ.get("BENCH_CONN_MAX_AGE", "0"))
 if os.environ.get("BENCH_DB_POOL") == "1":
-    DATABASES["default"]["OPTIONS"] = {"pool": True}
+    DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 4, "max_size": 20}}
