@@ -106,6 +106,9 @@ def ideal_drain(args: argparse.Namespace, pg: drain.Cluster, url: str, tag: str)
         with psycopg.connect(url, autocommit=True) as conn:
             return int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])  # type: ignore[index]
 
+    if args.pg_stats:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_statements_reset()")
     wal0 = wal()
     cpu0, pg0 = children_cpu(), postgres_cpu(pg.pid)
     proc = subprocess.run(
@@ -150,6 +153,28 @@ def ideal_drain(args: argparse.Namespace, pg: drain.Cluster, url: str, tag: str)
         "updates_per_job": updated / jobs,
         "hot_update_share": hot / updated if updated else 0.0,
     }
+    if args.pg_stats:
+        with psycopg.connect(url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT total_exec_time, calls, rows, query FROM pg_stat_statements "
+                "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "ORDER BY total_exec_time DESC LIMIT %s",
+                [args.pg_stats],
+            ).fetchall()
+        out["pg_statements"] = {
+            "exec_us_per_job": 1000 * sum(float(r[0]) for r in rows) / jobs,
+            "calls_per_job": sum(r[1] for r in rows) / jobs,
+            "top": [
+                {
+                    "us_per_job": 1000 * float(ms) / jobs,
+                    "calls_per_job": c / jobs,
+                    "rows": n,
+                    "mean_us": 1000 * float(ms) / max(c, 1),
+                    "query": " ".join(q.split()),
+                }
+                for ms, c, n, q in rows
+            ],
+        }
     log(
         f"{tag}: ideal_pg.py B={args.ideal_batch}: {out['rate']:,.0f}/s first claim to last ack "
         f"({printed:,.0f}/s as it prints it, start-up included; CPU {out['worker_cpu_us']:,.0f} "
@@ -169,11 +194,14 @@ VALUES (%s, %s, %s, 'pending', %s, 'application/json', 'utf-8', 0, now(), 0, 3, 
     %s, 0, now(), now())"""
 
 
-def blamequeue_single(n: int, pg_pid: int | None, tag: str) -> dict[str, Any]:
+def blamequeue_single(n: int, pg_pid: int | None, tag: str, pg_stats: int = 0) -> dict[str, Any]:
+    from bench import profiling
     from bench.jobs import NOOP, QUEUE
     from django_blamequeue import queue
 
     drain.reset_jobs()
+    if pg_stats:
+        drain.sql("SELECT pg_stat_statements_reset()")
     cpu0, pg0, t0 = own_cpu(), postgres_cpu(pg_pid), time.perf_counter()
     for i in range(n):
         queue.enqueue(QUEUE, {"i": i}, name=NOOP)
@@ -188,6 +216,8 @@ def blamequeue_single(n: int, pg_pid: int | None, tag: str) -> dict[str, Any]:
     # The shape of what was stored, so the raw loop can be checked against it.
     ((traced,),) = drain.sql("SELECT count(trace_id) FROM blamequeue_job")
     out["trace_ids"] = traced
+    if pg_stats:
+        out["pg_statements"] = profiling.statements(pg_stats, n)
     log(
         f"{tag}: {n:,} × queue.enqueue: {out['rate']:,.0f}/s (client CPU "
         f"{out['client_cpu_us']:,.0f} µs, server {out['pg_cpu_us']:,.0f} µs per enqueue)"
@@ -394,7 +424,9 @@ def main(argv: list[str] | None = None) -> int:
                     sides = ["single", "raw"]
                     for side in sides[::-1] if flip else sides:
                         if side == "single":
-                            row[side] = blamequeue_single(args.single_n, pg.pid, f"single-{tag}")
+                            row[side] = blamequeue_single(
+                                args.single_n, pg.pid, f"single-{tag}", args.pg_stats
+                            )
                         else:
                             row[side] = raw_single(args.single_n, url, pg.pid, f"raw-{tag}")
                 row["loadavg_end"] = os.getloadavg()
@@ -412,6 +444,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in rounds:
         if "blamequeue" in r:
             print_profile(f"round {r['round']}: blamequeue drain", r["blamequeue"])
+        if "ideal" in r:
+            print_profile(f"round {r['round']}: ideal_pg.py", r["ideal"])
+        if "single" in r:
+            print_profile(f"round {r['round']}: queue.enqueue", r["single"])
     m, srv = report["machine"], report["server"]
     print(
         f"\nPostgreSQL {srv['server_version'].split()[0]} fsync={srv['fsync']} "

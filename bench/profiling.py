@@ -1,10 +1,11 @@
 """Where a drain's time goes: py-spy on one worker process, ``pg_stat_statements`` on the server.
 
 ``--py-spy DIR`` (``bench/orm.py``, ``bench/ceiling.py``): ``py-spy record --nonblocking``
-samples the first worker from its start-up banner to its exit (non-idle threads only, so the
-samples approximate the worker's CPU, the GIL-waiters excluded) into ``DIR/<tag>.txt`` (collapsed
-stacks: ``frame;frame;… count``), summarized here per job: µs of sampled CPU by the function
-it was in (self) and by every function on the stack (inclusive), and by area of the package.
+``--gil`` samples the first worker from its start-up banner to its exit, only the thread that
+holds the GIL, so the samples measure the worker's Python time (not the kernel's, nor C code
+that released the GIL: compare with the worker CPU the drain reports) into ``DIR/<tag>.txt``
+(collapsed stacks: ``frame;frame;… count``), summarized here per job: µs of sampled time by
+the function it was in (self), by every function on the stack (inclusive), and by area.
 ``--pg-stats N``: the N statements with the most execution time in the server, per job.
 py-spy is not a dependency of the project: ``.venv/bin/pip install py-spy``.
 """
@@ -46,7 +47,7 @@ class Spy:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.done_at_start = done
         command = [_py_spy(), "record", "--pid", str(pid), "--rate", str(RATE)]
-        command += ["--format", "raw", "--nonblocking", "--output", str(self.out)]
+        command += ["--format", "raw", "--nonblocking", "--gil", "--output", str(self.out)]
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def stop(self) -> Path | None:
