@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import shlex
 import signal
 import subprocess
@@ -28,6 +29,12 @@ from typing import Any
 from bench.throughput import MANAGE, ROOT, children_cpu, postgres_cpu
 
 QUEUE = "bench"
+
+
+def children_usage() -> dict[str, float]:
+    """User and system CPU seconds and context switches of the reaped children so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"user": r.ru_utime, "sys": r.ru_stime, "switches": r.ru_nvcsw + r.ru_nivcsw}
 
 
 def logger(prefix: str) -> Callable[[str], None]:
@@ -290,12 +297,14 @@ class Drain:
             sql("SELECT pg_stat_statements_reset()")
         sessions0, stats0 = sessions(), table_stats()
         cpu0, pg0, t0 = children_cpu(), postgres_cpu(self.pg_pid), time.perf_counter()
+        usage0 = children_usage()
         spy = profiling.Spy(self.py_spy, self.workers.tag)
         with self.workers as w:
             self._progress(w, t0, lambda done: spy.start(w.procs[0].pid, done))
         recorded = spy.stop()
         wall = time.perf_counter() - t0
         cpu = children_cpu() - cpu0 - self.workers.count * self.startup_cpu
+        usage = {k: v - usage0[k] for k, v in children_usage().items()}
         pg = postgres_cpu(self.pg_pid) - pg0
         opened = sessions() - sessions0
         time.sleep(0.6)  # the exited backends' table counters reach the statistics
@@ -320,6 +329,10 @@ class Drain:
             "ack_batch": jobs / max(acks, 1),
             "max_attempts": attempts,
             "worker_cpu_us": 1e6 * cpu / jobs,
+            # Start-up included in these three (a few ms against seconds of drain):
+            "worker_user_us": 1e6 * usage["user"] / jobs,
+            "worker_sys_us": 1e6 * usage["sys"] / jobs,
+            "worker_switches_per_job": usage["switches"] / jobs,
             "pg_cpu_us": 1e6 * pg / jobs if self.pg_pid else None,
             "sessions": opened,
             "sessions_per_job": opened / jobs,
@@ -332,7 +345,9 @@ class Drain:
             out["pg_statements"] = profiling.statements(self.pg_stats, jobs)
         self.log(
             f"{self.workers.tag}: {jobs:,} jobs in {seconds:.2f} s = {out['rate']:,.0f}/s "
-            f"(worker CPU {out['worker_cpu_us']:,.0f} µs/job, server "
+            f"(worker CPU {out['worker_cpu_us']:,.0f} µs/job [user {out['worker_user_us']:,.0f}, "
+            f"sys {out['worker_sys_us']:,.0f}, {out['worker_switches_per_job']:.1f} context "
+            "switches], server "
             f"{out['pg_cpu_us'] or 0:,.0f} µs/job, {out['sessions_per_job']:.2f} connections/job, "
             f"{out['wal_bytes_per_job']:,.0f} WAL bytes/job, "
             f"{100 * out['hot_update_share']:.0f} % HOT updates; "
