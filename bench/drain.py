@@ -51,7 +51,14 @@ class Cluster:
     def __init__(self, base: Path, *, stats: bool = False, conf: Sequence[str] = ()) -> None:
         from tests.servers import PostgresServer
 
-        preload = ["shared_preload_libraries = 'pg_stat_statements'"] if stats else []
+        preload = (
+            [
+                "shared_preload_libraries = 'pg_stat_statements'",
+                "pg_stat_statements.track_planning = on",
+            ]
+            if stats
+            else []
+        )
         self.stats = stats
         self.server = PostgresServer(base / "pg", extra_config=[*preload, *conf])
 

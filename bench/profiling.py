@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -50,10 +51,13 @@ class Spy:
         command += ["--format", "raw", "--nonblocking", "--gil", "--output", str(self.out)]
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def stop(self) -> Path | None:
-        """Wait for py-spy (it stops once the worker has exited); the file, if it recorded."""
+    def stop(self, interrupt: bool = False) -> Path | None:
+        """Wait for py-spy (it stops once the process it records has exited, or on SIGINT with
+        ``interrupt``, writing what it has); the file, if it recorded."""
         if self.proc is None:
             return None
+        if interrupt:
+            self.proc.send_signal(signal.SIGINT)
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -122,27 +126,30 @@ def statements(top: int, jobs: int) -> dict[str, Any]:
     from bench.drain import sql
 
     where = "dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-    ((total_ms, calls),) = sql(
-        f"SELECT coalesce(sum(total_exec_time), 0), coalesce(sum(calls), 0) "
-        f"FROM pg_stat_statements WHERE {where}"
+    ((total_ms, plan_ms, calls),) = sql(
+        "SELECT coalesce(sum(total_exec_time), 0), coalesce(sum(total_plan_time), 0), "
+        f"coalesce(sum(calls), 0) FROM pg_stat_statements WHERE {where}"
     )
     rows = sql(
-        f"SELECT total_exec_time, calls, rows, query FROM pg_stat_statements WHERE {where} "
-        "ORDER BY total_exec_time DESC LIMIT %s",
+        f"SELECT total_exec_time, total_plan_time, calls, rows, query FROM pg_stat_statements "
+        f"WHERE {where} ORDER BY total_exec_time + total_plan_time DESC LIMIT %s",
         [top],
     )
     return {
         "exec_us_per_job": 1000 * float(total_ms) / jobs,
+        "plan_us_per_job": 1000 * float(plan_ms) / jobs,
         "calls_per_job": int(calls) / jobs,
         "top": [
             {
                 "us_per_job": 1000 * float(ms) / jobs,
+                "plan_us_per_job": 1000 * float(pms) / jobs,
                 "calls_per_job": c / jobs,
                 "rows": r,
                 "mean_us": 1000 * float(ms) / max(c, 1),
+                "mean_plan_us": 1000 * float(pms) / max(c, 1),
                 "query": " ".join(q.split()),
             }
-            for ms, c, r, q in rows
+            for ms, pms, c, r, q in rows
         ],
     }
 
@@ -164,11 +171,13 @@ def print_profile(title: str, result: dict[str, Any], width: int = 110) -> None:
     if stats:
         print(
             f"\n{title}: pg_stat_statements, {stats['exec_us_per_job']:,.0f} µs of statement "
-            f"execution and {stats['calls_per_job']:.2f} statements per job; costliest:"
+            f"execution + {stats.get('plan_us_per_job', 0):,.0f} µs of planning and "
+            f"{stats['calls_per_job']:.2f} statements per job; costliest:"
         )
-        print("    µs/job  calls/job  mean µs  statement")
+        print("  exec µs/job  plan µs/job  calls/job  mean exec µs  mean plan µs  statement")
         for s in stats["top"]:
             print(
-                f"  {s['us_per_job']:8.1f} {s['calls_per_job']:10.3f} {s['mean_us']:8.1f}  "
-                f"{s['query'][:width]}"
+                f"  {s['us_per_job']:11.1f} {s.get('plan_us_per_job', 0):12.1f} "
+                f"{s['calls_per_job']:10.3f} {s['mean_us']:13.1f} {s.get('mean_plan_us', 0):13.1f}"
+                f"  {s['query'][:width]}"
             )
