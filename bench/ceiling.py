@@ -435,6 +435,12 @@ def main(argv: list[str] | None = None) -> int:
         help="a statement run after the migration (repeatable), to try a lever on the schema, "
         "e.g. 'ALTER TABLE blamequeue_job SET (fillfactor = 70)'",
     )
+    parser.add_argument(
+        "--server-binding",
+        action="store_true",
+        help="a lever tried from the outside: Django's psycopg OPTIONS server_side_binding=True, "
+        "prepare_threshold=5 (every statement prepared on its 5th run), driver and workers",
+    )
     parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.name}")
     args = parser.parse_args(argv)
     scenarios = args.scenarios.split(",")
@@ -458,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
             url = pg.create_database("bench")
             ideal_url = pg.create_database("ideal")
             report["server"] = pg.facts()
+            if args.server_binding:
+                os.environ["BENCH_SERVER_BINDING"] = "1"  # read by bench.settings, inherited
             drain.setup_django(url, SETTINGS)
             drain.alter(args.alter)
             drain.sql(f"CREATE TABLE {RAW_TABLE} (LIKE blamequeue_job INCLUDING ALL)")

@@ -186,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SQL",
         help="a statement run after the migration (repeatable), to try a lever on the schema",
     )
+    parser.add_argument(
+        "--server-binding",
+        action="store_true",
+        help="a lever tried from the outside: Django's psycopg OPTIONS server_side_binding=True, "
+        "prepare_threshold=5 (every statement prepared on its 5th run), driver and workers",
+    )
     parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.name}")
     args = parser.parse_args(argv)
 
@@ -206,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         with drain.Cluster(base, stats=bool(args.pg_stats)) as pg:
             url = pg.create_database("bench")
             report["server"] = pg.facts()
+            if args.server_binding:
+                os.environ["BENCH_SERVER_BINDING"] = "1"  # read by bench.settings, inherited
             drain.setup_django(url, SETTINGS)
             drain.alter(args.alter)
             from bench.ormapp import work

@@ -26,4 +26,7 @@ def _conn_max_age(raw: str) -> int | None:
 DATABASES = {"default": {**_DATABASES["default"]}}
 DATABASES["default"]["CONN_MAX_AGE"] = _conn_max_age(os.environ.get("BENCH_CONN_MAX_AGE", "0"))
 if os.environ.get("BENCH_DB_POOL") == "1":
-    DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 4, "max_size": 20}}
+    DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"].get("OPTIONS", {}),
+        "pool": {"min_size": 4, "max_size": 20},
+    }
