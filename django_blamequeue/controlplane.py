@@ -19,7 +19,6 @@ MAX_REASON = 1000
 
 
 def _call[T](backend: Backend, fn: Callable[[], T], *, idempotent: bool = False) -> T:
-    assert backend.resilience is not None
     return backend.resilience.call(fn, idempotent=idempotent)
 
 

@@ -55,7 +55,6 @@ class ControlView:
             return False
         if seen:
             listener.control_seen = False
-        assert self.backend.resilience is not None
         try:
             states = self.backend.resilience.call(
                 lambda: self.backend.controls(self.queues), idempotent=True

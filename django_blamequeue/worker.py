@@ -337,14 +337,13 @@ class Consumer:
         back for lack of a handler."""
         if self._running or self._acks or self._finished:
             return False
-        assert self.backend.resilience is not None
         self.control.refresh(self._listener, force=True)
         queues, _ = self.control.claim_args()
         b = self.backend
         try:
-            left = b.resilience.call(lambda: b.outstanding(queues), idempotent=True)  # type: ignore[union-attr]
+            left = b.resilience.call(lambda: b.outstanding(queues), idempotent=True)
             if left and self.handler is None:  # dispatching by name: some may have none here
-                waits = b.resilience.call(lambda: b.handler_waits(queues), idempotent=True)  # type: ignore[union-attr]
+                waits = b.resilience.call(lambda: b.handler_waits(queues), idempotent=True)
                 left -= sum(w.count for w in waits if registry.get(w.name) is None)
             return left <= 0
         except QueueError:
