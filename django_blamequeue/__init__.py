@@ -4,14 +4,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import ErrorCode, QueueError, Unrecoverable
+from .exceptions import (
+    ErrorCode,
+    JobFailed,
+    JobWasCancelled,
+    QueueError,
+    ResultTimeout,
+    Retry,
+    Unrecoverable,
+)
 
 __all__ = [
     "Child",
     "EnqueuedJob",
     "ErrorCode",
+    "JobFailed",
     "JobInfo",
+    "JobWasCancelled",
     "QueueError",
+    "ResultTimeout",
+    "Retry",
     "Unrecoverable",
     "current_job",
     "flow",

@@ -161,9 +161,11 @@ class Queue:
         rate_limit: tuple[int, float] | None = None,
         backend: str | None = None,
         burst: bool = False,
+        wait_delayed: bool = False,
     ) -> Consumer:
         """Start consuming in background threads. ``handler(job, ctx)``; None dispatches by
-        job name to ``@job`` handlers."""
+        job name to ``@job`` handlers. ``burst``: stop once nothing is due (delayed jobs are
+        left, ``consumer.left`` says how many; ``wait_delayed`` waits for them too)."""
         if isinstance(queue_name, str):
             queues = [queue_name]
         elif isinstance(queue_name, Sequence | set | frozenset):
@@ -186,6 +188,7 @@ class Queue:
             fast_poll=validation.positive_number(fast_poll, "fast_poll"),
             rate_limit=validation.rate_limit(rate_limit),
             burst=burst,
+            wait_delayed=wait_delayed,
         )
         consumer = Consumer(get_backend(backend), options, handler=handler)
         with self._lock:

@@ -18,11 +18,12 @@ class BlameQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import outbox
+        from . import outbox, waiting
         from .checks import check_backends, check_queues_served, check_settings
         from .context import JobContextFilter
 
         outbox.install()  # the backends' hooks: relay, settle and cascade through the services
+        waiting.install()  # EnqueuedJob.info() / .wait() / .result() poll the backends
         checks.register(check_settings, "blamequeue")
         checks.register(check_queues_served, "blamequeue")
         checks.register(check_backends, "blamequeue", deploy=True)

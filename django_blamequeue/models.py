@@ -64,6 +64,9 @@ class JobFields(models.Model):
     timeout = models.FloatField(null=True, blank=True)
     lease_token = models.CharField(max_length=32, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The lease under which the job runs alone in its worker (a job on probation: it stalled
+    # before); a stall of that very lease is the job's own fault (core.lifecycle.rescue).
+    alone_token = models.CharField(max_length=32, null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
     progress = models.PositiveSmallIntegerField(default=0)
     result = models.BinaryField(null=True, blank=True)

@@ -15,7 +15,8 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from . import registry, tracing
+from . import calls, registry, tracing
+from .backends.base import Backend
 from .conf import get_settings
 from .context import JobContext, _current
 from .core import lifecycle
@@ -77,9 +78,56 @@ class Run:
         return True
 
 
+def new_run(c: Claimed, backend: Backend, now: float, lease: float, throttle: float) -> Run:
+    """A claimed job as a run about to start (monotonic ``now``), with its context."""
+    try:
+        definition = registry.get(c.name)
+    except Exception:  # a resolver that failed (an import): the run will say "no handler"
+        logger.exception("looking up the handler of job %s failed", c.job_id)
+        definition = None
+    timeout = c.timeout or (definition.timeout if definition else None)
+    ctx = JobContext(
+        job_id=c.job_id,
+        queue=c.queue,
+        name=c.name,
+        attempt=c.attempt,
+        max_attempts=c.max_attempts,
+        trace_id=c.trace_id,
+        backend=backend,
+        token=c.token,
+        progress_throttle=throttle,
+    )
+    return Run(
+        claimed=c,
+        ctx=ctx,
+        started=now,
+        deadline=now + timeout if timeout else None,
+        renew_at=now + lease / 2,
+        lease_until=now + lease,
+        definition=definition,
+    )
+
+
+def read_flow_states(backend: Backend, runs: list[Run]) -> None:
+    """The children's state of each parent leased for ``collect``, in one read on the
+    worker's connection. If it fails, each run reads its own in its slot."""
+    collects = [r for r in runs if r.claimed.flow_phase == "collect"]
+    if not collects:
+        return
+    try:
+        states = backend.flow_states([r.claimed.job_id for r in collects])
+    except Exception:
+        logger.debug("reading flow states with the claim failed", exc_info=True)
+        return
+    for r in collects:
+        r.flow_state = states.get(r.claimed.job_id)
+
+
 def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
     """Call the handler; every way it can end becomes an outcome (interrupts propagate)."""
     claimed = run.claimed
+    if claimed.problem:  # a stored row that cannot be read (backends/readback.py)
+        return lifecycle.BadJob(f"the stored job cannot be read: {claimed.problem}")
     try:
         payload = decode(
             claimed.payload.content_type, claimed.payload.content_encoding, claimed.payload.body
@@ -99,7 +147,8 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
             return lifecycle.BadJob(
                 f"no handler is registered for job name {claimed.name!r} on this worker"
             )
-        call: Callable[[], Any] = lambda: run.definition.func(payload)  # type: ignore[union-attr]  # noqa: E731
+        func = run.definition.func
+        call: Callable[[], Any] = lambda: calls.call_with(func, payload)  # noqa: E731
     else:
         job = RunningJob(
             job_id=claimed.job_id,
@@ -159,11 +208,12 @@ def transition_for(
     ``retryable`` predicate (the worker and ``testing`` both decide through here)."""
 
     settings = get_settings()
-    policy = lifecycle.Policy(
-        backoff_base=settings.backoff_base,
-        backoff_max=settings.backoff_max,
-        backoff_jitter=settings.backoff_jitter,
-        retryable=definition.retryable if definition else None,
+    d = definition
+    policy = lifecycle.Policy(  # the job's own backoff options win over the settings'
+        backoff_base=d.backoff_base if d and d.backoff_base is not None else settings.backoff_base,
+        backoff_max=d.backoff_max if d and d.backoff_max is not None else settings.backoff_max,
+        backoff_jitter=d.jitter if d and d.jitter is not None else settings.backoff_jitter,
+        retryable=d.retryable if d else None,
     )
     return lifecycle.decide(
         outcome, attempt=claimed.attempt, max_attempts=claimed.max_attempts, policy=policy

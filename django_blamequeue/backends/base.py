@@ -17,6 +17,7 @@ from ..conf import BackendConfig
 from ..records import (
     Ack,
     AckResult,
+    Backlog,
     CancelResult,
     Claimed,
     EnqueuedJob,
@@ -192,6 +193,12 @@ class Backend(metaclass=ABCMeta):
     def set_progress(self, job_id: str, token: str, progress: int) -> bool:
         """Record progress 0–100 for a held lease; False if the token is stale."""
 
+    def run_alone(self, job_id: str, token: str) -> bool:
+        """Mark the held lease as running alone in its worker (a job on probation,
+        ``core.lifecycle.on_probation``): a stall of that lease counts against the job past
+        ``max_stalled``. Fenced by the token; False if it is stale."""
+        raise NotImplementedError
+
     @abstractmethod
     def rescue_expired(
         self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
@@ -330,9 +337,18 @@ class Backend(metaclass=ABCMeta):
         """With ``sends_later``: send jobs whose message a crash left unsent."""
         raise NotImplementedError
 
+    def backlog(self, queues: Sequence[str]) -> Backlog:
+        """What a burst worker still waits for (``due``: pending and due, in flight, parents
+        waiting for their children, outbox entries on their way here) and what it leaves
+        (``delayed``: pending, not due yet; the first due at ``next_due_at``), by the
+        engine's clock."""
+        raise NotImplementedError
+
     def outstanding(self, queues: Sequence[str]) -> int:
-        """What a burst worker still waits for; by default pending + inflight."""
-        return sum(self.size(q) for q in queues)
+        """Everything a burst worker with ``--wait-delayed`` waits for: ``backlog``'s due
+        and delayed jobs."""
+        left = self.backlog(queues)
+        return left.due + left.delayed
 
     def now(self) -> datetime:
         """The engine's clock (for display and for computing retention cut-offs)."""

@@ -44,8 +44,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "rescue",
-        "An expired lease goes back to pending with one more stall; past MAX_STALLED_COUNT, or "
-        "on its last attempt, it fails as stalled; asked to cancel, it is cancelled.",
+        "An expired lease goes back to pending with one more stall; on its last attempt it "
+        "fails as stalled, and past MAX_STALLED_COUNT too if it ran alone in its worker (a job "
+        "that reached the count runs alone: a crash in company convicts nobody); asked to "
+        "cancel, it is cancelled.",
         "core.lifecycle.rescue",
     ),
     Rule(

@@ -80,7 +80,8 @@ def test_a_cancel_request_wins_over_every_transition_that_yields() -> None:
 def test_rescue_cancels_a_job_asked_to_cancel_and_fails_one_that_stalled_too_often() -> None:
     kw = {"attempts": 1, "max_attempts": 3, "max_stalled": 1}
     assert lifecycle.rescue(stalls=1, **kw) == State.PENDING
-    assert lifecycle.rescue(stalls=2, **kw) == State.FAILED
+    assert lifecycle.rescue(stalls=2, alone=True, **kw) == State.FAILED
+    assert lifecycle.rescue(stalls=2, alone=False, **kw) == State.PENDING  # crashed in company
     assert lifecycle.rescue(stalls=1, cancel_requested=True, **kw) == State.CANCELLED
     assert lifecycle.rescue(stalls=1, attempts=3, max_attempts=3, max_stalled=1) == State.FAILED
 

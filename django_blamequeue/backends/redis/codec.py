@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from ... import wire
 from ...records import Ack, ChildSpec, Claimed, JobInfo, NewJob, Report
 from ...serializers import Encoded, decode
+from ..readback import FieldReader
 from .keys import from_us, to_us
 
 
@@ -109,6 +111,8 @@ def claimed_from(reply: Sequence[Any]) -> list[Claimed]:
 
 
 def _claimed(row: list[Any], payload: bytes) -> Claimed:
+    """One claimed job; never raises (``readback``): a hash field of the wrong type (an
+    ``HSET`` past the API) makes the job's ``problem``, and the worker fails it alone."""
     (
         token,
         expires,
@@ -131,29 +135,35 @@ def _claimed(row: list[Any], payload: bytes) -> Claimed:
         flow_phase,
         flow_mode,
         flow_depth,
+        stalls,
     ) = row
-    expires_at = from_us(expires)
-    assert expires_at is not None
+    read = FieldReader()
     return Claimed(
-        job_id=job_id,
-        queue=queue,
-        name=name,
-        payload=Encoded(ctype, cenc, payload),
-        token=token,
-        attempt=int(attempts),
-        max_attempts=int(max_attempts),
-        lease_expires_at=expires_at,
-        priority=int(priority),
-        timeout=float(timeout) if timeout else None,
-        trace_id=trace_id or None,
-        classification=classification or None,
-        flow_id=flow_id or None,
-        parent_id=parent_id or None,
-        available_at=from_us(available),
-        created_at=from_us(created),
-        flow_phase=flow_phase or None,
-        flow_mode=flow_mode or None,
-        flow_depth=int(flow_depth or 0),
+        job_id=str(job_id),
+        queue=read.text("queue", queue) or "",
+        name=read.text("name", name) or "",
+        payload=Encoded(
+            read.text("ctype", ctype) or "application/json",
+            read.text("cenc", cenc) or "utf-8",
+            read.body("payload", payload),
+        ),
+        token=str(token),
+        attempt=read.integer("attempts", attempts, 1),
+        max_attempts=read.integer("max_attempts", max_attempts, 1),
+        lease_expires_at=read.time("expires", expires, from_us) or datetime.now(UTC),
+        priority=read.integer("priority", priority, 0),
+        timeout=read.seconds("timeout", timeout),
+        trace_id=read.text("trace_id", trace_id) or None,
+        classification=read.text("classification", classification) or None,
+        flow_id=read.text("flow_id", flow_id) or None,
+        parent_id=read.text("parent_id", parent_id) or None,
+        available_at=read.time("avail", available, from_us),
+        created_at=read.time("created", created, from_us),
+        flow_phase=read.text("flow_phase", flow_phase) or None,
+        flow_mode=read.text("flow_mode", flow_mode) or None,
+        flow_depth=read.integer("flow_depth", flow_depth or 0, 0),
+        stalls=read.integer("stalls", stalls or 0, 0),
+        problem=read.problem,
     )
 
 

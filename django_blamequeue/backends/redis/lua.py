@@ -32,6 +32,7 @@ NAMES = (
     "extend",
     "progress",
     "rescue",
+    "alone",
     "cancel",
     "cancel_flow",
     "purge",

@@ -27,7 +27,7 @@ from ...records import Ack, AckResult, EnqueuedJob, NewJob, RescueReport
 from ..jobtable.acks import Acks
 from ..jobtable.dag import DagRelease
 from ..jobtable.inserts import Inserts
-from ..jobtable.leases import Leases
+from ..jobtable.leases import RESCUE_COLUMNS, Leases
 from ..jobtable.listing import Listing
 from ..jobtable.manifests import Manifests
 from ..jobtable.reports import ChildReports
@@ -235,10 +235,9 @@ class SqsBackend(Receive, Inserts, Leases, Acks, Listing, Manifests, ChildReport
             qs = qs.order_by("lease_expires_at")
             if self.is_postgres:
                 qs = qs.select_for_update(skip_locked=True)
-            columns = ("id", "attempts", "max_attempts", "stalls", "cancel_requested", "queue")
-            rows = list(qs.values_list(*columns, "receipt_handle")[:limit])
-            groups = self._rescue_rows([r[:6] for r in rows], t, max_stalled)
-            receipts = {r[0]: r[6] for r in rows}
+            rows = list(qs.values_list(*RESCUE_COLUMNS, "receipt_handle")[:limit])
+            groups = self._rescue_rows([r[:-1] for r in rows], t, max_stalled)
+            receipts = {r[0]: r[-1] for r in rows}
             for s in (State.FAILED, State.CANCELLED):
                 for r in groups[s]:
                     owed.remove(r[5], receipts[r[0]])

@@ -35,7 +35,7 @@ local function qk(q, s) return P .. ':q:' .. q .. ':' .. s end
 local function mk(parent) return P .. ':m:' .. parent end
 local function num(v, default)
   if v == false or v == nil or v == '' then return default end
-  return tonumber(v)
+  return tonumber(v) or default  -- a field of the wrong type (HSET past the API)
 end
 local function terminal_state(s) return s == 'done' or s == 'failed' or s == 'cancelled' end
 local function active(id)
