@@ -166,8 +166,10 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
         call = lambda: handler(job, run.ctx)  # noqa: E731
     try:
         result = call()
-    except JobInterrupted:
-        raise
+    except JobInterrupted as exc:
+        if run.abandoned:  # the worker's own interrupt
+            raise
+        return lifecycle.Raised(exc, lifecycle.format_traceback(exc))  # the handler raised it
     except BaseException as exc:  # a handler's SystemExit must not kill the worker
         return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
     try:
@@ -192,8 +194,10 @@ def _flow_phase(run: Run, spec: Any, payload: Any) -> lifecycle.Outcome:
         children = build_children(
             spec, claimed, payload, backend.alias, get_settings().max_flow_depth
         )
-    except JobInterrupted:
-        raise
+    except JobInterrupted as exc:
+        if run.abandoned:
+            raise
+        return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
     except QueueError as exc:
         return lifecycle.BadJob(f"fan-out refused: {exc}")
     except BaseException as exc:

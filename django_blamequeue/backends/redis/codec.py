@@ -189,8 +189,10 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         return text(h.get(name))
 
     def n(name: str, default: int = 0) -> int:
-        value = h.get(name)
-        return int(value) if value is not None else default
+        try:  # a field HSET past the API must not make the job unreadable
+            return int(h[name]) if h.get(name) is not None else default
+        except ValueError:
+            return default
 
     ctype, cenc = s("ctype") or "application/json", s("cenc") or "utf-8"
     children = None
@@ -223,7 +225,7 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         reason=s("reason"),
         stalls=n("stalls"),
         cancel_requested=h.get("cancel_req") == b"1",
-        timeout=float(h["timeout"]) if h.get("timeout") is not None else None,
+        timeout=FieldReader().seconds("timeout", s("timeout")),
         lease_expires_at=from_us(h.get("expires")) if h.get("state") == b"inflight" else None,
         depends_on=tuple((s("depends_on") or "").split()),
         flow_key=s("flow_key"),
