@@ -4,6 +4,9 @@ worker must go on."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from typing import Any
 
 from django_blamequeue import job
@@ -99,3 +102,17 @@ def hostile(payload: dict[str, Any]) -> Any:
 @job(queue=FAILING_QUEUE, name="procapp.fail", backoff_base=0.01)
 def fail(payload: dict[str, Any]) -> None:
     raise ValueError(f"boom {payload['n']}")
+
+
+CRASH_QUEUE = "crashy"
+
+
+@job(queue=CRASH_QUEUE, name="procapp.crash")
+def crash(payload: dict[str, Any]) -> dict[str, int]:
+    """``{"crash": true}`` kills its whole worker process (as a segfault in a C extension
+    would), a moment after the jobs claimed with it started; the others work half a second."""
+    if payload.get("crash"):
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)
+    return {"pid": os.getpid()}
