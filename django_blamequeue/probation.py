@@ -69,8 +69,7 @@ class Probation:
         marked = backend.resilience.call(
             lambda: backend.run_alone(c.job_id, c.token), idempotent=True
         )
-        self._held.remove(run)
-        self._alone = run
+        self.started(run)
         if marked:
             logger.warning(
                 "job %s (%s) stalled %s time(s) before: running it alone in this worker",
@@ -81,6 +80,12 @@ class Probation:
             timeout = c.timeout or (run.definition.timeout if run.definition else None)
             run.deadline = now + timeout if timeout else None
         return run, bool(marked)
+
+    def started(self, run: Run) -> None:
+        """``run`` (from ``next``) leaves the held ones: it runs alone now, or its lease is
+        gone."""
+        self._held.remove(run)
+        self._alone = run
 
     def discard(self, run: Run) -> bool:
         """Forget a held run (cancelled, lease lost, released); False if it was not held."""

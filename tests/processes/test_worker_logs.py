@@ -7,6 +7,7 @@ worker died (the rescuer, in the worker's sweeper thread, moves it to the DLQ as
 from __future__ import annotations
 
 import re
+
 import pytest
 
 from django_blamequeue import queue

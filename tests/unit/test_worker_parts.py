@@ -130,8 +130,7 @@ def test_a_job_on_probation_waits_until_it_is_alone_then_runs_alone() -> None:
     assert probation.next(running) is None  # "a" still runs
     del running["a"]
     assert probation.next(running) is suspect
-    probation._held.remove(suspect)  # noqa: SLF001 - what start_next does once marked
-    probation._alone = suspect  # noqa: SLF001
+    probation.started(suspect)  # start_next marks its lease, then this
     assert probation.next(running) is None  # "b" runs alone: "c" waits
     del running["b"]
     assert probation.next(running) is second

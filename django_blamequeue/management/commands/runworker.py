@@ -84,7 +84,8 @@ def _delayed_left(left: Backlog) -> str:
     when = ""
     if left.next_due_at is not None:
         seconds = max(0.0, (left.next_due_at - datetime.now(UTC)).total_seconds())
-        when = f"; the next is due in {span(seconds)} ({left.next_due_at:%Y-%m-%d %H:%M:%S} UTC)"
+        soon = f"{seconds:.1f} s" if seconds < 10 else span(seconds)
+        when = f"; the next is due in {soon} ({left.next_due_at:%Y-%m-%d %H:%M:%S} UTC)"
     return f"{left.delayed:,} delayed job(s) left{when}; --wait-delayed waits for them"
 
 
