@@ -101,9 +101,13 @@ class Consumer:
     def _main(self) -> None:
         listener = None
         try:
-            listener = self.backend.listener(self.options.queues)
-            if listener is not None:
-                listener.start(self._wake)
+            try:
+                listener = self.backend.listener(self.options.queues)
+                if listener is not None:
+                    listener.start(self._wake)
+            except Exception:  # wake-ups only hasten claims: poll without them
+                logger.exception("starting the wake-up listener failed; polling instead")
+                listener = None
             wakeup.register(self.options.queues, self._wake)
             self._loop(listener)
         except BaseException as exc:  # only what escaped every round's guard: die loudly
