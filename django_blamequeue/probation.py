@@ -65,7 +65,6 @@ class Probation:
         if run is None:
             return None
         c = run.claimed
-        assert backend.resilience is not None
         marked = backend.resilience.call(
             lambda: backend.run_alone(c.job_id, c.token), idempotent=True
         )

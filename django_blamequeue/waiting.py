@@ -26,7 +26,6 @@ _TERMINAL = frozenset(s.value for s in TERMINAL)
 class Waiter:
     def info(self, job: EnqueuedJob) -> JobInfo | None:
         b = get_backend(job.backend)
-        assert b.resilience is not None
         return b.resilience.call(lambda: b.get(job.job_id), idempotent=True)
 
     def wait(self, job: EnqueuedJob, timeout: float | None, poll: float) -> JobInfo:
