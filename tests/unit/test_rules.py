@@ -19,7 +19,11 @@ PACKAGE = Path(django_blamequeue.__file__).parent
 COPIES = {
     "fence": ["backends/jobtable/sql.py", "backends/redis/scripts/leasing.lua"],
     "cancel-wins": ["backends/jobtable/sql.py", "backends/redis/scripts/leasing.lua"],
-    "rescue": ["core/lifecycle.py", "backends/redis/scripts/rescue.lua"],
+    "rescue": [
+        "core/lifecycle.py",
+        "backends/redis/scripts/rescue.lua",
+        "backends/redis/scripts/alone.lua",
+    ],
     "dlq-retry": ["backends/jobtable/listing.py", "backends/redis/scripts/dlq_retry.lua"],
     "dag-release": ["backends/jobtable/flowsql.py", "backends/redis/scripts/lib.lua"],
     "report-once": ["backends/jobtable/flowsql.py", "backends/redis/scripts/lib.lua"],

@@ -1,4 +1,4 @@
--- ARGS: [id, token]. Mark the held lease as running alone in its worker (a job on probation,
+-- ARGS: [id, token]. rule: rescue — mark the held lease as running alone in its worker (on probation,
 -- core.lifecycle.on_probation); rescue.lua counts a stall of that lease against the job.
 local id, token = ARGS[1], ARGS[2]
 local k = jk(id)
