@@ -30,6 +30,8 @@ class JobDefinition:
     backend: str | None = None
     priority: int = 0
     flow: Any = None  # a flow.FlowSpec for @flow classes
+    #: Run the handler in one transaction with its fenced completion (``effects.py``).
+    atomic: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -76,6 +78,7 @@ def job(
     retryable: RetryPredicate | None = None,
     backend: str | None = None,
     priority: int = 0,
+    atomic: bool = False,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -88,9 +91,17 @@ def job(
     retryable: RetryPredicate | None = None,
     backend: str | None = None,
     priority: int = 0,
+    atomic: bool = False,
 ) -> Any:
-    """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``)."""
+    """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``).
+
+    ``atomic=True``: the handler's database writes commit in one transaction with the job's
+    completion, fenced by its lease, so a run that lost its lease commits nothing
+    (docs/effects.md).
+    """
     _check(queue, max_attempts, timeout, retryable)
+    if not isinstance(atomic, bool):
+        raise QueueError(ErrorCode.INVALID_HANDLER, "atomic must be True or False")
 
     def register(f: Callable[..., Any]) -> JobDefinition:
         return register_definition(
@@ -102,6 +113,7 @@ def job(
             retryable=retryable,
             backend=backend,
             priority=priority,
+            atomic=atomic,
         )
 
     return register(func) if func is not None else register
@@ -118,6 +130,7 @@ def register_definition(
     backend: str | None,
     priority: int,
     flow: Any = None,
+    atomic: bool = False,
 ) -> JobDefinition:
     _check(queue, max_attempts, timeout, retryable)
     if not callable(f):
@@ -132,6 +145,7 @@ def register_definition(
         backend=backend,
         priority=priority,
         flow=flow,
+        atomic=atomic,
     )
     with _lock:
         old = _registry.get(definition.name)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from django.db import connections
 
-from . import metrics, registry, wakeup
+from . import effects, metrics, registry, wakeup
 from .backends.base import Backend
 from .conf import get_settings
 from .context import JobContext
@@ -252,6 +252,8 @@ class Consumer:
             definition=definition,
         )
         run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)
+        if definition is not None and definition.atomic and self.handler is None:
+            effects.prepare(run)
         self._running[c.job_id] = run
         if metrics.enabled:
             metrics.run_started(self.backend.alias, c, lease)
@@ -288,6 +290,10 @@ class Consumer:
         while self._finished:
             run = self._finished.popleft()
             assert run.outcome is not None
+            if run.settled is not None:  # an atomic run acked (or lost) in its own transaction
+                self._running.pop(run.claimed.job_id, None)
+                self._count(run.settled.ok, run.settled.state, run, effects.SETTLED)
+                continue
             self._decide(run, run.outcome)
 
     def _decide(self, run: Run, outcome: lifecycle.Outcome) -> None:
