@@ -1,8 +1,8 @@
 """``@job(atomic=True)``: the handler's writes and the job's completion commit together.
 
 A slot thread runs the handler inside one transaction on the backend's ``effects_database``
-and, before committing, fences the completion there (``Backend.fence_effects``, rule:
-effects-once):
+and, before committing, fences the completion there (``Backend.fence_effects``; the commit
+or rollback below is rule: effects-once):
 
 - local backend, SQS ledger: the fenced done ack is a statement of that transaction. A run
   whose lease was taken over matches no row; everything rolls back and the attempt ends
@@ -31,7 +31,7 @@ from django.db import close_old_connections, connections, transaction
 from . import audit, registry
 from .backends.base import Backend
 from .conf import get_settings
-from .core import lifecycle
+from .core import lifecycle, rules
 from .core.states import State
 from .exceptions import JobInterrupted
 from .records import Ack, AckResult, Transition
@@ -82,9 +82,11 @@ def invoke_atomic(run: Run, handler: Handler | None) -> lifecycle.Outcome:
                 transition=transition_for(c, run.definition, outcome),
             )
             fence = backend.fence_effects(ack, attempt=c.attempt)
-            if fence.kind == "stale":
-                raise _Undo(outcome, "stale")
-            if fence.kind == "already":
+            applied = {"applied": True, "stale": False}.get(fence.kind)
+            marked = {"marked": True, "already": False}.get(fence.kind)
+            if not rules.commits_effects(ack_applied=applied, mark_inserted=marked):
+                if fence.kind == "stale":
+                    raise _Undo(outcome, "stale")
                 raise _Undo(lifecycle.Succeeded(fence.result), f"already:{fence.attempt}")
             if fence.kind == "applied" and fence.state != State.DONE:
                 raise _Undo(lifecycle.Cancelled(), "cancelled")  # cancel-wins: no writes

@@ -5,8 +5,8 @@ answers a small dict, stored with the job as ``JobInfo.origin``:
 
 - ``site``: ``"path/to/module.py:LINE in function"`` of the first frame that is the user's
   code — not this library's, Django's, asgiref's or the standard library's. One walk up the
-  stack; each file is classified once and remembered. ``BLAMEQUEUE["ORIGIN_SITE"] = False``
-  turns it off.
+  stack; each file is classified once and remembered, and shown relative to the
+  ``sys.path`` entry it was imported from. ``BLAMEQUEUE["ORIGIN_SITE"] = False`` turns it off.
 - ``request`` (``"POST /orders/"``) and ``user``: the request being served, if any. The
   method and path need no setup (``request_started`` / ``request_finished`` receivers, see
   ``apps.py``); the user needs ``django_blamequeue.middleware.OriginMiddleware`` after
@@ -111,7 +111,7 @@ def split_about(about: str) -> tuple[str, str, str]:
 _MISSING: Any = object()
 _shown: dict[str, str | None] = {}  # co_filename -> path shown, or None for library code
 _skipped: tuple[str, ...] | None = None
-_base: str | None = None
+_roots_found: tuple[str, ...] | None = None
 
 
 def _skipped_prefixes() -> tuple[str, ...]:
@@ -129,32 +129,35 @@ def _skipped_prefixes() -> tuple[str, ...]:
     return tuple(f + os.sep for f in sorted(folders))
 
 
-def _base_dir() -> str:
-    """Paths are shown relative to ``settings.BASE_DIR`` (else the working directory)."""
-    from django.conf import settings
-
-    base = getattr(settings, "BASE_DIR", None) or os.getcwd()
-    return str(Path(base).resolve()) + os.sep
+def _roots() -> tuple[str, ...]:
+    """Import roots (``sys.path``), longest first: a file is shown relative to the one it
+    was imported from, as its module name reads ("orders/views.py")."""
+    roots = set()
+    for entry in sys.path:
+        try:
+            roots.add(str(Path(entry or os.getcwd()).resolve()) + os.sep)
+        except OSError:
+            continue
+    return tuple(sorted(roots, key=len, reverse=True))
 
 
 def _display(filename: str) -> str | None:
-    global _skipped, _base
+    global _skipped, _roots_found
     if filename.startswith("<"):  # <frozen ...>, <string>: not a file of the user's
         return None
-    if _skipped is None:
+    if _skipped is None or _roots_found is None:
         _skipped = _skipped_prefixes()
-        _base = _base_dir()
+        _roots_found = _roots()
     try:
         path = str(Path(filename).resolve())
     except OSError:
         path = filename
     if path.startswith(_skipped):
         return None
-    assert _base is not None
-    if path.startswith(_base):
-        return path[len(_base) :]
-    marker = f"{os.sep}site-packages{os.sep}"
-    return path.split(marker, 1)[1] if marker in path else path
+    for root in _roots_found:
+        if path.startswith(root):
+            return path[len(root) :]
+    return path
 
 
 def site(frame: FrameType | None = None) -> str | None:
@@ -166,7 +169,7 @@ def site(frame: FrameType | None = None) -> str | None:
         if shown is _MISSING:
             shown = _shown[code.co_filename] = _display(code.co_filename)
         if shown is not None:
-            return f"{shown}:{f.f_lineno} in {code.co_qualname}"
+            return f"{shown}:{f.f_lineno} in {code.co_qualname.replace('.<locals>', '')}"
         f = f.f_back
     return None
 
