@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, Final
 
 from django.db import models
@@ -169,7 +169,7 @@ def site(frame: FrameType | None = None) -> str | None:
         if shown is _MISSING:
             shown = _shown[code.co_filename] = _display(code.co_filename)
         if shown is not None:
-            return f"{shown}:{f.f_lineno} in {code.co_qualname.replace('.<locals>', '')}"
+            return f"{shown}:{f.f_lineno} in {_name(code)}"
         f = f.f_back
     return None
 
@@ -180,7 +180,12 @@ def site_of(func: Any) -> str | None:
     if code is None:
         return None
     shown = _display(code.co_filename)
-    return f"{shown}:{code.co_firstlineno} in {code.co_qualname}" if shown else None
+    return f"{shown}:{code.co_firstlineno} in {_name(code)}" if shown else None
+
+
+def _name(code: CodeType) -> str:
+    """The function's qualified name, without the ``<locals>`` of nested definitions."""
+    return code.co_qualname.replace(".<locals>", "")
 
 
 # -- the request being served ----------------------------------------------------------------
