@@ -113,15 +113,7 @@ def _undone(run: Run, undo: _Undo, db: str) -> lifecycle.Outcome:
             c.job_id,
             extra=_extra(run),
         )
-        event = audit.Event(
-            action=audit.LOCK_LOST,
-            job_id=c.job_id,
-            queue=c.queue,
-            backend=backend.alias,
-            attempt=c.attempt,
-            data={"wanted": State.DONE.value, "atomic": True, "rolled_back": True},
-        )
-        _record(event, db)
+        _record(_lock_lost(run, "commit"), db)
         run.settled = AckResult(job_id=c.job_id, ok=False)
     elif undo.why.startswith("already:"):
         first = undo.why.partition(":")[2]
@@ -142,6 +134,25 @@ def _undone(run: Run, undo: _Undo, db: str) -> lifecycle.Outcome:
         )
         _record(event, db)
     return undo.outcome
+
+
+def abandoned(run: Run) -> None:
+    """The worker interrupted an atomic run whose lease was lost (its heartbeat saw it
+    first): the run's transaction rolls back in its thread; the audit trail says so."""
+    _record(_lock_lost(run, "running"), run.ctx.backend.effects_database)
+
+
+def _lock_lost(run: Run, when: str) -> audit.Event:
+    """``LOCK_LOST`` of an atomic attempt: at its fenced ``commit``, or while ``running``."""
+    c = run.claimed
+    return audit.Event(
+        action=audit.LOCK_LOST,
+        job_id=c.job_id,
+        queue=c.queue,
+        backend=run.ctx.backend.alias,
+        attempt=c.attempt,
+        data={"wanted": State.DONE.value, "atomic": True, "rolled_back": True, "at": when},
+    )
 
 
 def _record(event: audit.Event, db: str) -> None:

@@ -316,6 +316,8 @@ class Consumer:
         if outcome is None:  # lease lost: someone else owns the job; nothing to ack
             self._running.pop(run.claimed.job_id, None)
             self.counters.lock_lost += 1
+            if run.invoker is not None:
+                effects.abandoned(run)  # its transaction rolls back: audit its LOCK_LOST
             if metrics.enabled:
                 metrics.lease_lost(self.backend.alias, run.claimed.queue)
             logger.warning(

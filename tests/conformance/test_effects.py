@@ -103,7 +103,7 @@ def test_a_run_that_lost_its_lease_commits_nothing_and_its_attempt_ends_lock_los
     assert row(engine, job_id) == before
     [lost] = events.of(audit.LOCK_LOST)
     assert (lost.job_id, lost.attempt) == (job_id, 1)
-    assert lost.data == {"wanted": "done", "atomic": True, "rolled_back": True}
+    assert lost.data == {"wanted": "done", "atomic": True, "rolled_back": True, "at": "commit"}
     chaos.run_claimed(engine, fresh, None, later(engine, 34, t))
     assert writes(engine, job_id) == [2]
     assert row(engine, job_id)["result"] == {"wrote": 2}

@@ -67,7 +67,7 @@ def test_takeover_refuses_the_first_runs_ack_and_runs_the_job_again(run_jobs: An
         (2, "done", None),
     ]
     lost = AuditEvent.objects.get(action="system.queue.lock_lost", job_id=job_id)
-    assert lost.data == {"wanted": "done", "atomic": True, "rolled_back": True}
+    assert lost.data == {"wanted": "done", "atomic": True, "rolled_back": True, "at": "commit"}
     assert list(Write.objects.filter(job_id=job_id).values_list("attempt", flat=True)) == [2]
 
 
