@@ -61,10 +61,11 @@ def mark(
     return EffectsFence(kind="already", result=earlier, attempt=first.attempt)
 
 
-def prune(database: str, before: datetime, limit: int = 5000) -> int:
-    """Forget marks older than ``before`` (the done jobs' retention): a job done that long
-    ago is never delivered again."""
-    marks = EffectMark.objects.using(database)
+def prune(database: str, alias: str, before: datetime, limit: int = 5000) -> int:
+    """Forget backend ``alias``'s marks older than ``before`` (the done jobs' retention): a
+    job done that long ago is not delivered again (a DLQ retry of a job that failed after
+    its effects committed would run them again: docs/effects.md)."""
+    marks = EffectMark.objects.using(database).filter(backend=alias)
     ids = list(marks.filter(created_at__lt=before).values_list("job_id", flat=True)[:limit])
     if not ids:
         return 0

@@ -177,3 +177,21 @@ def test_an_atomic_handler_running_past_its_lease_keeps_it(
     assert (info["state"], info["attempts"], info["result"]) == ("done", 1, {"wrote": 1})
     assert writes(engine, job_id) == [1]
     assert not events.of(audit.STALLED) and not events.of(audit.LOCK_LOST)
+
+
+@pytest.mark.requires("!effects_with_ack")
+def test_completion_marks_are_pruned_with_the_done_jobs_retention(
+    backend: str, engine: Backend, atomic: JobDefinition
+) -> None:
+    from django_blamequeue.conf import get_settings
+    from django_blamequeue.models import EffectMark
+    from django_blamequeue.sweeper.pruner import Pruner
+
+    job_id = atomic.enqueue({}).job_id
+    chaos.run_claimed(engine, claim_one(engine, atomic.queue), None, later(engine, 0))
+    marks = EffectMark.objects.using(engine.effects_database).filter(job_id=job_id)
+    assert marks.exists()
+    Pruner(engine, settings=get_settings()).run_once(later(engine, 6 * 86400))
+    assert marks.exists()
+    Pruner(engine, settings=get_settings()).run_once(later(engine, 7 * 86400 + 60))
+    assert not marks.exists()
