@@ -32,12 +32,12 @@ from ..records import (
     RescueReport,
 )
 from . import marks
+from .resilience import Resilience
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
 
     from ..audit import Event
-    from .resilience import Resilience
 
 
 class Hooks(Protocol):
@@ -130,7 +130,8 @@ class Backend(metaclass=ABCMeta):
     def __init__(self, config: BackendConfig) -> None:
         self.alias = config.alias
         self.config = config
-        self.resilience: Resilience | None = None
+        #: The breaker and retry wrapper every call from above goes through (SPEC §3).
+        self.resilience = Resilience(self)
 
     @property
     def effects_database(self) -> str:
