@@ -82,7 +82,7 @@ def new_jobs(
             job_id=(job_ids[i] if job_ids is not None else None) or ids.new_id(),
             payload=payload,
             trace_id=shared_trace or os.urandom(16).hex(),  # uuid4().hex's shape, cheaper
-            dedupe_key=_dedupe_key(dedupe_keys[i], keys[i]),
+            dedupe_key=key_or_about(dedupe_keys[i], keys[i], "dedupe_key"),
             about=keys[i],
             **common,
         )
@@ -112,13 +112,14 @@ def _about_keys(abouts: Sequence[Any] | None, n: int) -> list[str | None]:
     return keys
 
 
-def _dedupe_key(value: Any, about: str | None) -> str | None:
-    """A dedupe key as given, or ``ABOUT``: the job's ``about`` key (one live job per object)."""
+def key_or_about(value: Any, about: str | None, what: str) -> str | None:
+    """A key as given (``dedupe_key``; the control plane's ``concurrency_key`` the same way),
+    or for ``ABOUT`` the job's ``about`` key: one live (or running) job per object."""
     if value is origin.ABOUT:
         if about is None:
-            raise QueueError(ErrorCode.BAD_ARGUMENT, "dedupe_key=ABOUT needs about=")
+            raise QueueError(ErrorCode.BAD_ARGUMENT, f"{what}=ABOUT needs about=")
         return about
-    return validation.optional_text(value, "dedupe_key", 255)
+    return validation.optional_text(value, what, 255)
 
 
 def new_job(

@@ -68,8 +68,9 @@ class _About:
         return "ABOUT"
 
 
-#: ``dedupe_key=ABOUT`` (and, with the control plane, ``concurrency_key=ABOUT``): the key is
-#: the job's ``about``, ``"app_label.model_name:pk"``: one live job per object.
+#: ``dedupe_key=ABOUT``: the key is the job's ``about``, ``"app_label.model_name:pk"``: one
+#: live job per object (``enqueueing.key_or_about``, written for the control plane's
+#: ``concurrency_key`` too).
 ABOUT: Final = _About()
 About = _About  # the sentinel's type, for annotations
 
