@@ -74,6 +74,9 @@ def invoke_atomic(run: Run, handler: Handler | None) -> lifecycle.Outcome:
             outcome = invoke(run, handler)
             if not isinstance(outcome, lifecycle.Succeeded):
                 raise _Undo(outcome)  # a failure keeps none of its writes
+            if transaction.get_rollback(using=db):  # the handler doomed the transaction
+                doomed = RuntimeError("the handler marked the run's transaction for rollback")
+                raise _Undo(lifecycle.Raised(doomed, lifecycle.format_traceback(doomed)))
             if not run.begin_commit():
                 raise _Undo(lifecycle.Released(), "abandoned")  # the worker drops this run
             ack = Ack(

@@ -111,3 +111,24 @@ def test_chaos_runs_on_postgresql_inside_the_tests_transaction(
         captured.run_jobs(chaos=blamequeue_chaos)
     counts = {j: Write.objects.using("postgres").filter(job_id=j).count() for j in (naive, atomic)}
     assert counts == {naive: 2, atomic: 1}
+
+
+def test_an_atomic_handler_that_dooms_its_transaction_fails_instead_of_completing(
+    run_jobs: Any, jobs_enqueued: Any
+) -> None:
+    from django.db import transaction
+
+    from django_blamequeue import job, registry
+
+    @job(queue="doomed", name="tests.testing.doomed", atomic=True, max_attempts=1)
+    def doomed(payload: Any) -> None:
+        transaction.set_rollback(True)
+
+    try:
+        doomed.enqueue({})
+        run_jobs()
+    finally:
+        registry.unregister("tests.testing.doomed")
+    [info] = jobs_enqueued(queue="doomed")
+    assert info.state == "failed"
+    assert info.error == "RuntimeError: the handler marked the run's transaction for rollback"
