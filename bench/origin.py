@@ -1,14 +1,15 @@
 #!/usr/bin/env python
 """What recording the call site of each enqueue costs (``JobInfo.origin["site"]``).
 
-    .venv/bin/python bench/origin.py [--db sqlite|postgres|both] [--rounds 8] [--single 1000]
-                                     [--batches 10] [--batch 1000] [--no-write]
+    .venv/bin/python bench/origin.py [--db sqlite|postgres|both] [--rounds 9] [--single 2000]
+                                     [--block 50] [--batches 30] [--batch 1000] [--no-write]
 
-Single enqueues and ``enqueue_many`` batches, with ``ORIGIN_SITE`` on and off in alternating
-rounds (on, off, off, on, ...: a drift of the shared machine hits both arms alike), each
-round on an emptied job table. Each arm's rate is the median of its rounds; the overhead is
-``1 - rate(on) / rate(off)``. Also the cost of one ``origin.capture()`` itself, from a stack
-as deep as a view's call into ``queue.enqueue``. PostgreSQL is a throwaway server
+Single enqueues and ``enqueue_many`` batches, with ``ORIGIN_SITE`` on and off alternating
+block by block within each round (on, off, off, on, ...: whatever the shared machine does
+meanwhile hits both arms alike), each round on an emptied job table. Each arm's rate is the
+median of the rounds; the overhead, the median of the rounds' own ``1 - on / off``. Also the
+cost of one ``origin.capture()`` itself, from a stack as deep as a view's call into
+``queue.enqueue``. PostgreSQL is a throwaway server
 (``tests.servers``, fsync on); SQLite a fresh file configured as ``testproject`` does.
 
 Writes ``bench/results/origin.json`` and the part of ``docs/benchmarks.md`` between the
@@ -57,11 +58,16 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     from django_blamequeue import conf, origin, queue
 
     call_command("migrate", verbosity=0)
-    base = dict(settings.BLAMEQUEUE)
+    # The two configurations, built (and validated) once; switching is one assignment, so
+    # the arms differ in the setting alone.
+    arms = {}
+    for on in (True, False):
+        settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, "ORIGIN_SITE": on}
+        conf.reset()
+        arms[on] = conf.get_settings()
 
     def site_capture(on: bool) -> None:
-        settings.BLAMEQUEUE = {**base, "ORIGIN_SITE": on}
-        conf.reset()
+        conf._cached = arms[on]
 
     def empty() -> None:
         with connection.cursor() as cur:
@@ -71,19 +77,30 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
         """A few frames of user code above the call, as in a view (middleware, dispatch)."""
         return call() if depth == 0 else view_like(depth - 1, call)
 
-    def single() -> float:
-        n = cfg["single"]
-        start = time.perf_counter()
-        for i in range(n):
-            view_like(3, lambda i=i: queue.enqueue("bench", {"i": i}))
-        return n / (time.perf_counter() - start)
+    block = cfg["block"]
+    payloads = [{"i": i} for i in range(cfg["batch"])]
 
-    def many() -> float:
-        payloads = [{"i": i} for i in range(cfg["batch"])]
-        start = time.perf_counter()
-        for _ in range(cfg["batches"]):
-            view_like(3, lambda: queue.enqueue_many("bench", payloads))
-        return cfg["batches"] * cfg["batch"] / (time.perf_counter() - start)
+    def single() -> int:
+        for i in range(block):
+            view_like(3, lambda i=i: queue.enqueue("bench", {"i": i}))
+        return block
+
+    def many() -> int:
+        view_like(3, lambda: queue.enqueue_many("bench", payloads))
+        return len(payloads)
+
+    def round_of(measure: Any, blocks: int) -> dict[str, float]:
+        """``blocks`` blocks per arm, the arms alternating block by block (on off off on …):
+        whatever the machine does meanwhile, both arms get their share of it."""
+        took = {"on": 0.0, "off": 0.0}
+        jobs = {"on": 0, "off": 0}
+        for b in range(2 * blocks):
+            arm = ("on", "off", "off", "on")[b % 4]
+            site_capture(arm == "on")
+            start = time.perf_counter()
+            jobs[arm] += measure()
+            took[arm] += time.perf_counter() - start
+        return {arm: jobs[arm] / took[arm] for arm in took}
 
     rates: dict[str, dict[str, list[float]]] = {
         "single": {"on": [], "off": []},
@@ -92,12 +109,14 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     site_capture(True)
     single(), many()  # warm-up: connections, statement caches, the site cache
     empty()
-    for r in range(cfg["rounds"]):
-        for arm in ("on", "off") if r % 2 == 0 else ("off", "on"):
-            site_capture(arm == "on")
-            for name, measure in (("single", single), ("many", many)):
-                rates[name][arm].append(measure())
-                empty()
+    for _ in range(cfg["rounds"]):
+        for name, measure, blocks in (
+            ("single", single, cfg["single"] // block),
+            ("many", many, cfg["batches"]),
+        ):
+            for arm, rate in round_of(measure, blocks).items():
+                rates[name][arm].append(rate)
+            empty()
     capture: dict[str, float] = {}
     for arm in ("on", "off"):
         site_capture(arm == "on")
@@ -133,10 +152,13 @@ def run_child(url: str, cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """Per arm the median of the rounds' rates; the overhead is the median of the rounds'
+    own ``1 - on / off`` (each round's arms ran interleaved, block by block)."""
     out: dict[str, Any] = {}
     for name, arms in result["rates"].items():
         on, off = statistics.median(arms["on"]), statistics.median(arms["off"])
-        out[name] = {"on": on, "off": off, "overhead": 1 - on / off}
+        ratios = [1 - a / b for a, b in zip(arms["on"], arms["off"], strict=True)]
+        out[name] = {"on": on, "off": off, "overhead": statistics.median(ratios)}
     return out
 
 
@@ -173,10 +195,12 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"- Machine: {report['machine']}; load average {report['load'][0]:.1f} at the start "
         f"and {report['load'][1]:.1f} at the end (other processes share this machine).",
-        f"- Each arm: the median of {report['cfg']['rounds']} rounds of "
-        f"{report['cfg']['single']:,} single enqueues and {report['cfg']['batches']} batches "
-        f"of {report['cfg']['batch']:,}, on and off alternating, each round on an emptied "
-        "table; the enqueues are called from 4 frames of user code, as from a view.",
+        f"- {report['cfg']['rounds']} rounds, each on an emptied table: per arm "
+        f"{report['cfg']['single']:,} single enqueues in blocks of {report['cfg']['block']} and "
+        f"{report['cfg']['batches']} `enqueue_many` calls of {report['cfg']['batch']:,} jobs, "
+        "the arms alternating block by block (on, off, off, on, …). Rates: the median of the "
+        "rounds; overhead: the median of the rounds' own `1 - on/off`. The enqueues are called "
+        "from 4 frames of user code, as from a view.",
         "",
         "| " + " | ".join(HEADER) + " |",
         "|" + "---|" * len(HEADER),
@@ -208,9 +232,10 @@ def write_doc(report: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
-    parser.add_argument("--rounds", type=int, default=8, help="rounds per arm")
-    parser.add_argument("--single", type=int, default=1000, help="single enqueues per round")
-    parser.add_argument("--batches", type=int, default=10, help="enqueue_many calls per round")
+    parser.add_argument("--rounds", type=int, default=9, help="rounds")
+    parser.add_argument("--single", type=int, default=2000, help="single enqueues per arm, round")
+    parser.add_argument("--block", type=int, default=50, help="single enqueues per block")
+    parser.add_argument("--batches", type=int, default=30, help="enqueue_many calls per arm")
     parser.add_argument("--batch", type=int, default=1000, help="jobs per enqueue_many call")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     parser.add_argument("--child", metavar="CONFIG", help=argparse.SUPPRESS)
@@ -218,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print("RESULT " + json.dumps(child(json.loads(args.child))), flush=True)
         return 0
-    cfg = {k: getattr(args, k) for k in ("rounds", "single", "batches", "batch")}
+    cfg = {k: getattr(args, k) for k in ("rounds", "single", "block", "batches", "batch")}
     started = time.perf_counter()
     report: dict[str, Any] = {
         "cfg": cfg,
