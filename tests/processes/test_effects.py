@@ -94,7 +94,7 @@ def test_a_frozen_worker_thawed_after_a_takeover_leaves_one_set_of_writes_only_i
 
 
 KILL_EVERY = 0.5
-N_JOBS = 500  # of each kind
+N_JOBS = 300  # of each kind
 OVERRIDES = {"MAX_STALLED_COUNT": 10_000, "SWEEP_INTERVAL": 0.5}
 
 
