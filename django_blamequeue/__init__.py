@@ -15,6 +15,7 @@ from .exceptions import (
 )
 
 __all__ = [
+    "ABOUT",
     "Child",
     "EnqueuedJob",
     "ErrorCode",
@@ -25,6 +26,7 @@ __all__ = [
     "ResultTimeout",
     "Retry",
     "Unrecoverable",
+    "about_key",
     "current_job",
     "flow",
     "job",
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from .api import queue
     from .context import current_job
     from .fanout import Child, flow
+    from .origin import ABOUT, about_key
     from .records import EnqueuedJob, JobInfo
     from .registry import job
 
@@ -46,6 +49,8 @@ _LAZY = {
     "Child": ("fanout", "Child"),
     "JobInfo": ("records", "JobInfo"),
     "EnqueuedJob": ("records", "EnqueuedJob"),
+    "ABOUT": ("origin", "ABOUT"),
+    "about_key": ("origin", "about_key"),
 }
 
 

@@ -6,23 +6,26 @@ Every argument is checked and every payload encoded before a backend is called, 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
-from . import audit, enqueueing, registry, tracing, validation
+from . import audit, effects, enqueueing, registry, tracing, validation
 from .backends import all_backends, get_backend
 from .backends.base import Backend
 from .conf import get_settings
 from .core import ids
 from .core.dag import validate_dag
 from .exceptions import ErrorCode, QueueError
+from .origin import About, about_key
 from .records import EnqueuedJob, JobInfo
 from .worker import Consumer, WorkerOptions
 
 T = TypeVar("T")
+logger = logging.getLogger("django_blamequeue.worker")
 
 
 def _call[T](backend: Backend, fn: Callable[[], T], *, idempotent: bool = False) -> T:
@@ -50,10 +53,12 @@ class Queue:
         max_attempts: int | None = None,
         classification: str | None = None,
         trace_id: str | None = None,
-        dedupe_key: str | None = None,
+        dedupe_key: str | About | None = None,
         backend: str | None = None,
+        about: Any = None,
     ) -> EnqueuedJob:
-        """Store one job; inside ``transaction.atomic()`` it commits or rolls back with it."""
+        """Store one job; inside ``transaction.atomic()`` it commits or rolls back with it.
+        ``about``: the model instance the job is about (``JobInfo.about``, ``jobs_about``)."""
         return self.enqueue_many(
             queue_name,
             [payload],
@@ -66,6 +71,7 @@ class Queue:
             trace_id=trace_id,
             dedupe_key=dedupe_key,
             backend=backend,
+            about=about,
         )[0]
 
     def enqueue_many(
@@ -80,11 +86,14 @@ class Queue:
         max_attempts: int | None = None,
         classification: str | None = None,
         trace_id: str | None = None,
-        dedupe_key: str | None = None,
-        dedupe_keys: Sequence[str | None] | None = None,
+        dedupe_key: str | About | None = None,
+        dedupe_keys: Sequence[str | About | None] | None = None,
         backend: str | None = None,
+        about: Any = None,
+        abouts: Sequence[Any] | None = None,
     ) -> list[EnqueuedJob]:
-        """Store many jobs of one queue in one statement batch (all or none)."""
+        """Store many jobs of one queue in one statement batch (all or none). ``about``: one
+        model instance every job is about; ``abouts``: one per payload."""
         return enqueueing.enqueue_many(
             queue_name,
             payloads,
@@ -99,6 +108,8 @@ class Queue:
             dedupe_key=dedupe_key,
             dedupe_keys=dedupe_keys,
             backend=backend,
+            about=about,
+            abouts=abouts,
         )
 
     def enqueue_flow(
@@ -126,6 +137,8 @@ class Queue:
                     trace_id=c.get("trace_id") or tracing.current_trace_id() or flow_id,
                     dedupe_key=c.get("dedupe_key"),
                     job_id=by_name[c["name"]],
+                    about=c.get("about"),
+                    cause={"flow": flow_id},
                 )
                 depends = tuple(by_name[d] for d in c.get("depends_on", ()))
                 node = {
@@ -190,7 +203,12 @@ class Queue:
             burst=burst,
             wait_delayed=wait_delayed,
         )
-        consumer = Consumer(get_backend(backend), options, handler=handler)
+        target = get_backend(backend)
+        if handler is None and (
+            contention := effects.sqlite_contention(target, options.queues, options.concurrency)
+        ):
+            logger.warning("%s (blamequeue.W020)", contention)
+        consumer = Consumer(target, options, handler=handler)
         with self._lock:
             self._consumers = [c for c in self._consumers if c.alive] + [consumer]
         consumer.start()
@@ -283,6 +301,17 @@ class Queue:
         for b in [get_backend(backend)] if backend else all_backends():
             total += _call(b, lambda b=b: b.cancel_flow(flow_id))  # type: ignore[misc]
         return total
+
+    def jobs_about(self, obj: Any, *, limit: int = 50, backend: str | None = None) -> list[JobInfo]:
+        """The jobs about ``obj`` (a model instance, or its ``"app_label.model_name:pk"``),
+        newest first, at most ``limit``; from every backend unless ``backend`` is named."""
+        key = about_key(obj)
+        limit = validation.positive_int(limit, "limit")
+        found: list[JobInfo] = []
+        for b in [get_backend(backend)] if backend else all_backends():
+            found += _call(b, lambda b=b: b.jobs_about(key, limit), idempotent=True)  # type: ignore[misc]
+        found.sort(key=lambda info: info.job_id, reverse=True)  # ids sort by creation time
+        return found[:limit]
 
     def flow_jobs(self, flow_id: str, backend: str | None = None) -> list[JobInfo]:
         validation.identifier(flow_id, "flow_id")

@@ -52,6 +52,10 @@ class JobContext:
     token: str
     progress_throttle: float = 0.25
     on_extend: Callable[[float], None] | None = None
+    #: Runs a backend call outside the handler's own database transaction (an atomic run on
+    #: PostgreSQL: a progress write inside it would hold the job's row lock until commit and
+    #: block the worker's lease renewals); None: in this thread.
+    detached: Callable[[Callable[[], bool]], bool] | None = None
     _cancelled: _Flag = field(default_factory=_Flag)
     _last_progress: float = field(default=-1e18)
 
@@ -69,7 +73,7 @@ class JobContext:
         if value not in (0, 100) and now - self._last_progress < self.progress_throttle:
             return
         self._last_progress = now
-        self.backend.set_progress(self.job_id, self.token, value)
+        self._call(lambda: self.backend.set_progress(self.job_id, self.token, value))
 
     def extend_lease(self, seconds: float) -> bool:
         """Hold the job ``seconds`` more from now; False if the lease was already lost."""
@@ -79,10 +83,13 @@ class JobContext:
                 f"backend {self.backend.alias!r} cannot extend a lease",
             )
         held = validation.seconds(seconds, "extend_lease seconds")
-        ok = self.backend.extend_lease(self.job_id, self.token, held)
+        ok = self._call(lambda: self.backend.extend_lease(self.job_id, self.token, held))
         if ok and self.on_extend is not None:
             self.on_extend(held)
         return ok
+
+    def _call(self, verb: Callable[[], bool]) -> bool:
+        return verb() if self.detached is None else self.detached(verb)
 
     def retry(self, delay: float | None = None, reason: str = "") -> NoReturn:
         """Retry this job ``delay`` seconds from now (None: its backoff), spending this

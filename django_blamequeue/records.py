@@ -37,6 +37,8 @@ class NewJob:
     flow_depth: int = 0
     blocked: bool = False  # True for a DAG child with dependencies
     depends_on: tuple[str, ...] = ()  # job ids (DAG)
+    about: str | None = None  # "app_label.model_name:pk" (origin.about_key)
+    origin: Mapping[str, Any] | None = None  # the blame trail (origin.capture)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,6 +197,23 @@ class AckResult:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EffectsFence:
+    """What ``Backend.fence_effects`` answers inside an atomic run's transaction.
+
+    ``applied``: the fenced ack is part of the transaction (``state`` where it took the job):
+    commit, nothing is owed afterwards. ``stale``: the lease is no longer this run's: roll
+    back. ``marked``: the job's completion mark is part of the transaction (the engine's ack
+    cannot be): commit, then ack as usual. ``already``: another run of this job committed
+    its effects first: roll back, and complete the job with that run's ``result``.
+    """
+
+    kind: str  # "applied" | "stale" | "marked" | "already"
+    state: State | None = None
+    result: Encoded | None = None
+    attempt: int | None = None  # "already": the attempt whose effects stand
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseSignals:
     """What a heartbeat learns about the leases a worker holds."""
 
@@ -286,6 +305,8 @@ class JobInfo:
     flow_key: str | None = None
     flow_phase: str | None = None
     children: Mapping[str, int] | None = None  # a flow parent's tally of children by state
+    about: str | None = None  # "app_label.model_name:pk" of the object it is about
+    origin: Mapping[str, Any] | None = None  # site, request, user, parent_job, schedule, flow
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

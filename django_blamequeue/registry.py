@@ -37,6 +37,8 @@ class JobDefinition:
     backoff_base: float | None = None
     backoff_max: float | None = None
     jitter: bool | None = None
+    #: Run the handler in one transaction with its fenced completion (``effects.py``).
+    atomic: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function here and now, no queue: ``current_job()`` answers a stand-in
@@ -118,6 +120,7 @@ def job(
     backoff_base: float | None = None,
     backoff_max: float | None = None,
     jitter: bool | None = None,
+    atomic: bool = False,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -133,11 +136,19 @@ def job(
     backoff_base: float | None = None,
     backoff_max: float | None = None,
     jitter: bool | None = None,
+    atomic: bool = False,
 ) -> Any:
     """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``).
-    ``backoff_base``, ``backoff_max`` and ``jitter`` replace the settings' for this job."""
+    ``backoff_base``, ``backoff_max`` and ``jitter`` replace the settings' for this job.
+
+    ``atomic=True``: the handler's database writes commit in one transaction with the job's
+    completion, fenced by its lease, so a run that lost its lease commits nothing
+    (docs/effects.md).
+    """
     _check(queue, max_attempts, timeout, retryable)
     _check_backoff(backoff_base, backoff_max, jitter)
+    if not isinstance(atomic, bool):
+        raise QueueError(ErrorCode.INVALID_HANDLER, "atomic must be True or False")
 
     def register(f: Callable[..., Any]) -> JobDefinition:
         return register_definition(
@@ -150,6 +161,7 @@ def job(
             backend=backend,
             priority=priority,
             backoff=(backoff_base, backoff_max, jitter),
+            atomic=atomic,
         )
 
     return register(func) if func is not None else register
@@ -167,6 +179,7 @@ def register_definition(
     priority: int,
     flow: Any = None,
     backoff: tuple[float | None, float | None, bool | None] = (None, None, None),
+    atomic: bool = False,
 ) -> JobDefinition:
     _check(queue, max_attempts, timeout, retryable)
     _check_backoff(*backoff)
@@ -185,6 +198,7 @@ def register_definition(
         backoff_base=float(backoff[0]) if backoff[0] is not None else None,
         backoff_max=float(backoff[1]) if backoff[1] is not None else None,
         jitter=backoff[2],
+        atomic=atomic,
     )
     with _lock:
         old = _registry.get(definition.name)

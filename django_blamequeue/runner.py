@@ -23,7 +23,7 @@ from .core import lifecycle
 from .exceptions import JobInterrupted, QueueError
 from .fanout import build_children
 from .interrupt import Guard
-from .records import Claimed, Transition
+from .records import AckResult, Claimed, Transition
 from .serializers import decode, encode
 
 logger = logging.getLogger("django_blamequeue.worker")
@@ -63,6 +63,13 @@ class Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
     outcome: lifecycle.Outcome | None = None
     abandoned: bool = False
+    #: ``invoke``'s stand-in for this run (``effects.invoke_atomic`` for ``@job(atomic=True)``).
+    invoker: Callable[[Run, Handler | None], lifecycle.Outcome] | None = None
+    #: An atomic run committing its completion: the worker may no longer abandon it.
+    committing: bool = False
+    #: The ack an atomic run applied in its own transaction (or had refused): the worker
+    #: only counts it, it sends no ack of its own.
+    settled: AckResult | None = None
     # A parent leased for ``collect``: its children's state, read with the claim by the
     # worker's own connection (a slot thread's would be opened and closed per job).
     flow_state: Any = None
@@ -70,12 +77,20 @@ class Run:
     def abandon(self, exc_type: type[JobInterrupted]) -> bool:
         """Claim the decision for the worker; False if the handler already finished."""
         with self.lock:
-            if self.outcome is not None or self.abandoned:
+            if self.outcome is not None or self.abandoned or self.committing:
                 return False
             self.abandoned = True
         self.ctx._cancelled.set()
         self.guard.interrupt(exc_type)
         return True
+
+    def begin_commit(self) -> bool:
+        """An atomic run is about to commit; False if the worker already took it over."""
+        with self.lock:
+            if self.abandoned:
+                return False
+            self.committing = True
+            return True
 
 
 def new_run(c: Claimed, backend: Backend, now: float, lease: float, throttle: float) -> Run:
@@ -232,10 +247,11 @@ def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]
         run.guard.enter()
         try:
             if not run.ctx.cancelled:
+                call = run.invoker or invoke
                 outcome = (
-                    tracing.traced_run(run, handler, invoke)
+                    tracing.traced_run(run, handler, call)
                     if tracing.enabled
-                    else invoke(run, handler)
+                    else call(run, handler)
                 )
         except JobInterrupted:
             outcome = None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from django.db import connections
 
-from . import metrics, wakeup
+from . import effects, metrics, wakeup
 from .acking import PendingAcks, account
 from .backends.base import Backend
 from .conf import get_settings
@@ -234,6 +234,8 @@ class Consumer:
         """Track a claimed job as running; the caller hands the run to the pool."""
         run = new_run(c, self.backend, now, self.options.lease, self._settings.progress_throttle)
         run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)
+        if run.definition is not None and run.definition.atomic and self.handler is None:
+            effects.prepare(run)
         self._running[c.job_id] = run
         if metrics.enabled:
             metrics.run_started(self.backend.alias, c, self.options.lease)
@@ -289,6 +291,10 @@ class Consumer:
         while self._finished:
             run = self._finished.popleft()
             assert run.outcome is not None
+            if run.settled is not None:  # an atomic run acked (or lost) in its own transaction
+                self._running.pop(run.claimed.job_id, None)
+                account(self.counters, self.backend.alias, run, effects.SETTLED, run.settled)
+                continue
             self._decide(run, run.outcome)
 
     def _decide(self, run: Run, outcome: lifecycle.Outcome) -> None:
@@ -312,6 +318,8 @@ class Consumer:
         if outcome is None:  # lease lost: someone else owns the job; nothing to ack
             self._running.pop(run.claimed.job_id, None)
             self.counters.lock_lost += 1
+            if run.invoker is not None:
+                effects.abandoned(run)  # its transaction rolls back: audit its LOCK_LOST
             if metrics.enabled:
                 metrics.lease_lost(self.backend.alias, run.claimed.queue)
             logger.warning(

@@ -20,6 +20,7 @@ from ..records import (
     Backlog,
     CancelResult,
     Claimed,
+    EffectsFence,
     EnqueuedJob,
     FlowState,
     JobInfo,
@@ -31,6 +32,7 @@ from ..records import (
     Report,
     RescueReport,
 )
+from . import marks
 from .resilience import Resilience
 
 if TYPE_CHECKING:
@@ -115,6 +117,10 @@ class Backend(metaclass=ABCMeta):
     #: Some jobs' messages are sent after their state commits (SQS): the relay's passes call
     #: ``send_unsent`` for what a crash left unsent.
     sends_later = False
+    #: ``fence_effects`` applies the job's fenced ack inside the handler's transaction (its
+    #: job rows live in that database: the local backend, the SQS ledger); False: it writes
+    #: a completion mark there and the ack follows the commit (redis). docs/effects.md.
+    effects_with_ack = False
     #: Engine errors that mean "unavailable" (mapped to ``BACKEND_UNAVAILABLE``).
     unavailable_errors: tuple[type[BaseException], ...] = ()
     #: The Django database alias that holds this backend's jobs and audit rows (the local
@@ -127,6 +133,12 @@ class Backend(metaclass=ABCMeta):
         self.config = config
         #: The breaker and retry wrapper every call from above goes through (SPEC §3).
         self.resilience = Resilience(self)
+
+    @property
+    def effects_database(self) -> str:
+        """The Django database an ``@job(atomic=True)`` handler's transaction runs on: the
+        one holding the job rows (local, the SQS ledger), else the ``DATABASE`` option."""
+        return str(self.config.options.get("DATABASE") or "default")
 
     @property
     def hooks(self) -> Hooks:
@@ -173,6 +185,14 @@ class Backend(metaclass=ABCMeta):
         """With ``supports_apply_and_claim``: ``apply_many(acks)`` and ``claim(queues, limit)``
         atomically (both or neither), so an error leaves the acks to be re-sent."""
         raise NotImplementedError
+
+    def fence_effects(self, ack: Ack, *, attempt: int, now: datetime | None = None) -> EffectsFence:
+        """Inside an atomic run's open transaction on ``effects_database``: fence its done
+        ``ack`` so that the transaction's writes commit only with the job's completion
+        (rule: effects-once). This default writes the job's completion mark (``marks.py``):
+        "marked" (commit, then ack as usual) or "already" (roll back). Engines whose ack can
+        join the transaction (``effects_with_ack``) answer "applied" or "stale" instead."""
+        return marks.mark(self.effects_database, self.alias, ack, attempt, now)
 
     @abstractmethod
     def extend_lease(
@@ -242,6 +262,11 @@ class Backend(metaclass=ABCMeta):
 
     @abstractmethod
     def dlq_retry_all(self, queue: str, now: datetime | None = None) -> int: ...
+
+    def jobs_about(self, about: str, limit: int) -> list[JobInfo]:
+        """The jobs about ``about`` (``"app_label.model_name:pk"``), newest first, at most
+        ``limit``, from an index (``queue.jobs_about``)."""
+        raise NotImplementedError
 
     @abstractmethod
     def flow_jobs(self, flow_id: str) -> list[JobInfo]:

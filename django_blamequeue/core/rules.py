@@ -76,6 +76,14 @@ RULES: tuple[Rule, ...] = (
         "core.rules.settle_due",
     ),
     Rule(
+        "effects-once",
+        "An atomic job's writes commit only together with its completion: in the transaction "
+        "of its fenced done ack, or, where the engine's ack cannot join that transaction, with "
+        "the job's one completion mark; a run that finds its lease stale or the mark taken "
+        "rolls its writes back.",
+        "core.rules.commits_effects",
+    ),
+    Rule(
         "cascade",
         "A parent that settled with children still pending, or was cancelled, cancels its "
         "unfinished children: waiting ones at once, running ones by request.",
@@ -124,6 +132,15 @@ def fails_fast(mode: str | None) -> bool:
 def settle_due(*, mode: str | None, pending: int, failed: int) -> bool:
     """rule: settle-due — ``mode`` is the parent's ``on_child_failure``."""
     return pending == 0 or (fails_fast(mode) and failed > 0)
+
+
+def commits_effects(*, ack_applied: bool | None, mark_inserted: bool | None) -> bool:
+    """rule: effects-once — may an atomic run's transaction commit? ``ack_applied``: its
+    fenced done ack changed the job in this transaction (None: the engine's ack cannot join
+    it); ``mark_inserted``: its completion mark was new (None: no mark is needed)."""
+    if ack_applied is not None:
+        return ack_applied
+    return bool(mark_inserted)
 
 
 def cascades(*, parent: State, pending_children: int) -> bool:

@@ -29,6 +29,9 @@ COPIES = {
     "report-once": ["backends/jobtable/flowsql.py", "backends/redis/scripts/lib.lua"],
     "settle-due": ["backends/jobtable/flowsql.py", "backends/redis/scripts/lib.lua"],
     "cascade": ["backends/jobtable/reports.py", "backends/redis/scripts/lib.lua"],
+    # The in-transaction ack (local backend, SQS ledger) and the completion mark (redis):
+    # both SQL in a Django database, the redis backend's Lua cannot join that transaction.
+    "effects-once": ["backends/jobtable/effects.py", "backends/marks.py", "effects.py"],
 }
 
 
@@ -116,3 +119,18 @@ def test_released_and_report_once() -> None:
     assert rules.records_report("pending") and not rules.records_report("done")
     assert rules.cascades(parent=State.PENDING, pending_children=2)
     assert not rules.cascades(parent=State.WAITING_CHILDREN, pending_children=2)
+
+
+@pytest.mark.parametrize(
+    ("ack_applied", "mark_inserted", "commits"),
+    [
+        (True, None, True),  # the fenced ack joined the transaction
+        (False, None, False),  # a stale lease: roll back
+        (None, True, True),  # redis: this run's completion mark is the first
+        (None, False, False),  # another run's mark is there: roll back
+    ],
+)
+def test_an_atomic_run_commits_only_with_its_completion(
+    ack_applied: bool | None, mark_inserted: bool | None, commits: bool
+) -> None:
+    assert rules.commits_effects(ack_applied=ack_applied, mark_inserted=mark_inserted) is commits

@@ -21,6 +21,7 @@ from ...records import Ack, AckResult, Claimed, EnqueuedJob, NewJob, RescueRepor
 from ..jobtable import sql
 from ..jobtable.acks import Acks
 from ..jobtable.dag import DagRelease
+from ..jobtable.effects import InTransaction
 from ..jobtable.inserts import Inserts
 from ..jobtable.leases import RESCUE_COLUMNS, Leases
 from ..jobtable.listing import Listing
@@ -32,7 +33,7 @@ from .listen import PgListener
 
 
 class DatabaseBackend(
-    LocalBase, Inserts, Leases, Acks, Listing, Manifests, ChildReports, DagRelease
+    LocalBase, Inserts, Leases, InTransaction, Acks, Listing, Manifests, ChildReports, DagRelease
 ):
     """The local backend: SQLite or PostgreSQL, through Django's own connections."""
 

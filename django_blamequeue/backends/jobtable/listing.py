@@ -54,6 +54,11 @@ class Listing(LedgerBase):
         tally = self.children_tally(job_id) if job.flow_phase else None
         return info_from_model(job, self.alias, [d.depends_on_id for d in deps], tally)
 
+    def jobs_about(self, about: str, limit: int) -> list[JobInfo]:
+        """Newest first, on the ``(about, id)`` index."""
+        rows = self.jobs().filter(about=about).order_by("-id")[:limit]
+        return [info_from_model(j, self.alias) for j in rows]
+
     def size(self, queue: str) -> int:
         n: int = self.jobs().filter(queue=queue, state__in=[State.PENDING, State.INFLIGHT]).count()
         return n

@@ -137,4 +137,6 @@ def info_from_model(
         flow_key=job.flow_key,
         flow_phase=job.flow_phase,
         children=children,
+        about=job.about,
+        origin=job.origin,
     )

@@ -50,6 +50,8 @@ def job_header(j: NewJob) -> list[Any]:
         str(j.flow_depth),
         1 if j.blocked else 0,
         " ".join(j.depends_on),
+        j.about or False,
+        dumps(j.origin).decode() if j.origin else False,
     ]
 
 
@@ -231,4 +233,6 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         flow_key=s("flow_key"),
         flow_phase=s("flow_phase"),
         children=children,
+        about=s("about"),
+        origin=json.loads(h["origin"]) if h.get("origin") else None,
     )

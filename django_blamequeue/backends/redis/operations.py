@@ -58,6 +58,11 @@ class Operations(RedisBase):
         raw = self.client.hgetall(self.keys.job(job_id))
         return info_from(raw, self.alias) if raw else None
 
+    def jobs_about(self, about: str, limit: int) -> list[JobInfo]:
+        """Newest first from the ``P:about:KEY`` index (written by the enqueue script)."""
+        ids = self.client.zrevrange(self.keys.about(about), 0, limit - 1)
+        return self._hashes([i.decode() for i in ids])
+
     def size(self, queue: str) -> int:
         k = self.keys
         pipe = self.client.pipeline(transaction=False)

@@ -15,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ... import metrics, registry
 from ...api import queue
+from ...checks import check_atomic_on_sqlite
 from ...conf import get_settings
 from ...console import ProgressLine, banner, worker_identity
 from ...exceptions import QueueError
@@ -265,4 +266,6 @@ class Command(BaseCommand):
             ("mode", _mode(consumer.options)),
         ]
         rows += [("warning", text) for text in b.deployment_warnings()]
+        for warning in check_atomic_on_sqlite(b, queues, opts.concurrency):
+            rows.append(("warning", f"{warning.msg} ({warning.id})"))
         self.stdout.write(banner(f"django-blamequeue {ver} · runworker", rows))
