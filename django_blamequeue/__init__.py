@@ -4,18 +4,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import ErrorCode, QueueError, Snooze, Unrecoverable
+from .exceptions import (
+    ErrorCode,
+    JobFailed,
+    JobWasCancelled,
+    QueueError,
+    ResultTimeout,
+    Retry,
+    Snooze,
+    Unrecoverable,
+)
 
 __all__ = [
+    "ABOUT",
     "Child",
     "EnqueuedJob",
     "ErrorCode",
+    "JobFailed",
     "JobInfo",
+    "JobWasCancelled",
     "QueueError",
     "QueueLimits",
+    "ResultTimeout",
+    "Retry",
     "Snooze",
     "Unrecoverable",
     "WorkerInfo",
+    "about_key",
     "current_job",
     "flow",
     "job",
@@ -27,6 +42,7 @@ if TYPE_CHECKING:
     from .context import current_job
     from .controls import QueueLimits, WorkerInfo
     from .fanout import Child, flow
+    from .origin import ABOUT, about_key
     from .records import EnqueuedJob, JobInfo
     from .registry import job
 
@@ -40,6 +56,8 @@ _LAZY = {
     "EnqueuedJob": ("records", "EnqueuedJob"),
     "QueueLimits": ("controls", "QueueLimits"),
     "WorkerInfo": ("controls", "WorkerInfo"),
+    "ABOUT": ("origin", "ABOUT"),
+    "about_key": ("origin", "about_key"),
 }
 
 

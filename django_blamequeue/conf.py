@@ -87,6 +87,7 @@ class Settings:
     queues: Mapping[str, QueueLimits] = field(default_factory=_frozen)
     max_snoozes: int = 1000
     missing_handler_timeout: float = 7 * _DAY
+    origin_site: bool = True  # record the enqueue's call site in JobInfo.origin
 
 
 _UNSET: Any = object()
@@ -276,6 +277,7 @@ _PLAIN_KEYS = (
     "MAX_FLOW_DEPTH",
     "MAX_SNOOZES",
     "MISSING_HANDLER_TIMEOUT",
+    "ORIGIN_SITE",
 )
 _FLOAT_FIELDS = (
     "default_lease",

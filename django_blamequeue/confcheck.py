@@ -407,4 +407,5 @@ _SCALARS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "MAX_FLOW_DEPTH": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
     "MAX_SNOOZES": (lambda v: _is_int(v) and 0 <= v <= MAX_INT, _COUNT_0),
     "MISSING_HANDLER_TIMEOUT": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
+    "ORIGIN_SITE": (lambda v: isinstance(v, bool), "True or False"),
 }

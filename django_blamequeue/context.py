@@ -6,15 +6,17 @@ in threads and in ``asyncio`` code the handler starts.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from . import validation
-from .exceptions import ErrorCode, QueueError
+from .core import ids
+from .exceptions import ErrorCode, QueueError, Retry
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -50,6 +52,10 @@ class JobContext:
     token: str
     progress_throttle: float = 0.25
     on_extend: Callable[[float], None] | None = None
+    #: Runs a backend call outside the handler's own database transaction (an atomic run on
+    #: PostgreSQL: a progress write inside it would hold the job's row lock until commit and
+    #: block the worker's lease renewals); None: in this thread.
+    detached: Callable[[Callable[[], bool]], bool] | None = None
     _cancelled: _Flag = field(default_factory=_Flag)
     _last_progress: float = field(default=-1e18)
 
@@ -67,7 +73,7 @@ class JobContext:
         if value not in (0, 100) and now - self._last_progress < self.progress_throttle:
             return
         self._last_progress = now
-        self.backend.set_progress(self.job_id, self.token, value)
+        self._call(lambda: self.backend.set_progress(self.job_id, self.token, value))
 
     def extend_lease(self, seconds: float) -> bool:
         """Hold the job ``seconds`` more from now; False if the lease was already lost."""
@@ -77,10 +83,75 @@ class JobContext:
                 f"backend {self.backend.alias!r} cannot extend a lease",
             )
         held = validation.seconds(seconds, "extend_lease seconds")
-        ok = self.backend.extend_lease(self.job_id, self.token, held)
+        ok = self._call(lambda: self.backend.extend_lease(self.job_id, self.token, held))
         if ok and self.on_extend is not None:
             self.on_extend(held)
         return ok
+
+    def _call(self, verb: Callable[[], bool]) -> bool:
+        return verb() if self.detached is None else self.detached(verb)
+
+    def retry(self, delay: float | None = None, reason: str = "") -> NoReturn:
+        """Retry this job ``delay`` seconds from now (None: its backoff), spending this
+        attempt: raises ``Retry``, so nothing after the call runs."""
+        raise Retry(delay, reason)
+
+    @property
+    def direct(self) -> bool:
+        """True in a direct call of a ``@job`` function (no worker, no queue, no lease)."""
+        return False
+
+
+class DirectContext(JobContext):
+    """``current_job()`` while a ``@job`` function is called directly (``send_welcome(42)``),
+    so a handler that reports progress runs unchanged outside a worker. Its ``job_id`` is
+    fresh per call; it holds no lease: ``progress`` and ``extend_lease`` check their argument
+    and record nothing, ``cancelled`` stays False, ``retry`` raises ``Retry`` to the caller."""
+
+    def progress(self, pct: int) -> None:
+        if not isinstance(pct, int | float) or isinstance(pct, bool) or not 0 <= pct <= 100:
+            raise QueueError(ErrorCode.BAD_ARGUMENT, f"progress must be 0–100, not {pct!r}")
+
+    def extend_lease(self, seconds: float) -> bool:
+        validation.seconds(seconds, "extend_lease seconds")
+        return True
+
+    @property
+    def direct(self) -> bool:
+        return True
+
+
+def call_directly(
+    func: Callable[..., Any], args: Any, kwargs: Any, *, name: str, queue: str
+) -> Any:
+    """``func(*args, **kwargs)`` with a ``DirectContext`` as ``current_job()`` (an ``async``
+    function's context is current while its coroutine runs)."""
+    ctx = DirectContext(
+        job_id=ids.new_id(),
+        queue=queue,
+        name=name,
+        attempt=1,
+        max_attempts=1,
+        trace_id=None,
+        backend=cast("Backend", None),  # never used: the methods that would are overridden
+        token="",
+    )
+    token = _current.set(ctx)
+    try:
+        result = func(*args, **kwargs)
+    finally:
+        _current.reset(token)
+    if inspect.iscoroutine(result):
+        return _in_context(result, ctx)
+    return result
+
+
+async def _in_context(coro: Coroutine[Any, Any, Any], ctx: JobContext) -> Any:
+    token = _current.set(ctx)
+    try:
+        return await coro
+    finally:
+        _current.reset(token)
 
 
 def current_job() -> JobContext:

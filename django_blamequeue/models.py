@@ -64,6 +64,9 @@ class JobFields(models.Model):
     timeout = models.FloatField(null=True, blank=True)
     lease_token = models.CharField(max_length=32, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The lease under which the job runs alone in its worker (a job on probation: it stalled
+    # before); a stall of that very lease is the job's own fault (core.lifecycle.rescue).
+    alone_token = models.CharField(max_length=32, null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
     progress = models.PositiveSmallIntegerField(default=0)
     result = models.BinaryField(null=True, blank=True)
@@ -89,6 +92,10 @@ class JobFields(models.Model):
     # The key of the queue's per-key limits (key_concurrency, key_rate_limit); docs/control.md.
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)
     snoozes = models.PositiveIntegerField(default=0)  # times the handler raised Snooze
+    # "app_label.model_name:pk" of the model object the job is about (``enqueue(about=obj)``)
+    about = models.CharField(max_length=255, null=True, blank=True)
+    # where the job came from: site, request, user, parent_job, schedule, flow (``origin.py``)
+    origin = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -155,6 +162,8 @@ class Job(JobFields):
                 name="bq_job_key_claim",
                 condition=Q(state="pending") & Q(concurrency_key__isnull=False),
             ),
+            # ``queue.jobs_about(obj)``: an object's jobs, newest first (ids sort by time).
+            models.Index("about", "id", name="bq_job_about", condition=Q(about__isnull=False)),
         ]
         constraints = [
             # At most one non-terminal job per (queue, dedupe_key).
@@ -211,6 +220,7 @@ class SqsJob(JobFields):
                 name="bq_sqs_inflight_key",
                 condition=Q(state="inflight"),
             ),
+            models.Index("about", "id", name="bq_sqs_about", condition=Q(about__isnull=False)),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -464,3 +474,30 @@ class WorkerRecord(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+class EffectMark(models.Model):
+    """An ``@job(atomic=True)`` run's effects committed: one row per job id, written in the
+    handler's transaction where the job's own ack cannot join it (the redis backend).
+
+    The primary key refuses a second mark, so a second run of the same job (a redelivery, a
+    zombie worker) rolls its writes back and completes the job with ``result`` instead.
+    docs/effects.md says what each backend guarantees.
+    """
+
+    job_id = models.CharField(primary_key=True, max_length=26)
+    backend = models.CharField(max_length=100)
+    attempt = models.PositiveIntegerField()
+    token = models.CharField(max_length=32)
+    result = models.BinaryField(null=True, blank=True)
+    content_type = models.CharField(max_length=100, default="application/json")
+    content_encoding = models.CharField(max_length=30, default="utf-8")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "blamequeue_effect"
+        default_permissions = ()
+        indexes = [models.Index("created_at", name="bq_effect_created")]
+
+    def __str__(self) -> str:
+        return f"effects of {self.job_id} (attempt {self.attempt})"

@@ -8,10 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, overload
 
-from . import enqueueing
+from . import calls, enqueueing
+from .context import call_directly
 from .core.lifecycle import RetryPredicate
 from .exceptions import ErrorCode, QueueError
 from .records import EnqueuedJob
+from .validation import MAX_SECONDS
 
 _lock = threading.Lock()
 _registry: dict[str, JobDefinition] = {}
@@ -32,20 +34,59 @@ class JobDefinition:
     flow: Any = None  # a flow.FlowSpec for @flow classes
     #: The key of the queue's per-key limits: a string, or a callable of the payload.
     concurrency_key: str | Callable[[Any], str | None] | None = None
+    # Retries of this job (None: the settings' BACKOFF_BASE, BACKOFF_MAX, BACKOFF_JITTER),
+    # read by the worker when an attempt fails.
+    backoff_base: float | None = None
+    backoff_max: float | None = None
+    jitter: bool | None = None
+    #: Run the handler in one transaction with its fenced completion (``effects.py``).
+    atomic: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.func(*args, **kwargs)
+        """Run the function here and now, no queue: ``current_job()`` answers a stand-in
+        (``context.DirectContext``)."""
+        return call_directly(self.func, args, kwargs, name=self.name, queue=self.queue)
 
     def enqueue(self, payload: Any = None, **options: Any) -> EnqueuedJob:
-        """Enqueue a run of this job; options as ``queue.enqueue``."""
+        """Enqueue a run of this job; options as ``queue.enqueue``, and Celery's
+        ``countdown`` (= ``delay``) and ``eta`` (= ``run_at``)."""
         return self.enqueue_many([payload], **options)[0]
 
     def enqueue_many(self, payloads: list[Any], **options: Any) -> list[EnqueuedJob]:
+        options = calls.aliases(options)
         options.setdefault("backend", self.backend)
         options.setdefault("priority", self.priority)
         return enqueueing.enqueue_many(
             self.queue, payloads, definition=self, name=self.name, **options
         )
+
+    def delay(self, *args: Any, **kwargs: Any) -> EnqueuedJob:
+        """Celery's ``task.delay(...)``: enqueue a call with these arguments (``calls``)."""
+        return calls.apply_async(self, args, kwargs)
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> EnqueuedJob:
+        """Celery's ``task.apply_async(args, kwargs, countdown=..., eta=..., ...)``; options
+        as ``enqueue``'s."""
+        return calls.apply_async(self, args, kwargs, options)
+
+
+def _check_backoff(base: object, maximum: object, jitter: object) -> None:
+    for value, what in ((base, "backoff_base"), (maximum, "backoff_max")):
+        if value is not None and (
+            not isinstance(value, int | float)
+            or isinstance(value, bool)
+            or not 0 < value <= MAX_SECONDS  # also NaN
+        ):
+            raise QueueError(
+                ErrorCode.INVALID_HANDLER, f"{what} must be seconds > 0 and ≤ {MAX_SECONDS:,}"
+            )
+    if jitter is not None and not isinstance(jitter, bool):
+        raise QueueError(ErrorCode.INVALID_HANDLER, "jitter must be True or False")
 
 
 def _check_key(concurrency_key: object) -> None:
@@ -89,6 +130,10 @@ def job(
     backend: str | None = None,
     priority: int = 0,
     concurrency_key: str | Callable[[Any], str | None] | None = None,
+    backoff_base: float | None = None,
+    backoff_max: float | None = None,
+    jitter: bool | None = None,
+    atomic: bool = False,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -102,12 +147,25 @@ def job(
     backend: str | None = None,
     priority: int = 0,
     concurrency_key: str | Callable[[Any], str | None] | None = None,
+    backoff_base: float | None = None,
+    backoff_max: float | None = None,
+    jitter: bool | None = None,
+    atomic: bool = False,
 ) -> Any:
     """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``).
+    ``backoff_base``, ``backoff_max`` and ``jitter`` replace the settings' for this job.
     ``concurrency_key``: the key of the queue's per-key limits for each run, a string or a
-    callable of the payload (``enqueue(concurrency_key=...)`` overrides it)."""
+    callable of the payload (``enqueue(concurrency_key=...)`` overrides it).
+
+    ``atomic=True``: the handler's database writes commit in one transaction with the job's
+    completion, fenced by its lease, so a run that lost its lease commits nothing
+    (docs/effects.md).
+    """
     _check(queue, max_attempts, timeout, retryable)
     _check_key(concurrency_key)
+    _check_backoff(backoff_base, backoff_max, jitter)
+    if not isinstance(atomic, bool):
+        raise QueueError(ErrorCode.INVALID_HANDLER, "atomic must be True or False")
 
     def register(f: Callable[..., Any]) -> JobDefinition:
         return register_definition(
@@ -120,6 +178,8 @@ def job(
             backend=backend,
             priority=priority,
             concurrency_key=concurrency_key,
+            backoff=(backoff_base, backoff_max, jitter),
+            atomic=atomic,
         )
 
     return register(func) if func is not None else register
@@ -137,9 +197,12 @@ def register_definition(
     priority: int,
     flow: Any = None,
     concurrency_key: str | Callable[[Any], str | None] | None = None,
+    backoff: tuple[float | None, float | None, bool | None] = (None, None, None),
+    atomic: bool = False,
 ) -> JobDefinition:
     _check(queue, max_attempts, timeout, retryable)
     _check_key(concurrency_key)
+    _check_backoff(*backoff)
     if not callable(f):
         raise QueueError(ErrorCode.INVALID_HANDLER, f"{f!r} is not callable")
     definition = JobDefinition(
@@ -153,6 +216,10 @@ def register_definition(
         priority=priority,
         flow=flow,
         concurrency_key=concurrency_key,
+        backoff_base=float(backoff[0]) if backoff[0] is not None else None,
+        backoff_max=float(backoff[1]) if backoff[1] is not None else None,
+        jitter=backoff[2],
+        atomic=atomic,
     )
     with _lock:
         old = _registry.get(definition.name)

@@ -23,8 +23,9 @@ from ..jobtable import sql
 from ..jobtable.acks import Acks
 from ..jobtable.control import ControlRows
 from ..jobtable.dag import DagRelease
+from ..jobtable.effects import InTransaction
 from ..jobtable.inserts import Inserts
-from ..jobtable.leases import Leases
+from ..jobtable.leases import RESCUE_COLUMNS, Leases
 from ..jobtable.limited import LimitedClaims
 from ..jobtable.listing import Listing
 from ..jobtable.manifests import Manifests
@@ -38,6 +39,7 @@ class DatabaseBackend(
     LocalBase,
     Inserts,
     Leases,
+    InTransaction,
     Acks,
     Listing,
     Manifests,
@@ -160,11 +162,7 @@ class DatabaseBackend(
             qs = qs.order_by("lease_expires_at")
             if self.is_postgres:
                 qs = qs.select_for_update(skip_locked=True)
-            rows = list(
-                qs.values_list(
-                    "id", "attempts", "max_attempts", "stalls", "cancel_requested", "queue"
-                )[:limit]
-            )
+            rows = list(qs.values_list(*RESCUE_COLUMNS)[:limit])
             groups = self._rescue_rows(rows, t, max_stalled)
         return RescueReport(
             repended=len(groups[State.PENDING]),

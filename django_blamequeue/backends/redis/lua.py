@@ -33,6 +33,7 @@ NAMES = (
     "extend",
     "progress",
     "rescue",
+    "alone",
     "cancel",
     "cancel_flow",
     "purge",

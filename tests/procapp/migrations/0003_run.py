@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("procapp", "0001_initial"),
+        ("procapp", "0002_write"),
     ]
 
     operations = [
