@@ -27,7 +27,10 @@ def test_a_task_this_worker_cannot_import_is_handed_back_not_failed(
     monkeypatch.delitem(registry._registry, name)
     consumer = queue.consume("tasks", None, backend=backend, poll_interval=0.05)
     try:
-        assert wait_until(lambda: bool(consumer.no_handler), 10)
+        assert wait_until(
+            lambda: queue.get_job(result.id, backend=backend).reason == "no_handler",  # type: ignore[union-attr]
+            10,
+        )
         info = queue.get_job(result.id, backend=backend)
         assert info is not None
         assert (info.state, info.attempts, info.reason) == ("pending", 0, "no_handler")
