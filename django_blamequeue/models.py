@@ -66,6 +66,8 @@ class JobFields(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
     progress = models.PositiveSmallIntegerField(default=0)
+    # The JSON text the last attempt saved with ctx.checkpoint(); the next attempt reads it.
+    checkpoint = models.TextField(null=True, blank=True)
     result = models.BinaryField(null=True, blank=True)
     error = models.TextField(null=True, blank=True)
     traceback = models.TextField(null=True, blank=True)

@@ -71,6 +71,9 @@ class Claimed:
     flow_phase: str | None = None
     flow_mode: str | None = None
     flow_depth: int = 0
+    #: The JSON text an earlier attempt saved with ``ctx.checkpoint`` (None: nothing yet),
+    #: read with the lease, so it is the value the previous attempt left.
+    checkpoint: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,6 +221,7 @@ class JobInfo:
     flow_key: str | None = None
     flow_phase: str | None = None
     children: Mapping[str, int] | None = None  # a flow parent's tally of children by state
+    checkpoint: Any = None  # the value the job's last ``ctx.checkpoint`` stored (decoded)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

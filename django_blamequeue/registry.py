@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, overload
+
+from asgiref.sync import sync_to_async
 
 from . import enqueueing
 from .core.lifecycle import RetryPredicate
@@ -44,6 +47,20 @@ class JobDefinition:
         return enqueueing.enqueue_many(
             self.queue, payloads, definition=self, name=self.name, **options
         )
+
+    async def aenqueue(self, payload: Any = None, **options: Any) -> EnqueuedJob:
+        """``enqueue`` for async code (an async view): runs it through ``sync_to_async``,
+        on the thread of the caller's other database work, so a transaction it opened
+        there is joined as ``enqueue`` joins it."""
+        return await sync_to_async(self.enqueue)(payload, **options)
+
+    async def aenqueue_many(self, payloads: list[Any], **options: Any) -> list[EnqueuedJob]:
+        return await sync_to_async(self.enqueue_many)(payloads, **options)
+
+    @property
+    def is_async(self) -> bool:
+        """An ``async def`` handler: the worker runs it on its event loop."""
+        return self.flow is None and inspect.iscoroutinefunction(self.func)
 
 
 def _check(queue: object, max_attempts: object, timeout: object, retryable: object) -> None:
@@ -89,7 +106,8 @@ def job(
     backend: str | None = None,
     priority: int = 0,
 ) -> Any:
-    """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``)."""
+    """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``);
+    an ``async def`` one runs on the worker's event loop."""
     _check(queue, max_attempts, timeout, retryable)
 
     def register(f: Callable[..., Any]) -> JobDefinition:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from . import registry, tracing
 from .audit import Event
 from .backends import get_backend
+from .checkpoints import CheckpointSlot
 from .context import JobContext, _current
 from .core.states import ACTIVE, State
 from .exceptions import ErrorCode, QueueError
@@ -265,7 +266,9 @@ class CapturedJobs:
             backend=self.backend,
             token=c.token,
             progress_throttle=0.0,
+            previous_checkpoint=c.checkpoint,
         )
+        slot = ctx.checkpoints = CheckpointSlot(writer=ctx._store_checkpoint)
         run = Run(
             claimed=c,
             ctx=ctx,
@@ -285,6 +288,9 @@ class CapturedJobs:
         finally:
             _current.reset(token)
         transition = transition_for(c, definition, outcome)
+        last = slot.take(close=True)  # what an async handler left: stored before the ack
+        if last is not None:
+            self.backend.save_checkpoints([(c.job_id, c.token, last[0])], self.now())
         [ack] = self.backend.apply_many(
             [Ack(job_id=c.job_id, token=c.token, transition=transition)], self.now()
         )

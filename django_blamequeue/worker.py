@@ -1,8 +1,9 @@
 """The consumer: claims into free slots, renews leases, enforces timeouts, batches acks.
 
-One main thread talks to the backend (claims, acks, heartbeats) and decides every transition;
-slot threads only run handlers. Finished attempts queue up while the main thread is busy and go
-out together in one ``apply_many``, so acks batch under load without any added latency.
+One main thread talks to the backend (claims, acks, heartbeats, checkpoints) and decides every
+transition; slot threads run sync handlers, one event loop (``aio``) runs ``async def`` ones.
+Finished attempts queue up while the main thread is busy and go out together in one
+``apply_many``, so acks batch under load without any added latency.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from dataclasses import dataclass
 from django.db import connections
 
 from . import metrics, registry, wakeup
+from .aio import EventLoop
 from .backends.base import Backend
+from .checkpointer import Checkpointer
 from .conf import get_settings
 from .context import JobContext
 from .core import lifecycle
@@ -26,7 +29,7 @@ from .exceptions import ErrorCode, QueueError, WorkerShutdown
 from .heartbeat import Heartbeat
 from .outbox import RelayReport, settle_pending
 from .records import Ack, AckResult, Claimed, Transition
-from .runner import Handler, Run, SlotPool, transition_for
+from .runner import Handler, Run, SlotPool, is_async, transition_for
 
 logger = logging.getLogger("django_blamequeue.worker")
 
@@ -63,6 +66,8 @@ class Consumer:
         self._thread = threading.Thread(target=self._main, name="blamequeue-consumer", daemon=True)
         self._exited = threading.Event()
         self.pool = SlotPool(options.concurrency, handler, self._report)
+        self.loop = EventLoop(handler, self._report)  # async runs, in the same slots
+        self.checkpointer = Checkpointer(backend, self._settings.progress_throttle, self._wake)
 
     # -- control ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -105,6 +110,7 @@ class Consumer:
             if listener is not None:
                 listener.stop()
             self.pool.stop()
+            self.loop.stop()
             self._settle_queued()
             self._exited.set()
             connections.close_all()
@@ -163,6 +169,7 @@ class Consumer:
             wait = self.options.poll_interval
         wait = min(wait, self._starts.next_room(now))
         wait = min(wait, self.heartbeat.next_due(self._running, now))
+        wait = min(wait, self.checkpointer.next_due(now))
         return max(wait, 0.0005)
 
     # -- claims ----------------------------------------------------------------------------
@@ -185,6 +192,8 @@ class Consumer:
     def _flush_and_claim(self, limit: int) -> int:
         """Ack what finished and lease up to ``limit`` more, in one transaction."""
         assert self.backend.resilience is not None
+        if self._acks and not self._store_checkpoints():
+            return 0
         acks = self._acks
         try:
             results, claimed = self.backend.resilience.call(
@@ -209,7 +218,8 @@ class Consumer:
         now = time.monotonic()
         runs = [self._dispatch(c, now) for c in claimed]
         self._read_flow_states(runs)
-        self.pool.submit_many(runs)
+        self.pool.submit_many([r for r in runs if not is_async(r, self.handler)])
+        self.loop.submit_many([r for r in runs if is_async(r, self.handler)])
         self.counters.claimed += len(claimed)
         return len(claimed)
 
@@ -244,6 +254,7 @@ class Consumer:
                 backend=self.backend,
                 token=c.token,
                 progress_throttle=self._settings.progress_throttle,
+                previous_checkpoint=c.checkpoint,
             ),
             started=now,
             deadline=now + timeout if timeout else None,
@@ -252,6 +263,7 @@ class Consumer:
             definition=definition,
         )
         run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)
+        self.checkpointer.attach(run)
         self._running[c.job_id] = run
         if metrics.enabled:
             metrics.run_started(self.backend.alias, c, lease)
@@ -294,6 +306,7 @@ class Consumer:
         c = run.claimed
         transition = transition_for(c, run.definition, outcome)
         self._running.pop(c.job_id, None)
+        self.checkpointer.end(run, keep=True)  # stored before the ack (``_flush``)
         self._acks.append(Ack(job_id=c.job_id, token=c.token, transition=transition))
         self._ack_runs[c.job_id] = (run, transition)
 
@@ -306,9 +319,11 @@ class Consumer:
         """Take the decision away from the handler thread, free the slot, ack ``outcome``."""
         if not run.abandon(exc_type):  # type: ignore[arg-type]
             return  # it finished first; its outcome is already queued
-        self.pool.replace_one()
+        if not is_async(run, self.handler):  # an async run's task was cancelled instead
+            self.pool.replace_one()
         if outcome is None:  # lease lost: someone else owns the job; nothing to ack
             self._running.pop(run.claimed.job_id, None)
+            self.checkpointer.end(run, keep=False)
             self.counters.lock_lost += 1
             if metrics.enabled:
                 metrics.lease_lost(self.backend.alias, run.claimed.queue)
@@ -337,15 +352,24 @@ class Consumer:
             return
         now = time.monotonic()
         try:
-            for step in (self.heartbeat.renew, self.heartbeat.signals):
+            for step in (self.heartbeat.renew, self.heartbeat.signals, self.checkpointer.write_due):
                 for stop in step(self._running, now):
                     if stop.run.claimed.job_id in self._running:
                         self._interrupt(stop.run, stop.exc_type, stop.outcome)
         except QueueError as exc:
             self._backoff(exc)
 
+    def _store_checkpoints(self) -> bool:
+        """The last checkpoints of ended attempts, stored before their acks may go."""
+        try:
+            self.checkpointer.flush_final()
+        except QueueError as exc:
+            self._backoff(exc)  # keep the acks too: acked first, a value would be lost
+            return False
+        return True
+
     def _flush(self) -> None:
-        if not self._acks:
+        if not self._acks or not self._store_checkpoints():
             return
         assert self.backend.resilience is not None
         acks = self._acks

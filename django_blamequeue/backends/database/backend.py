@@ -20,6 +20,7 @@ from ...core.states import TERMINAL, State
 from ...records import Ack, AckResult, Claimed, EnqueuedJob, NewJob, RescueReport
 from ..jobtable import sql
 from ..jobtable.acks import Acks
+from ..jobtable.checkpoints import Checkpoints
 from ..jobtable.dag import DagRelease
 from ..jobtable.inserts import Inserts
 from ..jobtable.leases import Leases
@@ -32,7 +33,7 @@ from .listen import PgListener
 
 
 class DatabaseBackend(
-    LocalBase, Inserts, Leases, Acks, Listing, Manifests, ChildReports, DagRelease
+    LocalBase, Inserts, Leases, Checkpoints, Acks, Listing, Manifests, ChildReports, DagRelease
 ):
     """The local backend: SQLite or PostgreSQL, through Django's own connections."""
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
+from ... import checkpoints
 from ...records import Claimed, JobInfo
 from ...serializers import Encoded, decode
 
@@ -50,6 +51,7 @@ def claimed_from_row(row: Sequence[Any]) -> Claimed:
         flow_phase,
         flow_mode,
         flow_depth,
+        checkpoint,
     ) = row
     expires_at = to_dt(expires)
     assert expires_at is not None
@@ -73,6 +75,7 @@ def claimed_from_row(row: Sequence[Any]) -> Claimed:
         flow_phase=flow_phase,
         flow_mode=flow_mode,
         flow_depth=flow_depth or 0,
+        checkpoint=checkpoint,
     )
 
 
@@ -123,4 +126,12 @@ def info_from_model(
         flow_key=job.flow_key,
         flow_phase=job.flow_phase,
         children=children,
+        checkpoint=_checkpoint(job.checkpoint),
     )
+
+
+def _checkpoint(text: str | None) -> Any:
+    try:
+        return checkpoints.decode(text)
+    except ValueError:  # written by hand: still inspectable
+        return text

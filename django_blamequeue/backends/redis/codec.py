@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ... import wire
+from ... import checkpoints, wire
 from ...records import Ack, ChildSpec, Claimed, JobInfo, NewJob, Report
 from ...serializers import Encoded, decode
 from .keys import from_us, to_us
@@ -131,6 +131,7 @@ def _claimed(row: list[Any], payload: bytes) -> Claimed:
         flow_phase,
         flow_mode,
         flow_depth,
+        checkpoint,
     ) = row
     expires_at = from_us(expires)
     assert expires_at is not None
@@ -154,6 +155,7 @@ def _claimed(row: list[Any], payload: bytes) -> Claimed:
         flow_phase=flow_phase or None,
         flow_mode=flow_mode or None,
         flow_depth=int(flow_depth or 0),
+        checkpoint=checkpoint or None,
     )
 
 
@@ -219,4 +221,12 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         flow_key=s("flow_key"),
         flow_phase=s("flow_phase"),
         children=children,
+        checkpoint=_checkpoint(s("checkpoint")),
     )
+
+
+def _checkpoint(text: str | None) -> Any:
+    try:
+        return checkpoints.decode(text)
+    except ValueError:  # written by hand: still inspectable
+        return text

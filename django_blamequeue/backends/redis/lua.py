@@ -31,6 +31,7 @@ NAMES = (
     "renew",
     "extend",
     "progress",
+    "checkpoint",
     "rescue",
     "cancel",
     "cancel_flow",

@@ -25,6 +25,7 @@ from ...core.states import TERMINAL, State
 from ...models import FlowDependency
 from ...records import Ack, AckResult, EnqueuedJob, NewJob, RescueReport
 from ..jobtable.acks import Acks
+from ..jobtable.checkpoints import Checkpoints
 from ..jobtable.dag import DagRelease
 from ..jobtable.inserts import Inserts
 from ..jobtable.leases import Leases
@@ -43,7 +44,9 @@ if TYPE_CHECKING:
 _TERMINAL = frozenset(TERMINAL)
 
 
-class SqsBackend(Receive, Inserts, Leases, Acks, Listing, Manifests, ChildReports, DagRelease):
+class SqsBackend(
+    Receive, Inserts, Leases, Checkpoints, Acks, Listing, Manifests, ChildReports, DagRelease
+):
     """Amazon SQS (or an emulator) through boto3, with a ledger in a Django database."""
 
     # -- enqueue ---------------------------------------------------------------------------

@@ -12,7 +12,8 @@ end
 
 local CLAIMED = {'id', 'queue', 'name', 'ctype', 'cenc', 'attempts', 'max_attempts',
                  'priority', 'timeout', 'trace_id', 'classification', 'flow_id', 'parent_id',
-                 'avail', 'created', 'flow_phase', 'flow_mode', 'flow_depth', 'payload'}
+                 'avail', 'created', 'flow_phase', 'flow_mode', 'flow_depth', 'checkpoint',
+                 'payload'}
 local NCLAIMED = #CLAIMED
 
 -- Lease up to `limit` jobs over `queues`: priority desc, then available_at, then id, across
