@@ -43,7 +43,7 @@ from .console import Console
 from .filters import BackendFilter, ClassificationFilter, NameFilter, QueueFilter
 
 #: Columns never loaded for a list page (payloads may be up to 1 MiB each).
-HEAVY_FIELDS = ("payload", "result", "traceback", "lease_token")
+HEAVY_FIELDS = ("payload", "result", "traceback", "lease_token", "checkpoint")
 AUDIT_TRAIL_ROWS = 200
 PROTECTED_ACTIONS = {"retry_selected": RETRY, "cancel_selected": CANCEL}
 
@@ -246,6 +246,9 @@ class JobAdmin(ReadOnlyAdmin):
             ],
             "payload_json": display.pretty_json(info.payload),
             "result_json": display.pretty_json(info.result) if info.result is not None else None,
+            "checkpoint_json": display.pretty_json(info.checkpoint)
+            if info.checkpoint is not None
+            else None,
             "trail": [
                 (e, display.relative(e.created_at), display.pretty_json(e.data)) for e in trail
             ],

@@ -220,3 +220,17 @@ def test_hostile_payloads_and_names_stay_inert(page: Page) -> None:
     assert page.locator("svg.bq-graph svg").count() == 0  # no markup injected into the graph
     assert page.evaluate("window.__xss") is None
     assert page.dialogs == []  # type: ignore[attr-defined]
+
+
+def test_the_job_page_shows_where_the_next_attempt_resumes(page: Page) -> None:
+    from django_blamequeue.backends import get_backend
+
+    job_id = queue.enqueue("resumable", {}).job_id
+    backend = get_backend(None)
+    [c] = backend.claim(["resumable"], 1, 30)
+    backend.save_checkpoints([(job_id, c.token, '{"step":17,"of":30}')])
+    root()
+    login(page, "root", f"/admin/django_blamequeue/job/{job_id}/change/")
+    shown = page.locator("#bq-checkpoint")
+    assert shown.is_visible()
+    assert '"step": 17' in shown.inner_text() and '"of": 30' in shown.inner_text()
