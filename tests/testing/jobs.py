@@ -51,3 +51,18 @@ class Report:
 
     def collect(self, payload: dict[str, Any], state: Any) -> dict[str, Any]:
         return {"total": sum(state.results.values()), "completed": state.completed}
+
+
+@job(queue="pages", name="tests.testing.resumable", max_attempts=3)
+async def resumable(payload: dict[str, Any]) -> dict[str, Any]:
+    """An async job that checkpoints, fails its first attempt and resumes in the second."""
+    from django_blamequeue.models import AuditEvent
+
+    ctx = current_job()
+    CALLS.append(("resumable", ctx.last_checkpoint))
+    seen = await AuditEvent.objects.filter(job_id=ctx.job_id).acount()  # the async ORM
+    if ctx.attempt == 1:
+        await ctx.acheckpoint({"page": 1})
+        ctx.checkpoint({"page": 2})  # held: stored with the attempt's end
+        raise ConnectionError("page 3 timed out")
+    return {"resumed_at": ctx.last_checkpoint, "audit_rows": seen}
