@@ -1,1 +1,3 @@
-"""Benchmarks (not tests): ``.venv/bin/python bench/throughput.py --help``."""
+"""Benchmarks (not tests); each script has ``--help``: ``.venv/bin/python bench/throughput.py``,
+``peers.py``, ``flows.py``, ``orm.py`` (ORM jobs), ``ceiling.py`` (against raw psycopg),
+``soak.py`` (memory and pace over a long run)."""

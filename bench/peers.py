@@ -2,10 +2,15 @@
 """django-blamequeue side by side with its peers, one run, one machine, one workload (not a test).
 
     .venv/bin/python bench/peers.py [--n 5000] [--concurrency 16] [--only KEY,...] [--no-write]
+                                    [--workloads noop,orm] [--orm-n 3000] [--orm-concurrency 10]
     .venv/bin/python bench/peers.py --setup        # only create the peers' virtualenv
 
 Contenders, one after the other: django-blamequeue on PostgreSQL and on Redis, Procrastinate
-and django-tasks-db on PostgreSQL, Celery and RQ on Redis. The script starts one PostgreSQL
+and django-tasks-db on PostgreSQL, Celery and RQ on Redis. Two workloads (``--workloads``): no-op
+jobs (every contender), and ORM jobs that read one row and write one row through the Django ORM
+with Django's default ``CONN_MAX_AGE=0`` (django-blamequeue on PostgreSQL, Celery with its
+Django fix-up in the threads and the prefork pool, Procrastinate through its Django
+integration). The script starts one PostgreSQL
 (fsync on) and one Redis (AOF, ``appendfsync everysec``) with ``tests.servers`` on loopback,
 gives each contender its own database (PostgreSQL) or database number (Redis), and runs every
 contender in a child process (``bench.peerapps.workload``) that starts the contender's worker
@@ -66,10 +71,15 @@ CONTENDERS: dict[str, tuple[str, dict[str, str]]] = {
         {"BENCH_DATABASE_URL": "{pg}/bq_redis", "BENCH_REDIS_URL": "{redis}/1"},
     ),
     "procrastinate": ("peers", {"BENCH_PROCRASTINATE_DSN": "{pg}/procrastinate"}),
+    "procrastinate-django": ("peers", {"BENCH_ORM_DATABASE_URL": "{pg}/procrastinate_django"}),
     "django-tasks-db": ("peers", {"BENCH_TASKSDB_URL": "{pg}/tasksdb"}),
     "celery": (
         "peers",
-        {"BENCH_CELERY_BROKER": "{redis}/2", "BENCH_CELERY_RECORD_DIR": "{base}/celery"},
+        {
+            "BENCH_CELERY_BROKER": "{redis}/2",
+            "BENCH_CELERY_RECORD_DIR": "{base}/celery",
+            "BENCH_ORM_DATABASE_URL": "{pg}/celery_orm",
+        },
     ),
     "rq": ("peers", {"BENCH_RQ_URL": "{redis}/3"}),
 }
@@ -198,6 +208,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-interval", type=float, default=0.02, help="seconds")
     parser.add_argument("--only", default="", help="comma-separated contender keys")
     parser.add_argument(
+        "--workloads",
+        default="noop,orm",
+        help="comma-separated: noop (every contender), orm (read one row and write one row "
+        "through the Django ORM: django-blamequeue on PostgreSQL, Celery, Procrastinate's "
+        "Django integration); default both",
+    )
+    parser.add_argument("--orm-n", type=int, default=3000, help="ORM jobs per drain (3000)")
+    parser.add_argument(
+        "--orm-concurrency",
+        type=int,
+        default=10,
+        help="slots (threads, processes) per worker for the ORM workload (10)",
+    )
+    parser.add_argument(
         "--rounds",
         type=int,
         default=2,
@@ -240,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         "latency_interval": args.latency_interval,
         "drain_timeout": 900,
         "rounds": args.rounds,
+        "workloads": args.workloads.split(","),
+        "orm_n": args.orm_n,
+        "orm_concurrency": args.orm_concurrency,
     }
     report: dict[str, Any] = {
         "command": (
@@ -271,7 +298,14 @@ def main(argv: list[str] | None = None) -> int:
             import psycopg
 
             with psycopg.connect(pg.url, autocommit=True) as conn:
-                for name in ("bq_postgres", "bq_redis", "procrastinate", "tasksdb"):
+                for name in (
+                    "bq_postgres",
+                    "bq_redis",
+                    "procrastinate",
+                    "procrastinate_django",
+                    "tasksdb",
+                    "celery_orm",
+                ):
                     conn.execute(f"CREATE DATABASE {name}")
             report["servers"] = server_facts(pg.url, rd.url)
             urls = {

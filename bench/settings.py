@@ -50,6 +50,12 @@ def _database(url: str) -> dict[str, object]:
 
 
 DATABASES = {"default": _database(os.environ["BENCH_DATABASE_URL"])}
+# A lever tried from the outside (``--server-binding`` of bench/ceiling.py and bench/orm.py):
+# psycopg's server-side binding, each statement prepared on its 5th run on a connection.
+if os.environ.get("BENCH_SERVER_BINDING") == "1" and "postgresql" in str(
+    DATABASES["default"]["ENGINE"]
+):
+    DATABASES["default"]["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
 
 # With BENCH_REDIS_URL the jobs live in Redis (the database keeps audit and outbox rows).
 _REDIS_URL = os.environ.get("BENCH_REDIS_URL", "")

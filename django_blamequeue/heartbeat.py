@@ -52,7 +52,6 @@ class Heartbeat:
         due = [r for r in running.values() if now >= r.renew_at]
         if not due:
             return []
-        assert self.backend.resilience is not None
         leases = [(r.claimed.job_id, r.claimed.token) for r in due]
         lost = self.backend.resilience.call(
             lambda: self.backend.renew_leases(leases, self.lease), idempotent=True
@@ -67,7 +66,6 @@ class Heartbeat:
         cancel. Raises ``QueueError`` as ``renew`` does."""
         if not running or now < self._next_signals:
             return []
-        assert self.backend.resilience is not None
         self._next_signals = now + self.signal_poll
         held = [(r.claimed.job_id, r.claimed.token) for r in running.values()]
         signals = self.backend.resilience.call(

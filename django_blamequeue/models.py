@@ -295,6 +295,34 @@ class AuditEvent(models.Model):
         return f"{self.action} {self.job_id or ''}"
 
 
+class TaskAttempt(models.Model):
+    """One attempt of a ``django.tasks`` task run: the worker that ran it and how it ended.
+
+    Written by the task's own runner (``tasks/running.py``) when the attempt starts and when
+    it ends, in the database of the job's backend (``default`` for redis and sqs), so
+    ``get_result`` can answer ``worker_ids`` and one ``TaskError`` per failed attempt. An
+    attempt whose worker was killed has a start and no end. Pruned with the audit rows.
+    """
+
+    job_id = models.CharField(max_length=26)
+    attempt = models.PositiveIntegerField()
+    worker_id = models.CharField(max_length=255)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    exception_class_path = models.CharField(max_length=255, null=True, blank=True)
+    traceback = models.TextField(null=True, blank=True)
+
+    class Meta:
+        db_table = "blamequeue_task_attempt"
+        constraints = [
+            models.UniqueConstraint("job_id", "attempt", name="bq_task_attempt_unique"),
+        ]
+        indexes = [models.Index("started_at", name="bq_task_attempt_started")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} #{self.attempt} on {self.worker_id}"
+
+
 class Schedule(models.Model):
     """A recurring job (SPEC §5): a cron expression or a fixed interval, in a timezone.
 

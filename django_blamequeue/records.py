@@ -178,6 +178,10 @@ class QueueStats:
     #: Jobs that finished done / failed within the last hour; None if the engine can't tell.
     done_last_hour: int | None = None
     failed_last_hour: int | None = None
+    #: Pending jobs not due yet (delayed, or retrying after a backoff; among ``pending``),
+    #: and seconds until the first of them comes due (None: there is none).
+    delayed: int = 0
+    next_delayed_in: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

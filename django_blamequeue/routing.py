@@ -52,8 +52,3 @@ def cancel_children(children: Sequence[tuple[str, str]]) -> int:
                 exc,
             )
     return n
-
-
-def child_states(target: Backend, ids: Sequence[str]) -> dict[str, str]:
-    """The state of each of these jobs that exists on ``target``."""
-    return target.child_states(ids)

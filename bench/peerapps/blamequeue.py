@@ -1,8 +1,11 @@
 """django-blamequeue itself, on PostgreSQL (local backend) or on Redis (``BENCH_REDIS_URL``).
 
-Runs in the project's .venv with ``bench.settings`` (the settings ``bench/throughput.py`` uses:
-JSON payloads, AUDIT "operations", so the happy path writes no audit row) and the no-op job
-of ``bench.jobs``. Workers: ``manage.py runworker bench --no-sweep --concurrency K``.
+Runs in the project's .venv with ``bench.orm_settings`` (the settings ``bench/throughput.py``
+uses: JSON payloads, AUDIT "operations", so the happy path writes no audit row; plus the ORM
+workload's app, ``bench/ormapp``) and the no-op job of ``bench.jobs``. Workers: ``manage.py
+runworker bench --no-sweep --concurrency K``, and on PostgreSQL also with no ``--concurrency``
+(the command's default: what "out of the box" means). The ORM job is ``bench.ormapp.jobs.orm``
+with Django's default ``CONN_MAX_AGE=0``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ class BlameQueue(Contender):
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__(cfg)
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+        os.environ["DJANGO_SETTINGS_MODULE"] = "bench.orm_settings"
         import django
 
         django.setup()
@@ -55,7 +58,25 @@ class BlameQueue(Contender):
                 "at claim and at ack)"
             )
             self.latency_method = "`started_at − created_at`, both the database clock"
-        self.variants = (Variant("2", f"2 × `runworker --concurrency {k}`", 2, {"concurrency": k}),)
+        self.variants: tuple[Variant, ...] = (
+            Variant("2", f"2 × `runworker --concurrency {k}`", 2, {"concurrency": k}),
+        )
+        if not self.redis_url:
+            self.variants += (Variant("default", "2 × `runworker` (default concurrency)", 2, {}),)
+            orm_k = cfg.get("orm_concurrency", 10)
+            self.orm_variants = (
+                Variant(
+                    f"orm-{orm_k}",
+                    f"2 × `runworker --concurrency {orm_k}`",
+                    2,
+                    {"concurrency": orm_k},
+                ),
+                Variant("orm-default", "2 × `runworker` (default concurrency)", 2, {}),
+            )
+        self.orm_method = (
+            "`@job` calling `read_write(i)` in a slot thread; Django's `close_old_connections()` "
+            "after each job (runner.py)"
+        )
 
     def reset(self) -> None:
         if self.redis_url:
@@ -90,12 +111,32 @@ class BlameQueue(Contender):
             "runworker",
             QUEUE,
             "--no-sweep",
-            "--concurrency",
-            str(variant.options["concurrency"]),
             "--progress-interval",
             "3600",
         ]
+        if "concurrency" in variant.options:
+            command += ["--concurrency", str(variant.options["concurrency"])]
         return [*command, "--burst"] if burst else command
+
+    # -- the ORM workload ------------------------------------------------------------------
+    def prepare_orm(self) -> None:
+        from bench.ormapp import work
+
+        work.seed()
+        work.reset()
+
+    def enqueue_orm_bulk(self, start: int, stop: int) -> list[str]:
+        from bench.jobs import QUEUE
+        from bench.ormapp.jobs import ORM
+        from django_blamequeue import queue
+
+        payloads = [{"i": i} for i in range(start, stop)]
+        return [e.job_id for e in queue.enqueue_many(QUEUE, payloads, name=ORM)]
+
+    def orm_entries(self) -> int:
+        from bench.ormapp import work
+
+        return work.entries()
 
     # -- reading back --------------------------------------------------------------------
     def _infos(self, ids: Sequence[str]) -> list[Any]:

@@ -36,6 +36,7 @@ from bench.peerapps.harness import Contender, Variant, Window
 QUEUE = "bench"
 BROKER = os.environ.get("BENCH_CELERY_BROKER", "redis://127.0.0.1:6379/2")
 RECORD_DIR = Path(os.environ.get("BENCH_CELERY_RECORD_DIR", "/tmp/bench-celery"))
+ORM_SETTINGS = "bench.peerapps.orm_peer_settings"
 
 app = Celery("bench", broker=BROKER)
 app.conf.update(
@@ -50,6 +51,15 @@ app.conf.update(
 @app.task(name="bench.noop")
 def noop(i: int) -> None:
     return None
+
+
+@app.task(name="bench.orm")
+def orm(i: int) -> None:
+    """The ORM workload's job; its workers run with ``DJANGO_SETTINGS_MODULE`` set, so Celery's
+    Django fix-up sets Django up and closes the task's connections around every task."""
+    from bench.ormapp.work import read_write
+
+    read_write(i)
 
 
 class _Recorder:
@@ -140,12 +150,33 @@ class CeleryRedis(Contender):
         "enqueuing process (one machine, one clock)"
     )
     burst = False
+    orm_method = (
+        "`@app.task` calling `read_write(i)`; workers started with `DJANGO_SETTINGS_MODULE`, so "
+        "Celery's Django fix-up sets Django up and closes the connections before and after each "
+        "task (`close_if_unusable_or_obsolete`)"
+    )
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__(cfg)
         self.redis = redis.Redis.from_url(BROKER)
         RECORD_DIR.mkdir(parents=True, exist_ok=True)
         k = cfg["concurrency"]
+        orm_k = cfg.get("orm_concurrency", 10)
+        env = {"DJANGO_SETTINGS_MODULE": ORM_SETTINGS}
+        self.orm_variants = (
+            Variant(
+                f"orm-threads-{orm_k}",
+                f"2 × `celery worker --pool threads --concurrency {orm_k}`",
+                2,
+                {"pool": "threads", "concurrency": orm_k, "env": env},
+            ),
+            Variant(
+                f"orm-prefork-{orm_k}",
+                f"2 × `celery worker --pool prefork --concurrency {orm_k}`",
+                2,
+                {"pool": "prefork", "concurrency": orm_k, "env": env},
+            ),
+        )
         self.variants = (
             Variant(
                 "threads",
@@ -166,6 +197,31 @@ class CeleryRedis(Contender):
         self.redis.flushdb()
         for path in RECORD_DIR.iterdir():
             path.unlink()
+
+    # -- the ORM workload ------------------------------------------------------------------
+    def prepare_orm(self) -> None:
+        """Django in this process too (``orm_peer_settings``), to seed and count entries."""
+        if os.environ.get("DJANGO_SETTINGS_MODULE") != ORM_SETTINGS:
+            os.environ["DJANGO_SETTINGS_MODULE"] = ORM_SETTINGS
+            import django
+
+            django.setup()
+            from django.core.management import call_command
+
+            call_command("migrate", verbosity=0, interactive=False)
+        from bench.ormapp import work
+
+        work.seed()
+        work.reset()
+
+    def enqueue_orm_bulk(self, start: int, stop: int) -> list[str]:
+        result = group(orm.s(i) for i in range(start, stop)).apply_async()
+        return [str(r.id) for r in result.results]
+
+    def orm_entries(self) -> int:
+        from bench.ormapp import work
+
+        return work.entries()
 
     def enqueue_one(self, i: int) -> str:
         return str(noop.delay(i).id)

@@ -191,6 +191,11 @@ class Contender(abc.ABC):
     latency_method: str
     burst = True  # its worker can exit by itself once the queue is empty
     variants: Sequence[Variant] = (Variant("2", "2 worker processes"),)
+    #: Worker setups of the ORM workload (``bench/ormapp``: read one row, write one row through
+    #: the Django ORM, Django's default ``CONN_MAX_AGE=0``); empty: the library sits it out.
+    #: ``options["env"]`` is added to those workers' environment.
+    orm_variants: Sequence[Variant] = ()
+    orm_method = ""  # how the ORM job runs in this library's worker
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.cfg = cfg
@@ -224,6 +229,18 @@ class Contender(abc.ABC):
     def latencies(self, ids: Sequence[str], sent: dict[str, float]) -> list[float]:
         """Enqueue→start of ``ids`` in ms (``sent``: epoch seconds just before each enqueue)."""
 
+    def prepare_orm(self) -> None:
+        """Before an ORM drain: the accounts seeded, the entries of the previous one deleted."""
+        raise NotImplementedError
+
+    def enqueue_orm_bulk(self, start: int, stop: int) -> list[str]:
+        """Enqueue the ORM job with arguments ``start`` .. ``stop - 1``; answer their ids."""
+        raise NotImplementedError
+
+    def orm_entries(self) -> int:
+        """``Entry`` rows written so far (one per ORM job done)."""
+        raise NotImplementedError
+
     def ready_count(self) -> int:
         """Workers that said they are ready (only for libraries without a burst mode)."""
         raise NotImplementedError
@@ -240,5 +257,6 @@ class Contender(abc.ABC):
             "bulk_api": self.bulk_api,
             "drain_method": self.drain_method,
             "latency_method": self.latency_method,
+            "orm_method": self.orm_method,
             "versions": self.versions(),
         }

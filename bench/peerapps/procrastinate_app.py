@@ -50,9 +50,15 @@ class Procrastinate(Contender):
         if installed is None or installed[0] is None:
             app.schema_manager.apply_schema()
         k = cfg["concurrency"]
-        self.variants = (
+        self.variants: tuple[Variant, ...] = (
             Variant("2", f"2 × `procrastinate worker --concurrency {k}`", 2, {"concurrency": k}),
         )
+        if k != 10:  # issue 16 compares default runworkers with Procrastinate at 10
+            self.variants += (
+                Variant(
+                    "c10", "2 × `procrastinate worker --concurrency 10`", 2, {"concurrency": 10}
+                ),
+            )
 
     def reset(self) -> None:
         self.conn.execute("TRUNCATE procrastinate_jobs, procrastinate_events CASCADE")

@@ -218,6 +218,116 @@ RATIO_HEADER = (
 )
 
 
+# ------------------------------------------------------------------------ the ORM workload
+#: Issue 16's figure: 2 × runworker --concurrency 10, CONN_MAX_AGE=0, ORM jobs.
+ISSUE_ORM = 206.0
+
+
+def orm_entries(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One flat entry per (contender, ORM worker setup), in run order."""
+    out = []
+    for c in report["contenders"]:
+        for row in c.get("orm_rows", []):
+            drain = row["drain"]
+            server = sum((drain.get("server_cpu_us") or {}).values())
+            out.append(
+                {
+                    "key": c["key"],
+                    "variant": row["variant"],
+                    "ours": c["key"] in OURS,
+                    "label": c["label"],
+                    "setup": row["label"],
+                    "drain": drain["rate"],
+                    "worker_cpu": drain["worker_cpu_us"],
+                    "server_cpu": server,
+                    "rounds": [x["drain"] for x in row.get("rounds", [])],
+                }
+            )
+    return out
+
+
+def orm_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
+    all_entries = orm_entries(report)
+    peers = [e for e in all_entries if not e["ours"]]
+    top = max(peers, key=lambda e: e["drain"]) if peers else None
+    rows = []
+    for e in all_entries:
+        name = f"**{e['label']}**" if e["ours"] else e["label"]
+        rows.append(
+            (
+                name,
+                e["setup"],
+                rate(e["drain"]),
+                " · ".join(rate(r) for r in e["rounds"]),
+                f"{e['drain'] / top['drain']:.2f}×" if top else "—",
+                f"{e['drain'] / ISSUE_ORM:.2f}×",
+                f"{e['worker_cpu']:,.0f} + {e['server_cpu']:,.0f}",
+            )
+        )
+    return rows
+
+
+ORM_HEADER = (
+    "contender",
+    "workers",
+    "drain jobs/s (best)",
+    "per round",
+    "÷ best peer",
+    "÷ 206/s (issue 16)",
+    "CPU µs/job: workers + servers",
+)
+
+
+def issue_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
+    """Issue 16's comparisons that this run can make: (comparison, ours, theirs, ratio, goal)."""
+    noop = entries(report)
+    orm = orm_entries(report)
+
+    def find(pool: list[dict[str, Any]], key: str, setup_has: str) -> dict[str, Any] | None:
+        return next((e for e in pool if e["key"] == key and setup_has in e["setup"]), None)
+
+    rows = []
+    ours = find(noop, "blamequeue-postgres", "default concurrency")
+    theirs = find(noop, "procrastinate", "--concurrency 10`")
+    if ours and theirs:
+        rows.append(
+            (
+                "no-op drain: 2 default `runworker` ÷ Procrastinate `--concurrency=10`",
+                rate(ours["drain"]),
+                rate(theirs["drain"]),
+                f"{ours['drain'] / theirs['drain']:.2f}×",
+                "≥ 4×",
+            )
+        )
+    peers = [e for e in orm if not e["ours"]]
+    top = max(peers, key=lambda e: e["drain"]) if peers else None
+    for e in (x for x in orm if x["ours"]):
+        rows.append(
+            (
+                f"ORM drain: {e['setup']} ÷ 206/s (issue 16's figure)",
+                rate(e["drain"]),
+                "206",
+                f"{e['drain'] / ISSUE_ORM:.2f}×",
+                "≥ 3×",
+            )
+        )
+        if top is not None:
+            rows.append(
+                (
+                    f"ORM drain: {e['setup']} ÷ best peer ({top['label']}, "
+                    f"{top['setup'].replace('`', '')})",
+                    rate(e["drain"]),
+                    rate(top["drain"]),
+                    f"{e['drain'] / top['drain']:.2f}×",
+                    "",
+                )
+            )
+    return rows
+
+
+ISSUE_HEADER = ("comparison (same run)", "django-blamequeue", "peer", "ratio", "issue 16 goal")
+
+
 def markdown_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -231,13 +341,16 @@ def text_table(report: dict[str, Any]) -> str:
         fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))  # noqa: E731
         return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)])
 
-    return "\n\n".join(
-        [
-            plain(main_rows(report), HEADER),
-            plain(round_rows(report), ROUND_HEADER),
-            plain(ratio_rows(report), RATIO_HEADER),
-        ]
-    )
+    parts = [
+        plain(main_rows(report), HEADER),
+        plain(round_rows(report), ROUND_HEADER),
+        plain(ratio_rows(report), RATIO_HEADER),
+    ]
+    if orm_entries(report):
+        parts.append(plain(orm_rows(report), ORM_HEADER))
+    if issue_rows(report):
+        parts.append(plain(issue_rows(report), ISSUE_HEADER))
+    return "\n\n".join(parts)
 
 
 def method_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -253,6 +366,7 @@ def method_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
                 c["bulk_api"] or "none",
                 c["drain_method"],
                 c["latency_method"],
+                c.get("orm_method") or "—",
                 versions,
             )
         )
@@ -318,10 +432,21 @@ def generated_section(report: dict[str, Any]) -> str:
         "",
         markdown_table(ROUND_HEADER, round_rows(report)),
         "",
+        *orm_section(report),
+        *(
+            [
+                "Issue 16's comparisons, from this run:",
+                "",
+                markdown_table(ISSUE_HEADER, issue_rows(report)),
+                "",
+            ]
+            if issue_rows(report)
+            else []
+        ),
         "How each figure was taken:",
         "",
         markdown_table(
-            ("contender", "single", "bulk", "drain window", "latency", "versions"),
+            ("contender", "single", "bulk", "drain window", "latency", "ORM job", "versions"),
             method_rows(report),
         ),
         "",
@@ -330,6 +455,24 @@ def generated_section(report: dict[str, Any]) -> str:
         END,
     ]
     return "\n".join(lines)
+
+
+def orm_section(report: dict[str, Any]) -> list[str]:
+    if not orm_entries(report):
+        return []
+    cfg = report["config"]
+    return [
+        f"**ORM workload**: N = {cfg.get('orm_n', 0):,} jobs that each read one row and write "
+        "one row through the Django ORM (`bench/ormapp`: `Account` by primary key, one `Entry` "
+        "inserted, autocommit), Django's default `CONN_MAX_AGE=0` everywhere, enqueued in bulk "
+        "and drained by the row's worker processes "
+        f"({cfg.get('orm_concurrency', 10)} slots, threads or processes each), timed as the "
+        "no-op drain; every `Entry` is checked. How each library runs the job is in the last "
+        "table.",
+        "",
+        markdown_table(ORM_HEADER, orm_rows(report)),
+        "",
+    ]
 
 
 SKELETON = """# Benchmarks: peers

@@ -43,7 +43,8 @@ def _total_cpu(row: dict[str, Any]) -> float:
 def merge(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """One result per contender (same shape as a round's): per row, the best bulk and single
     rate, the drain of the fastest round, the CPU of the thriftiest round, the latency of the
-    round with the lowest p50; ``row["rounds"]`` keeps every round's figures."""
+    round with the lowest p50 (ORM rows: the drain and the CPU alike); ``row["rounds"]`` keeps
+    every round's figures."""
     merged = []
     for k, first in enumerate(rounds[0]):
         runs = [r[k] for r in rounds if "error" not in r[k]]
@@ -74,5 +75,12 @@ def merge(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
                 }
                 for x in rows
             ]
+        for i, row in enumerate(out.get("orm_rows", [])):
+            rows = [r["orm_rows"][i] for r in runs]
+            row["drain"] = copy.deepcopy(max((x["drain"] for x in rows), key=lambda d: d["rate"]))
+            thrifty = min(rows, key=_total_cpu)["drain"]
+            row["drain"]["worker_cpu_us"] = thrifty["worker_cpu_us"]
+            row["drain"]["server_cpu_us"] = thrifty["server_cpu_us"]
+            row["rounds"] = [{"drain": x["drain"]["rate"], "cpu": _total_cpu(x)} for x in rows]
         merged.append(out)
     return merged

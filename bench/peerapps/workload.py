@@ -1,4 +1,5 @@
-"""The workload, the same for every contender: enqueue N no-op jobs, drain them, time a trickle.
+"""The workloads, the same for every contender: enqueue N no-op jobs, drain them, time a trickle;
+and drain N ORM jobs (read one row, write one row) where the contender has ORM worker setups.
 
 ``python -m bench.peerapps.workload KEY CONFIG_JSON`` runs one contender (``bench/peers.py``
 starts it with the right interpreter) and prints one ``RESULT {json}`` line.
@@ -31,6 +32,7 @@ CONTENDERS = {
     "blamequeue-postgres": "bench.peerapps.blamequeue:BlameQueue",
     "blamequeue-redis": "bench.peerapps.blamequeue:BlameQueue",
     "procrastinate": "bench.peerapps.procrastinate_app:Procrastinate",
+    "procrastinate-django": "bench.peerapps.procrastinate_django:ProcrastinateDjango",
     "django-tasks-db": "bench.peerapps.tasksdb:TasksDB",
     "celery": "bench.peerapps.celery_app:CeleryRedis",
     "rq": "bench.peerapps.rq_app:RQ",
@@ -52,7 +54,8 @@ class Run:
 
     def workers(self, variant: Variant, *, burst: bool, tag: str) -> Workers:
         commands = [self.c.worker_command(variant, i, burst=burst) for i in range(variant.procs)]
-        return Workers(commands, self.env, self.logdir, f"{self.c.key}-{variant.key}-{tag}")
+        env = {**self.env, **variant.options.get("env", {})}
+        return Workers(commands, env, self.logdir, f"{self.c.key}-{variant.key}-{tag}")
 
     def startup(self, variant: Variant) -> float:
         """CPU seconds of one worker started and stopped on an empty queue."""
@@ -159,9 +162,24 @@ class Run:
             "samples": ms,
         }
 
+    def orm(self, variant: Variant) -> dict[str, Any]:
+        """The ORM workload: N ORM jobs enqueued in bulk, drained, every entry checked."""
+        n, batch = self.cfg["orm_n"], self.cfg["batch"]
+        self.c.reset()
+        self.c.prepare_orm()
+        ids: list[str] = []
+        for start in range(0, n, batch):
+            ids += self.c.enqueue_orm_bulk(start, min(n, start + batch))
+        out = self.drain(variant, ids)
+        written = self.c.orm_entries()
+        if written != n:
+            raise RuntimeError(f"{self.c.key}/{variant.key}: {written} entries for {n} ORM jobs")
+        return out
+
     def run(self) -> dict[str, Any]:
+        workloads = self.cfg.get("workloads", ["noop"])
         rows = []
-        for k, variant in enumerate(self.c.variants):
+        for k, variant in enumerate(self.c.variants if "noop" in workloads else ()):
             self.startup_s = self.startup(variant)
             log(
                 f"{self.c.key}/{variant.key}: one worker started and stopped on an empty queue: "
@@ -183,8 +201,19 @@ class Run:
             row["drain"] = self.drain(variant, ids)
             row["latency"] = self.latency(variant)
             rows.append(row)
+        orm_rows = []
+        for variant in self.c.orm_variants if "orm" in workloads else ():
+            self.startup_s = self.startup(variant)
+            orm_rows.append(
+                {
+                    "variant": variant.key,
+                    "label": variant.label,
+                    "worker_startup_cpu_s": self.startup_s,
+                    "drain": self.orm(variant),
+                }
+            )
         self.c.reset()
-        return {**self.c.describe(), "rows": rows}
+        return {**self.c.describe(), "rows": rows, "orm_rows": orm_rows}
 
 
 def main(argv: list[str]) -> int:

@@ -54,12 +54,11 @@ def job_list_url(backend: str, **filters: Any) -> str:
 
 
 def stats_of(backend: Backend) -> list[QueueStats]:
-    assert backend.resilience is not None
     return backend.resilience.call(backend.stats, idempotent=True)
 
 
 def breaker_of(backend: Backend) -> str:
-    return backend.resilience.breaker.state if backend.resilience else "closed"
+    return backend.resilience.breaker.state
 
 
 def _int(value: str | None, default: int = 0) -> int:

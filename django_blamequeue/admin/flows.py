@@ -121,7 +121,6 @@ def flow_nodes(flow_id: str, alias: str | None) -> list[JobInfo]:
     found: list[JobInfo] = []
     for b in [backend_or_404(alias)] if alias else all_backends():
         if b.database is None:
-            assert b.resilience is not None
             found += b.resilience.call(lambda b=b: b.flow_jobs(flow_id), idempotent=True)  # type: ignore[misc]
             continue
         edges: dict[str, list[str]] = defaultdict(list)

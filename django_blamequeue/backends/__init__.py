@@ -10,7 +10,6 @@ from django.core.signals import setting_changed
 from ..conf import backend_config, get_settings
 from ..exceptions import ErrorCode, QueueError
 from .base import Backend
-from .resilience import Resilience
 from .unavailable import KNOWN, refuse
 
 _lock = threading.Lock()
@@ -36,7 +35,6 @@ def _build(alias: str) -> Backend:
         backend = SqsBackend(config)
     else:
         raise QueueError(ErrorCode.UNKNOWN_BACKEND, f"unknown protocol {config.protocol!r}")
-    backend.resilience = Resilience(backend)
     return backend
 
 

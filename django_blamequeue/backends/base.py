@@ -30,12 +30,12 @@ from ..records import (
     Report,
     RescueReport,
 )
+from .resilience import Resilience
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
 
     from ..audit import Event
-    from .resilience import Resilience
 
 
 class Hooks(Protocol):
@@ -124,7 +124,8 @@ class Backend(metaclass=ABCMeta):
     def __init__(self, config: BackendConfig) -> None:
         self.alias = config.alias
         self.config = config
-        self.resilience: Resilience | None = None
+        #: The breaker and retry wrapper every call from above goes through (SPEC §3).
+        self.resilience = Resilience(self)
 
     @property
     def hooks(self) -> Hooks:

@@ -122,30 +122,23 @@ def _tally(counts: Mapping[str, int]) -> str:
 
 
 # -- stats -----------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Delayed:
-    """Pending jobs not due yet, in one queue: how many, and when the first comes due."""
-
-    count: int
-    next_in: float  # seconds
-
-
-def render_stats(rows: Iterable[tuple[QueueStats, Delayed | None]]) -> list[str]:
-    """One line per queue. ``Delayed`` None means the backend cannot tell delayed jobs from
-    due ones: its ``due`` column counts both and ``delayed`` reads ``?``."""
+def render_stats(rows: Iterable[QueueStats]) -> list[str]:
+    """One line per queue: due and delayed pending jobs apart, the other states, the age of
+    the oldest due job and when the next delayed one comes due."""
     header = f"{'backend':<12} {'queue':<20} "
     header += " ".join(f"{name:>9}" for name, _ in STATS_COLUMNS) + "  oldest due  next delayed"
     lines = [header]
-    for st, delayed in rows:
+    for st in rows:
         counts = dict(st.counts)
-        pending = counts.get("pending", 0)
-        due = pending - delayed.count if delayed else pending
-        cells = [f"{due:>9,}", f"{delayed.count:>9,}" if delayed else f"{'?':>9}"]
+        due = counts.get("pending", 0) - st.delayed
+        cells = [f"{due:>9,}", f"{st.delayed:>9,}"]
         cells += [f"{counts.get(state, 0):>9,}" for _, state in STATS_COLUMNS if state]
         oldest = "-"
         if due and st.oldest_pending_age is not None:
             oldest = span(st.oldest_pending_age)
-        upcoming = f"in {span(delayed.next_in)}" if delayed and delayed.count else "-"
+        upcoming = "-"
+        if st.delayed and st.next_delayed_in is not None:
+            upcoming = f"in {span(max(0.0, st.next_delayed_in))}"
         lines.append(f"{st.backend:<12} {st.queue:<20} {' '.join(cells)}  {oldest:<10}  {upcoming}")
     return lines
 

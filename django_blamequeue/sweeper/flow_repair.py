@@ -32,7 +32,6 @@ class FlowRepair:
 
     def run_once(self, now: datetime | None = None) -> dict[str, int]:
         """A pass through the breaker; answers the kinds of repair that happened."""
-        assert self.backend.resilience is not None
         result = self.backend.resilience.call(lambda: self.repair(now))
         return {k: v for k, v in result.items() if v}
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..backends.base import Backend
 from ..conf import Settings
-from ..models import AuditEvent
+from ..models import AuditEvent, TaskAttempt
 from ..outbox import database_of
 from ..records import PruneReport
 
@@ -23,7 +24,6 @@ class Pruner:
 
     def run_once(self, now: datetime | None = None) -> PruneReport:
 
-        assert self.backend.resilience is not None
         s = self.settings
         t = now or self.backend.now()
 
@@ -50,14 +50,20 @@ class Pruner:
         owner = next(a for a, c in s.backends.items() if database_of(c) == db)
         if s.retention_audit is not None and owner == self.backend.alias:
             before = cut(s.retention_audit)
-            rows = AuditEvent.objects.using(db)
-            while True:
-                ids = list(
-                    rows.filter(created_at__lt=before)
-                    .order_by("id")
-                    .values_list("id", flat=True)[: self.batch]
-                )
-                if not ids:
-                    break
-                audit_rows += rows.filter(id__in=ids).delete()[0]
+            audit_rows = self._delete_before(AuditEvent.objects.using(db), "created_at", before)
+            # A task run's attempt history is kept as long as the audit trail.
+            self._delete_before(TaskAttempt.objects.using(db), "started_at", before)
         return PruneReport(jobs=jobs, audit=audit_rows)
+
+    def _delete_before(self, rows: Any, column: str, before: datetime | None) -> int:
+        """Delete the rows older than ``before``, ``batch`` at a time; answers how many."""
+        deleted = 0
+        while True:
+            ids = list(
+                rows.filter(**{f"{column}__lt": before})
+                .order_by("id")
+                .values_list("id", flat=True)[: self.batch]
+            )
+            if not ids:
+                return deleted
+            deleted += rows.filter(id__in=ids).delete()[0]

@@ -26,7 +26,6 @@ class Rescuer:
         self.name = f"rescuer[{backend.alias}]"
 
     def run_once(self, now: datetime | None = None) -> RescueReport:
-        assert self.backend.resilience is not None
         total = RescueReport()
         while True:
             report = self.backend.resilience.call(

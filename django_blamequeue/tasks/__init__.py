@@ -36,7 +36,8 @@ from .. import validation
 from ..api import queue
 from ..backends import get_backend
 from ..conf import backend_config
-from ..exceptions import QueueError
+from ..exceptions import ErrorCode, QueueError
+from . import attempts
 from .compat import (
     AVAILABLE,
     BaseTaskBackend,
@@ -49,7 +50,7 @@ from .compat import (
 )
 from .results import TaskNotRunnable, TaskStalled, _result, _send
 from .running import _register, _task_for
-from .task import BlameQueueTask
+from .task import TASK_OPTIONS, BlameQueueTask
 
 logger = logging.getLogger("django_blamequeue.tasks")
 
@@ -139,6 +140,7 @@ class BlameQueueBackend(BaseTaskBackend):
             "task": {
                 "backend": task.backend,
                 "run_after": run_after.isoformat() if run_after else None,
+                "options": {k: getattr(task, k, None) for k in TASK_OPTIONS},
             },
         }
         enq = queue.enqueue(
@@ -164,10 +166,14 @@ class BlameQueueBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
-        """The task run's current state; ``TaskResultDoesNotExist`` for no job, or a job
-        that is not a task run."""
-
-        info = queue.get_job(result_id, backend=self.blamequeue_backend)
+        """The task run's current state; ``TaskResultDoesNotExist`` for no job, a job that
+        is not a task run, or an id that cannot be one (``""``, a number)."""
+        try:
+            info = queue.get_job(result_id, backend=self.blamequeue_backend)
+        except QueueError as exc:
+            if exc.code != ErrorCode.BAD_ARGUMENT:
+                raise
+            raise TaskResultDoesNotExist(result_id) from None
         if info is None:
             raise TaskResultDoesNotExist(result_id)
-        return _result(_task_for(info), info)
+        return _result(_task_for(info), info, attempts.of(info.backend, info.job_id))

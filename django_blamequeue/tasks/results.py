@@ -5,11 +5,13 @@ from __future__ import annotations
 import builtins
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from ..core.lifecycle import format_traceback
 from ..core.states import State
 from ..exceptions import JobCancelled, JobTimeout
+from ..models import TaskAttempt
 from ..records import JobInfo
 from .compat import (
     Task,
@@ -20,8 +22,8 @@ from .compat import (
 
 logger = logging.getLogger("django_blamequeue.tasks")
 
-#: ``worker_ids`` holds one entry per attempt; blamequeue does not store which process ran
-#: an earlier attempt, so those read this (the running attempt shows its ``host:pid``).
+#: ``worker_ids`` holds one entry per attempt; an attempt with no ``TaskAttempt`` row (one
+#: claimed before the row was written, or before a DLQ retry renumbered the attempts) reads this.
 UNRECORDED_WORKER = "unrecorded"
 
 _STATUS = {
@@ -57,26 +59,34 @@ _REASON_CLASSES = {
 
 # -- results -------------------------------------------------------------------------------
 def _result(
-    task: Task[..., Any], info: JobInfo, *, status: str | None = None, worker: str | None = None
+    task: Task[..., Any],
+    info: JobInfo,
+    attempts: Sequence[TaskAttempt] = (),
+    *,
+    status: str | None = None,
 ) -> TaskResult[Any, Any]:
+    """The ``TaskResult`` of a job and its recorded attempts (oldest first)."""
     payload = info.payload if isinstance(info.payload, dict) else {}
     status = status or _STATUS[State(info.state)]
-    workers = [UNRECORDED_WORKER] * info.attempts
-    if worker is not None and workers:
-        workers[-1] = worker
+    by_number = {a.attempt: a for a in attempts}
+    workers = [
+        by_number[n].worker_id if n in by_number else UNRECORDED_WORKER
+        for n in range(1, info.attempts + 1)
+    ]
     finished = status in ("SUCCESSFUL", "FAILED")
+    first = min((a.started_at for a in attempts), default=None)
     result = TaskResult(
         task=task,
         id=info.job_id,
         status=TaskResultStatus(status),
         enqueued_at=info.created_at,
-        started_at=info.started_at,
+        started_at=first or info.started_at,
         finished_at=info.finished_at if finished else None,
         last_attempted_at=info.started_at,
         args=list(payload.get("args", [])),
         kwargs=dict(payload.get("kwargs", {})),
         backend=task.backend,
-        errors=_errors(info),
+        errors=_errors(info, attempts),
         worker_ids=workers,
     )
     if status == "SUCCESSFUL":
@@ -84,8 +94,23 @@ def _result(
     return result
 
 
-def _errors(info: JobInfo) -> list[TaskError]:
-    """The last error kept with the job (blamequeue keeps one), cancellation saying so."""
+def _errors(info: JobInfo, attempts: Sequence[TaskAttempt] = ()) -> list[TaskError]:
+    """One error per failed attempt, oldest first; then the job's own last error where its
+    last attempt recorded none (its worker died, it was cancelled or refused before it ran).
+    While an attempt runs, the job's last error is an earlier attempt's, recorded already."""
+    recorded = [
+        TaskError(exception_class_path=a.exception_class_path, traceback=a.traceback or "")
+        for a in attempts
+        if a.exception_class_path
+    ]
+    last = next((a for a in attempts if a.attempt == info.attempts), None)
+    if info.state in (State.INFLIGHT, State.DONE) or (last and last.exception_class_path):
+        return recorded
+    return recorded + _job_error(info)
+
+
+def _job_error(info: JobInfo) -> list[TaskError]:
+    """The last error kept with the job, cancellation saying so."""
     if info.state == State.CANCELLED:
         text = info.error or "cancelled before it ran"
         return [

@@ -20,6 +20,7 @@ from ..context import current_job
 from ..core.lifecycle import is_retryable
 from ..exceptions import JobCancelled, JobInterrupted, JobTimeout, QueueError
 from ..records import JobInfo
+from . import attempts
 from .compat import (
     AVAILABLE,
     InvalidTask,
@@ -34,7 +35,7 @@ from .compat import (
     task_started,
 )
 from .results import TaskNotRunnable, _error_of, _result, _send
-from .task import BlameQueueTask
+from .task import TASK_OPTIONS, BlameQueueTask
 
 logger = logging.getLogger("django_blamequeue.tasks")
 
@@ -113,7 +114,13 @@ def _task_for(info: JobInfo) -> Task[..., Any]:
         "run_after": parse_datetime(run_after) if isinstance(run_after, str) else None,
     }
     if isinstance(base, BlameQueueTask):
-        changes |= {"max_attempts": info.max_attempts, "dedupe_key": info.dedupe_key}
+        # The task's own options as enqueued (None stays None: the job's defaults filled in
+        # the job, not the task), so get_result's task equals the one enqueue answered.
+        options = meta.get("options")
+        if isinstance(options, dict):
+            changes |= {k: options.get(k) for k in TASK_OPTIONS}
+        else:  # a run enqueued before the options were stored
+            changes |= {"max_attempts": info.max_attempts, "dedupe_key": info.dedupe_key}
     try:
         return replace(base, **changes)
     except (InvalidTask, ImproperlyConfigured):  # configuration changed since the enqueue
@@ -134,7 +141,11 @@ def _run(name: str, payload: Any) -> Any:
         raise TaskNotRunnable(f"job {ctx.job_id} vanished while leased")
     task = _task_for(info)
     sender = type(task.get_backend())
-    result = _result(task, info, status="RUNNING", worker=worker_identity())
+    alias = ctx.backend.alias
+    attempts.started(
+        alias, ctx.job_id, ctx.attempt, worker_identity(), info.started_at or timezone.now()
+    )
+    result = _result(task, info, attempts.of(alias, ctx.job_id), status="RUNNING")
     _send(task_started, sender, result)
     if not isinstance(payload, dict):
         raise TaskNotRunnable(f"task payload must be an object, not {type(payload).__name__}")
@@ -162,6 +173,16 @@ def _run(name: str, payload: Any) -> Any:
 
 
 def _finish(
+    result: TaskResult[Any, Any], sender: type[Any], status: str, error: TaskError | None
+) -> None:
+    """Record the attempt's end, then tell ``task_finished`` (per attempt: READY while the
+    failure will be retried)."""
+    ctx = current_job()
+    attempts.ended(ctx.backend.alias, ctx.job_id, ctx.attempt, error)
+    _report(result, sender, status, error)
+
+
+def _report(
     result: TaskResult[Any, Any], sender: type[Any], status: str, error: TaskError | None
 ) -> None:
     object.__setattr__(result, "status", TaskResultStatus(status))

@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from .compat import Task
 
+#: The job options a ``BlameQueueTask`` carries beyond Django's fields (stored with each run).
+TASK_OPTIONS = ("max_attempts", "timeout", "dedupe_key")
+
 if TYPE_CHECKING:
     _TaskBase = Task[..., Any]
 else:

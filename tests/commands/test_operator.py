@@ -15,9 +15,7 @@ from pytest_django import Settings as SettingsWrapper
 
 from django_blamequeue import Child, flow, job, queue, registry
 from django_blamequeue.backends import get_backend
-from django_blamequeue.management.render import render_stats
 from django_blamequeue.models import Schedule
-from django_blamequeue.records import QueueStats
 from django_blamequeue.testing import capture_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -201,13 +199,6 @@ def test_stats_shows_no_oldest_due_age_when_every_pending_job_is_delayed(
     [row] = [line for line in run("blamequeue", "stats").splitlines() if " op " in line]
     assert row.split()[2:4] == ["0", "1"]
     assert row.split()[-4:] == ["-", "in", "10", "min"]
-
-
-def test_stats_of_a_backend_that_cannot_tell_delayed_jobs_counts_them_as_due_and_says_so() -> None:
-    remote = QueueStats(backend="fast", queue="q", counts={"pending": 3, "done": 1})
-    [header, row] = render_stats([(remote, None)])
-    cells = dict(zip(header.split()[2:10], row.split()[2:10], strict=True))
-    assert (cells["due"], cells["delayed"], cells["done"]) == ("3", "?", "1")
 
 
 # -- flow show -------------------------------------------------------------------------------

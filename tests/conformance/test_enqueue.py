@@ -270,3 +270,16 @@ def test_a_stored_payload_of_a_refused_content_type_is_not_decoded(
 def test_an_unknown_backend_is_refused_and_writes_nothing(backend: str, engine: Backend) -> None:
     assert refused(queue.enqueue, "mail", {}, backend="nope").code == ErrorCode.UNKNOWN_BACKEND
     assert nothing_written(engine)
+
+
+def test_stats_count_delayed_jobs_apart_and_say_when_the_first_comes_due(
+    backend: str, engine: Backend
+) -> None:
+    queue.enqueue("later", {}, backend=backend)
+    queue.enqueue_many("later", [{}, {}], delay=600, backend=backend)
+    [st] = [s for s in engine.stats() if s.queue == "later"]
+    assert (st.counts["pending"], st.delayed) == (3, 2)
+    assert st.next_delayed_in is not None and 590 < st.next_delayed_in <= 600
+    queue.enqueue("due", {}, backend=backend)
+    [due] = [s for s in engine.stats() if s.queue == "due"]
+    assert (due.delayed, due.next_delayed_in) == (0, None)

@@ -83,3 +83,18 @@ def crash_once(marker_dir: str) -> int:
 
 def plain_function() -> None:
     """Not a task: used for 'a job that is not a task run'."""
+
+
+@task(backend=B, queue_name="tasks", max_attempts=1)
+def exits() -> None:
+    raise SystemExit("This Task failed due to SystemExit")
+
+
+@task(backend=B, queue_name="tasks", takes_context=True)
+def own_id(context: Any) -> str:
+    return str(context.task_result.id)
+
+
+@task(backend=B, queue_name="tasks")
+def noop() -> None:
+    return None

@@ -2,9 +2,9 @@
 
 Enqueue joins the caller's transaction (``atomic(savepoint=False)``), so a job enqueued inside
 ``transaction.atomic()`` is a row of that transaction and rolls back with it. The writes and
-read-outs it shares with the SQS ledger live in ``ledger.py`` and ``listing.py``; what is
-here is only the local backend's: the one-statement enqueue, the claim, the combined
-ack-and-claim, the rescuer's pass and LISTEN.
+read-outs it shares with the SQS ledger live in ``backends/jobtable``; what is here is only
+the local backend's: the one-statement enqueue, the claim, the combined ack-and-claim, the
+rescuer's pass and LISTEN.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Flow bookkeeping of the local backend: DAG release, cascading cancel, flow listings.
+"""DAG flows in the job table: release of blocked dependants, cascading cancel, flow listings.
 
-Mixed into ``DatabaseBackend``; every method runs inside the caller's transaction.
+Mixed into ``DatabaseBackend`` and ``SqsBackend``; every method runs inside the caller's
+transaction.
 """
 
 from __future__ import annotations

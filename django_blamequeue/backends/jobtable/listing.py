@@ -135,6 +135,15 @@ class Listing(LedgerBase):
             .values_list("queue", "m")
         )
         now = self.now()
+        later = {
+            q: (n, first)
+            for q, n, first in self.jobs()
+            .filter(state=State.PENDING, available_at__gt=now)
+            .order_by()
+            .values_list("queue")
+            .annotate(n=Count("id"), first=Min("available_at"))
+            .values_list("queue", "n", "first")
+        }
         recent: dict[tuple[str, str], int] = {
             (q, s): n
             for q, s, n in self.jobs()
@@ -153,6 +162,8 @@ class Listing(LedgerBase):
                 else None,
                 done_last_hour=recent.get((q, State.DONE), 0),
                 failed_last_hour=recent.get((q, State.FAILED), 0),
+                delayed=later[q][0] if q in later else 0,
+                next_delayed_in=(later[q][1] - now).total_seconds() if q in later else None,
             )
             for q, c in sorted(counts.items())
         ]

@@ -113,6 +113,7 @@ class Operations(RedisBase):
             if not any(counts.values()):
                 continue
             oldest = from_us(numbers[7])
+            next_due = from_us(numbers[11])
             out.append(
                 QueueStats(
                     backend=self.alias,
@@ -121,6 +122,8 @@ class Operations(RedisBase):
                     oldest_pending_age=max(0.0, (now - oldest).total_seconds()) if oldest else None,
                     done_last_hour=numbers[8],
                     failed_last_hour=numbers[9],
+                    delayed=numbers[10],
+                    next_delayed_in=(next_due - now).total_seconds() if next_due else None,
                 )
             )
         return out

@@ -15,9 +15,8 @@ from ...api import queue
 from ...backends import all_backends, get_backend
 from ...backends.base import Backend
 from ...exceptions import QueueError
-from ...records import JobInfo, QueueStats
+from ...records import JobInfo
 from ..render import (
-    Delayed,
     ScheduleView,
     render_flow,
     render_job,
@@ -82,24 +81,13 @@ class Command(BaseCommand):
         return [get_backend(alias)] if alias else list(all_backends())
 
     def do_stats(self, options: dict[str, Any]) -> None:
-        rows: list[tuple[QueueStats, Delayed | None]] = []
-        blind = []
-        for b in self.backends(options):
-            delayed = _delayed(b)
-            if delayed is None:
-                blind.append(b.alias)
-            nothing = Delayed(count=0, next_in=0.0)
-            for st in b.stats():
-                rows.append((st, None if delayed is None else delayed.get(st.queue, nothing)))
-        self.write(render_stats(rows))
+        self.write(render_stats([st for b in self.backends(options) for st in b.stats()]))
         for entry in queue.list_backends():
             if options["backend"] in (None, entry["name"]):
                 self.stdout.write(
                     f"backend {entry['name']}: {entry['protocol']}, "
                     f"breaker {entry['breaker_state']}"
                 )
-        for alias in blind:
-            self.stdout.write(f"backend {alias}: delayed jobs are counted as due (? = unknown)")
 
     def do_show(self, options: dict[str, Any]) -> None:
         info = queue.get_job(options["job_id"], backend=options["backend"])
@@ -215,28 +203,6 @@ def _dlq_line(j: JobInfo) -> str:
         f"{j.job_id}  {j.name}  attempts {j.attempts}/{j.max_attempts}  {j.reason or ''}  "
         f"{j.finished_at:%Y-%m-%d %H:%M:%S}  {j.error or ''}"
     )
-
-
-def _delayed(b: Backend) -> dict[str, Delayed] | None:
-    """Pending jobs not due yet, per queue, on a backend whose jobs are rows of a Django
-    database (``jobs()``, as ``testing`` uses it); None where the backend cannot say."""
-    jobs = getattr(b, "jobs", None)
-    if jobs is None:
-        return None
-    from django.db.models import Count, Min
-
-    now = b.now()
-    rows = (
-        jobs()
-        .filter(state="pending", available_at__gt=now)
-        .order_by()
-        .values_list("queue")
-        .annotate(n=Count("id"), first=Min("available_at"))
-        .values_list("queue", "n", "first")
-    )
-    return {
-        q: Delayed(count=n, next_in=max(0.0, (first - now).total_seconds())) for q, n, first in rows
-    }
 
 
 def _schedules(count: int) -> list[ScheduleView]:

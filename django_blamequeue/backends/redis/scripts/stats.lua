@@ -1,6 +1,7 @@
 -- ARGS: nothing. Per queue: {queue, pending, blocked, inflight, waiting_children, done,
 -- failed, cancelled, oldest available_at of a pending job or "", done and failed within the
--- last hour}. Read-only.
+-- last hour, delayed (pending, not due yet), the first delayed one's available_at or ""}.
+-- Read-only.
 local hour = fmt(NOW - 3600000000)
 local out = {}
 for _, q in ipairs(redis.call('SMEMBERS', P .. ':queues')) do
@@ -16,6 +17,8 @@ for _, q in ipairs(redis.call('SMEMBERS', P .. ':queues')) do
                        'WITHSCORES')
     groups = groups + 1
   end
+  local later = redis.call('ZRANGE', qk(q, 'delayed'), '(' .. fmt(NOW), '+inf', 'BYSCORE',
+                          'LIMIT', 0, 1, 'WITHSCORES')
   local due = redis.call('ZRANGE', qk(q, 'delayed'), 0, 0, 'WITHSCORES')
   if #due > 0 and (not oldest or tonumber(due[2]) < oldest) then oldest = tonumber(due[2]) end
   out[#out + 1] = {
@@ -30,6 +33,8 @@ for _, q in ipairs(redis.call('SMEMBERS', P .. ':queues')) do
     oldest and fmt(oldest) or '',
     redis.call('ZCOUNT', qk(q, 'done'), hour, '+inf'),
     redis.call('ZCOUNT', qk(q, 'failed'), hour, '+inf'),
+    redis.call('ZCOUNT', qk(q, 'delayed'), '(' .. fmt(NOW), '+inf'),
+    later[2] or '',
   }
 end
 return finish(out)
