@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_blamequeue', '0004_plural_names'),
+        ('django_blamequeue', '0005_task_attempts'),
     ]
 
     operations = [
