@@ -19,6 +19,7 @@ from django_blamequeue.audit import CHECKPOINT
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.checkpoints import MAX_CHECKPOINT_BYTES
 from django_blamequeue.core import lifecycle
+from django_blamequeue.exceptions import LeaseLost
 from django_blamequeue.testing import wait_until
 
 from .support import ack, audit_rows, claim_one, later, outcome, row, succeed
@@ -110,6 +111,38 @@ def test_one_stale_checkpoint_does_not_stop_the_others_of_its_batch(
 
 
 # -- through the worker ------------------------------------------------------------------------
+@pytest.mark.requires("supports_time_travel")
+def test_a_worker_whose_job_was_taken_over_cannot_store_its_checkpoint(
+    backend: str, engine: Backend, register: Callable[..., Any], release: threading.Event
+) -> None:
+    holding = threading.Event()
+    saw: list[type[BaseException]] = []
+
+    def stalls(payload: Any) -> None:
+        ctx = current_job()
+        ctx.checkpoint("mine", wait=True)
+        holding.set()
+        release.wait(10)  # meanwhile its lease expires and another worker takes the job
+        try:
+            ctx.checkpoint("stale", wait=True)
+        except BaseException as exc:
+            saw.append(type(exc))
+            raise
+
+    definition = register(stalls, max_attempts=5)
+    job_id = definition.enqueue({}, backend=backend).job_id
+    queue.consume(definition.queue, None, backend=backend, poll_interval=0.05)
+    assert holding.wait(10)
+    assert engine.rescue_expired(later(engine, 60)).repended == 1  # as if it had stalled
+    other = claim_one(engine, definition.queue, now=later(engine, 61))
+    engine.save_checkpoints([(job_id, other.token, '"theirs"')])
+    release.set()
+    assert wait_until(lambda: bool(saw), 10)
+    assert saw[0] in (QueueError, LeaseLost)  # refused, or stopped first by the heartbeat
+    r = row(engine, job_id)
+    assert (r["state"], r["checkpoint"], r["attempts"]) == ("inflight", "theirs", 2)
+
+
 def test_a_retried_job_resumes_where_its_failed_attempt_stopped(
     backend: str, register: Callable[..., Any], configure: Callable[..., None]
 ) -> None:
