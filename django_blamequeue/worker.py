@@ -218,8 +218,12 @@ class Consumer:
         now = time.monotonic()
         runs = [self._dispatch(c, now) for c in claimed]
         self._read_flow_states(runs)
-        self.pool.submit_many([r for r in runs if not is_async(r, self.handler)])
-        self.loop.submit_many([r for r in runs if is_async(r, self.handler)])
+        threaded: list[Run] = []
+        awaited: list[Run] = []
+        for run in runs:
+            (awaited if is_async(run, self.handler) else threaded).append(run)
+        self.pool.submit_many(threaded)
+        self.loop.submit_many(awaited)
         self.counters.claimed += len(claimed)
         return len(claimed)
 
