@@ -231,7 +231,9 @@ def test_checkpoints_are_throttled_but_the_last_value_is_never_lost(
     queue.consume(definition.queue, None, backend=backend, poll_interval=0.05)
     assert finished(job_id, backend) == 1999
     writes = audit_rows(engine).filter(action=CHECKPOINT, job_id=job_id).count()
-    assert 2 <= writes < 20, writes  # the first, a few throttled ones, the last
+    # 2,000 calls, a handful of writes: the first (unless the attempt ended before the main
+    # thread's next round, when it coalesces with the last), a throttled few, the last
+    assert 1 <= writes < 20, writes
 
 
 def test_a_checkpoint_waited_for_is_stored_when_the_call_returns(
