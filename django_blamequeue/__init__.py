@@ -4,15 +4,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import ErrorCode, QueueError, Unrecoverable
+from .exceptions import (
+    ErrorCode,
+    JobFailed,
+    JobWasCancelled,
+    QueueError,
+    ResultTimeout,
+    Retry,
+    Unrecoverable,
+)
 
 __all__ = [
+    "ABOUT",
     "Child",
     "EnqueuedJob",
     "ErrorCode",
+    "JobFailed",
     "JobInfo",
+    "JobWasCancelled",
     "QueueError",
+    "ResultTimeout",
+    "Retry",
     "Unrecoverable",
+    "about_key",
     "current_job",
     "flow",
     "job",
@@ -23,6 +37,7 @@ if TYPE_CHECKING:
     from .api import queue
     from .context import current_job
     from .fanout import Child, flow
+    from .origin import ABOUT, about_key
     from .records import EnqueuedJob, JobInfo
     from .registry import job
 
@@ -34,6 +49,8 @@ _LAZY = {
     "Child": ("fanout", "Child"),
     "JobInfo": ("records", "JobInfo"),
     "EnqueuedJob": ("records", "EnqueuedJob"),
+    "ABOUT": ("origin", "ABOUT"),
+    "about_key": ("origin", "about_key"),
 }
 
 

@@ -6,6 +6,7 @@ Every argument is checked and every payload encoded before a backend is called, 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -14,17 +15,19 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 
-from . import audit, enqueueing, registry, tracing, validation
+from . import audit, effects, enqueueing, registry, tracing, validation
 from .backends import all_backends, get_backend
 from .backends.base import Backend
 from .conf import get_settings
 from .core import ids
 from .core.dag import validate_dag
 from .exceptions import ErrorCode, QueueError
+from .origin import About, about_key
 from .records import EnqueuedJob, JobInfo
 from .worker import Consumer, WorkerOptions
 
 T = TypeVar("T")
+logger = logging.getLogger("django_blamequeue.worker")
 
 
 def _call[T](backend: Backend, fn: Callable[[], T], *, idempotent: bool = False) -> T:
@@ -52,10 +55,12 @@ class Queue:
         max_attempts: int | None = None,
         classification: str | None = None,
         trace_id: str | None = None,
-        dedupe_key: str | None = None,
+        dedupe_key: str | About | None = None,
         backend: str | None = None,
+        about: Any = None,
     ) -> EnqueuedJob:
-        """Store one job; inside ``transaction.atomic()`` it commits or rolls back with it."""
+        """Store one job; inside ``transaction.atomic()`` it commits or rolls back with it.
+        ``about``: the model instance the job is about (``JobInfo.about``, ``jobs_about``)."""
         return self.enqueue_many(
             queue_name,
             [payload],
@@ -68,6 +73,7 @@ class Queue:
             trace_id=trace_id,
             dedupe_key=dedupe_key,
             backend=backend,
+            about=about,
         )[0]
 
     def enqueue_many(
@@ -82,11 +88,14 @@ class Queue:
         max_attempts: int | None = None,
         classification: str | None = None,
         trace_id: str | None = None,
-        dedupe_key: str | None = None,
-        dedupe_keys: Sequence[str | None] | None = None,
+        dedupe_key: str | About | None = None,
+        dedupe_keys: Sequence[str | About | None] | None = None,
         backend: str | None = None,
+        about: Any = None,
+        abouts: Sequence[Any] | None = None,
     ) -> list[EnqueuedJob]:
-        """Store many jobs of one queue in one statement batch (all or none)."""
+        """Store many jobs of one queue in one statement batch (all or none). ``about``: one
+        model instance every job is about; ``abouts``: one per payload."""
         return enqueueing.enqueue_many(
             queue_name,
             payloads,
@@ -101,6 +110,8 @@ class Queue:
             dedupe_key=dedupe_key,
             dedupe_keys=dedupe_keys,
             backend=backend,
+            about=about,
+            abouts=abouts,
         )
 
     async def aenqueue(self, queue_name: str, payload: Any = None, **options: Any) -> EnqueuedJob:
@@ -140,6 +151,8 @@ class Queue:
                     trace_id=c.get("trace_id") or tracing.current_trace_id() or flow_id,
                     dedupe_key=c.get("dedupe_key"),
                     job_id=by_name[c["name"]],
+                    about=c.get("about"),
+                    cause={"flow": flow_id},
                 )
                 depends = tuple(by_name[d] for d in c.get("depends_on", ()))
                 node = {
@@ -175,9 +188,11 @@ class Queue:
         rate_limit: tuple[int, float] | None = None,
         backend: str | None = None,
         burst: bool = False,
+        wait_delayed: bool = False,
     ) -> Consumer:
         """Start consuming in background threads. ``handler(job, ctx)``; None dispatches by
-        job name to ``@job`` handlers."""
+        job name to ``@job`` handlers. ``burst``: stop once nothing is due (delayed jobs are
+        left, ``consumer.left`` says how many; ``wait_delayed`` waits for them too)."""
         if isinstance(queue_name, str):
             queues = [queue_name]
         elif isinstance(queue_name, Sequence | set | frozenset):
@@ -200,8 +215,14 @@ class Queue:
             fast_poll=validation.positive_number(fast_poll, "fast_poll"),
             rate_limit=validation.rate_limit(rate_limit),
             burst=burst,
+            wait_delayed=wait_delayed,
         )
-        consumer = Consumer(get_backend(backend), options, handler=handler)
+        target = get_backend(backend)
+        if handler is None and (
+            contention := effects.sqlite_contention(target, options.queues, options.concurrency)
+        ):
+            logger.warning("%s (blamequeue.W020)", contention)
+        consumer = Consumer(target, options, handler=handler)
         with self._lock:
             self._consumers = [c for c in self._consumers if c.alive] + [consumer]
         consumer.start()
@@ -294,6 +315,17 @@ class Queue:
         for b in [get_backend(backend)] if backend else all_backends():
             total += _call(b, lambda b=b: b.cancel_flow(flow_id))  # type: ignore[misc]
         return total
+
+    def jobs_about(self, obj: Any, *, limit: int = 50, backend: str | None = None) -> list[JobInfo]:
+        """The jobs about ``obj`` (a model instance, or its ``"app_label.model_name:pk"``),
+        newest first, at most ``limit``; from every backend unless ``backend`` is named."""
+        key = about_key(obj)
+        limit = validation.positive_int(limit, "limit")
+        found: list[JobInfo] = []
+        for b in [get_backend(backend)] if backend else all_backends():
+            found += _call(b, lambda b=b: b.jobs_about(key, limit), idempotent=True)  # type: ignore[misc]
+        found.sort(key=lambda info: info.job_id, reverse=True)  # ids sort by creation time
+        return found[:limit]
 
     def flow_jobs(self, flow_id: str, backend: str | None = None) -> list[JobInfo]:
         validation.identifier(flow_id, "flow_id")

@@ -18,11 +18,17 @@ class BlameQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import outbox
+        from django.core.signals import request_finished, request_started
+
+        from . import origin, outbox, waiting
         from .checks import check_backends, check_queues_served, check_settings
         from .context import JobContextFilter
 
         outbox.install()  # the backends' hooks: relay, settle and cascade through the services
+        waiting.install()  # EnqueuedJob.info() / .wait() / .result() poll the backends
+        # JobInfo.origin["request"] with no setup: the method and path of the request served
+        request_started.connect(origin.request_started, dispatch_uid="blamequeue.origin")
+        request_finished.connect(origin.request_finished, dispatch_uid="blamequeue.origin")
         checks.register(check_settings, "blamequeue")
         checks.register(check_queues_served, "blamequeue")
         checks.register(check_backends, "blamequeue", deploy=True)

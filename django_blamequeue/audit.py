@@ -41,6 +41,8 @@ CANCEL_REQUESTED = "system.queue.cancel.requested"
 RELEASE = "system.queue.release"
 STALLED = "system.queue.stalled"
 LOCK_LOST = "system.queue.lock_lost"
+#: An atomic run found another run's effects committed (redis): its own writes rolled back.
+EFFECTS_DUPLICATE = "system.queue.effects.duplicate"
 PRUNE = "system.queue.prune"
 ADMIN_PREFIX = "system.queue.admin."
 

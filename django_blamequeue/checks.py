@@ -13,11 +13,12 @@ from typing import Any
 from django.apps import AppConfig
 from django.core import checks
 
-from . import conf, registry
+from . import conf, effects, registry
 from .backends import get_backend
+from .backends.base import Backend
 from .exceptions import QueueError
 
-__all__ = ["check_backends", "check_queues_served", "check_settings"]
+__all__ = ["check_atomic_on_sqlite", "check_backends", "check_queues_served", "check_settings"]
 
 
 def check_settings(
@@ -121,3 +122,16 @@ def _unserved(what: str, queue: str, backend: str, default: str) -> checks.Warni
         hint=f'Start "manage.py runworker {queue} --backend {backend}" too.',
         id="blamequeue.W007",
     )
+
+
+def check_atomic_on_sqlite(
+    backend: Backend, queues: Sequence[str], concurrency: int
+) -> list[checks.CheckMessage]:
+    """W020: atomic jobs served on SQLite with ``concurrency`` > 1 (each holds the write lock
+    while its handler runs). Only a worker knows its concurrency: ``runworker`` runs this
+    at start and shows it in its banner; ``queue.consume`` logs the same text."""
+    contention = effects.sqlite_contention(backend, queues, concurrency)
+    if contention is None:
+        return []
+    hint = "Run atomic jobs with --concurrency 1 on SQLite, or use PostgreSQL."
+    return [checks.Warning(contention, hint=hint, id="blamequeue.W020")]

@@ -82,6 +82,7 @@ class Settings:
     flow_sweep_interval: float = 30.0
     shutdown_grace: float = 30.0
     max_flow_depth: int = 5
+    origin_site: bool = True  # record the enqueue's call site in JobInfo.origin
 
 
 _UNSET: Any = object()
@@ -253,6 +254,7 @@ _PLAIN_KEYS = (
     "FLOW_SWEEP_INTERVAL",
     "SHUTDOWN_GRACE",
     "MAX_FLOW_DEPTH",
+    "ORIGIN_SITE",
 )
 _FLOAT_FIELDS = (
     "default_lease",

@@ -373,4 +373,5 @@ _SCALARS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "FLOW_SWEEP_INTERVAL": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
     "SHUTDOWN_GRACE": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
     "MAX_FLOW_DEPTH": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+    "ORIGIN_SITE": (lambda v: isinstance(v, bool), "True or False"),
 }

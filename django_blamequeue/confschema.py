@@ -102,6 +102,7 @@ TOP_KEYS = (
     "FLOW_SWEEP_INTERVAL",
     "SHUTDOWN_GRACE",
     "MAX_FLOW_DEPTH",
+    "ORIGIN_SITE",
 )
 RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT")
 AUDIT_LEVELS = ("all", "operations", "off")

@@ -15,18 +15,20 @@ uses.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from asgiref.sync import sync_to_async
 
 from . import checkpoints, validation
 from .checkpoints import CheckpointSlot
-from .exceptions import ErrorCode, QueueError
+from .core import ids
+from .exceptions import ErrorCode, QueueError, Retry
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -64,11 +66,18 @@ class JobContext:
     token: str
     progress_throttle: float = 0.25
     on_extend: Callable[[float], None] | None = None
+    #: Runs a backend call outside the handler's own database transaction (an atomic run on
+    #: PostgreSQL: a progress write inside it would hold the job's row lock until commit and
+    #: block the worker's lease renewals); None: in this thread.
+    detached: Callable[[Callable[[], bool]], bool] | None = None
     #: The checkpoint the previous attempt saved, as stored (JSON text), read with the lease.
     previous_checkpoint: str | None = None
     #: Where ``checkpoint()`` leaves values: the worker's main thread writes them. None: a
     #: context made outside a worker, which writes each value at once.
     checkpoints: CheckpointSlot | None = None
+    #: An ``@job(atomic=True)`` run: its writes roll back with a failed attempt, so it takes
+    #: no checkpoint (the next attempt would skip work that was undone).
+    atomic: bool = False
     _cancelled: _Flag = field(default_factory=_Flag)
     _last_progress: float = field(default=-1e18)
     _writes: set[asyncio.Task[Any]] = field(default_factory=set)
@@ -92,7 +101,7 @@ class JobContext:
             self._writes.add(write)
             write.add_done_callback(self._written)
             return
-        self.backend.set_progress(self.job_id, self.token, value)
+        self._call(lambda: self.backend.set_progress(self.job_id, self.token, value))
 
     async def aprogress(self, pct: int) -> None:
         """``progress`` for async handlers, returning once the value is written."""
@@ -101,7 +110,8 @@ class JobContext:
             await asyncio.gather(*list(self._writes), return_exceptions=True)
 
     async def _store_progress(self, value: int) -> None:
-        await sync_to_async(self.backend.set_progress)(self.job_id, self.token, value)
+        verb = lambda: self.backend.set_progress(self.job_id, self.token, value)  # noqa: E731
+        await sync_to_async(self._call)(verb)
 
     def _written(self, task: asyncio.Task[Any]) -> None:
         self._writes.discard(task)
@@ -117,13 +127,14 @@ class JobContext:
                 "ctx.extend_lease() would block the event loop: in an async handler, "
                 "use await ctx.aextend_lease(seconds)",
             )
-        return self._extended(self.backend.extend_lease(self.job_id, self.token, held), held)
+        ok = self._call(lambda: self.backend.extend_lease(self.job_id, self.token, held))
+        return self._extended(ok, held)
 
     async def aextend_lease(self, seconds: float) -> bool:
         """``extend_lease`` for async handlers."""
         held = self._extension(seconds)
-        ok = await sync_to_async(self.backend.extend_lease)(self.job_id, self.token, held)
-        return self._extended(ok, held)
+        verb = lambda: self.backend.extend_lease(self.job_id, self.token, held)  # noqa: E731
+        return self._extended(await sync_to_async(self._call)(verb), held)
 
     def _extension(self, seconds: float) -> float:
         if not self.backend.supports_extend_lease:
@@ -156,7 +167,7 @@ class JobContext:
         after its checkpoint. Raises ``QueueError``: ``BAD_CHECKPOINT`` (not JSON),
         ``CHECKPOINT_TOO_LARGE``, or ``LOCK_LOST`` (waited, and the lease is gone).
         """
-        text = checkpoints.encode(value)
+        text = self._checkpointable(value)
         if wait and _in_event_loop():
             raise QueueError(
                 ErrorCode.INVALID_HANDLER,
@@ -172,7 +183,7 @@ class JobContext:
 
     async def acheckpoint(self, value: Any) -> None:
         """``checkpoint(value, wait=True)`` for async handlers: returns once it is stored."""
-        text = checkpoints.encode(value)
+        text = self._checkpointable(value)
         slot = self._slot()
         if slot.writer is not None:  # no worker thread writes for us: write it ourselves
             ok = await sync_to_async(lambda: slot.put(text, wait=True).result())()  # type: ignore[union-attr]
@@ -183,14 +194,26 @@ class JobContext:
         if not ok:
             raise self._lock_lost()
 
+    def _checkpointable(self, value: Any) -> str:
+        if self.atomic:
+            raise QueueError(
+                ErrorCode.INVALID_HANDLER,
+                "an atomic job takes no checkpoint: a failed attempt rolls its writes back, "
+                "and the next attempt would skip them",
+            )
+        return checkpoints.encode(value)
+
     def _slot(self) -> CheckpointSlot:
         if self.checkpoints is None:
             self.checkpoints = CheckpointSlot(writer=self._store_checkpoint)
         return self.checkpoints
 
     def _store_checkpoint(self, text: str) -> bool:
-        refused = self.backend.save_checkpoints([(self.job_id, self.token, text)])
-        return self.job_id not in refused
+        def store() -> bool:
+            refused = self.backend.save_checkpoints([(self.job_id, self.token, text)])
+            return self.job_id not in refused
+
+        return self._call(store)
 
     def _lock_lost(self) -> QueueError:
         return QueueError(
@@ -198,6 +221,84 @@ class JobContext:
             f"job {self.job_id}: the checkpoint was not stored, this attempt no longer holds "
             "the lease",
         )
+
+    def _call(self, verb: Callable[[], bool]) -> bool:
+        return verb() if self.detached is None else self.detached(verb)
+
+    def retry(self, delay: float | None = None, reason: str = "") -> NoReturn:
+        """Retry this job ``delay`` seconds from now (None: its backoff), spending this
+        attempt: raises ``Retry``, so nothing after the call runs."""
+        raise Retry(delay, reason)
+
+    @property
+    def direct(self) -> bool:
+        """True in a direct call of a ``@job`` function (no worker, no queue, no lease)."""
+        return False
+
+
+class DirectContext(JobContext):
+    """``current_job()`` while a ``@job`` function is called directly (``send_welcome(42)``),
+    so a handler that reports progress runs unchanged outside a worker. Its ``job_id`` is
+    fresh per call; it holds no lease: ``progress``, ``extend_lease`` and ``checkpoint`` (and
+    their async twins) check their argument and record nothing, ``last_checkpoint`` is None,
+    ``cancelled`` stays False, ``retry`` raises ``Retry`` to the caller."""
+
+    def progress(self, pct: int) -> None:
+        if not isinstance(pct, int | float) or isinstance(pct, bool) or not 0 <= pct <= 100:
+            raise QueueError(ErrorCode.BAD_ARGUMENT, f"progress must be 0–100, not {pct!r}")
+
+    def extend_lease(self, seconds: float) -> bool:
+        validation.seconds(seconds, "extend_lease seconds")
+        return True
+
+    async def aextend_lease(self, seconds: float) -> bool:
+        return self.extend_lease(seconds)
+
+    async def aprogress(self, pct: int) -> None:
+        self.progress(pct)
+
+    def checkpoint(self, value: Any, *, wait: bool = False) -> None:
+        checkpoints.encode(value)  # refused as in a worker; nothing is stored
+
+    async def acheckpoint(self, value: Any) -> None:
+        checkpoints.encode(value)
+
+    @property
+    def direct(self) -> bool:
+        return True
+
+
+def call_directly(
+    func: Callable[..., Any], args: Any, kwargs: Any, *, name: str, queue: str
+) -> Any:
+    """``func(*args, **kwargs)`` with a ``DirectContext`` as ``current_job()`` (an ``async``
+    function's context is current while its coroutine runs)."""
+    ctx = DirectContext(
+        job_id=ids.new_id(),
+        queue=queue,
+        name=name,
+        attempt=1,
+        max_attempts=1,
+        trace_id=None,
+        backend=cast("Backend", None),  # never used: the methods that would are overridden
+        token="",
+    )
+    token = _current.set(ctx)
+    try:
+        result = func(*args, **kwargs)
+    finally:
+        _current.reset(token)
+    if inspect.iscoroutine(result):
+        return _in_context(result, ctx)
+    return result
+
+
+async def _in_context(coro: Coroutine[Any, Any, Any], ctx: JobContext) -> Any:
+    token = _current.set(ctx)
+    try:
+        return await coro
+    finally:
+        _current.reset(token)
 
 
 def _in_event_loop() -> bool:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from . import audit, outbox, tracing, validation, wire
+from . import audit, origin, outbox, tracing, validation, wire
 from .backends import get_backend
 from .backends.base import Backend
 from .conf import get_settings
@@ -45,8 +45,14 @@ def new_jobs(
     trace_id: Any,
     dedupe_keys: Sequence[Any],
     job_ids: Sequence[str | None] | None = None,
+    abouts: Sequence[Any] | None = None,
+    cause: Mapping[str, Any] | None = None,
 ) -> list[NewJob]:
-    """Validated jobs of one queue; what they share is checked once, not per payload."""
+    """Validated jobs of one queue; what they share is checked once, not per payload.
+
+    ``abouts``: the model object (or key) each job is about; ``cause``: origin keys the
+    caller knows (a schedule, a flow). The origin is captured once for the whole batch.
+    """
     if max_attempts is None:
         max_attempts = (definition.max_attempts if definition else None) or (
             get_settings().default_max_attempts
@@ -68,13 +74,16 @@ def new_jobs(
         or (ctx.trace_id if ctx and ctx.trace_id else None)
     )
     flow = definition.flow if definition is not None else None
+    keys = _about_keys(abouts, len(payloads))
+    common["origin"] = origin.capture(cause)
     jobs = []
     for i, payload in enumerate(encode_many(payloads)):
         new = NewJob(
             job_id=(job_ids[i] if job_ids is not None else None) or ids.new_id(),
             payload=payload,
             trace_id=shared_trace or os.urandom(16).hex(),  # uuid4().hex's shape, cheaper
-            dedupe_key=validation.optional_text(dedupe_keys[i], "dedupe_key", 255),
+            dedupe_key=key_or_about(dedupe_keys[i], keys[i], "dedupe_key"),
+            about=keys[i],
             **common,
         )
         if flow is not None:
@@ -83,6 +92,34 @@ def new_jobs(
             )
         jobs.append(new)
     return jobs
+
+
+def _about_keys(abouts: Sequence[Any] | None, n: int) -> list[str | None]:
+    """Each job's ``about`` key (``origin.about_key``); one object's key is computed once."""
+    if abouts is None:
+        return [None] * n
+    if len(abouts) != n:
+        raise QueueError(ErrorCode.BAD_ARGUMENT, "abouts must match payloads in length")
+    seen: dict[int, str] = {}
+    keys: list[str | None] = []
+    for obj in abouts:
+        if obj is None:
+            keys.append(None)
+        elif id(obj) in seen:
+            keys.append(seen[id(obj)])
+        else:
+            keys.append(seen.setdefault(id(obj), origin.about_key(obj)))
+    return keys
+
+
+def key_or_about(value: Any, about: str | None, what: str) -> str | None:
+    """A key as given (``dedupe_key``; the control plane's ``concurrency_key`` the same way),
+    or for ``ABOUT`` the job's ``about`` key: one live (or running) job per object."""
+    if value is origin.ABOUT:
+        if about is None:
+            raise QueueError(ErrorCode.BAD_ARGUMENT, f"{what}=ABOUT needs about=")
+        return about
+    return validation.optional_text(value, what, 255)
 
 
 def new_job(
@@ -99,6 +136,8 @@ def new_job(
     trace_id: Any = None,
     dedupe_key: Any = None,
     job_id: str | None = None,
+    about: Any = None,
+    cause: Mapping[str, Any] | None = None,
 ) -> NewJob:
     """One validated job (the arguments as for ``new_jobs``)."""
     return new_jobs(
@@ -114,6 +153,8 @@ def new_job(
         trace_id=trace_id,
         dedupe_keys=[dedupe_key],
         job_ids=[job_id],
+        abouts=[about],
+        cause=cause,
     )[0]
 
 
@@ -129,11 +170,15 @@ def enqueue_many(
     max_attempts: int | None = None,
     classification: str | None = None,
     trace_id: str | None = None,
-    dedupe_key: str | None = None,
-    dedupe_keys: Sequence[str | None] | None = None,
+    dedupe_key: str | origin.About | None = None,
+    dedupe_keys: Sequence[str | origin.About | None] | None = None,
     backend: str | None = None,
+    about: Any = None,
+    abouts: Sequence[Any] | None = None,
+    cause: Mapping[str, Any] | None = None,
 ) -> list[EnqueuedJob]:
-    """Store many jobs of one queue in one statement batch (all or none)."""
+    """Store many jobs of one queue in one statement batch (all or none). ``about``: one
+    model object all the jobs are about; ``abouts``: one per payload."""
     if isinstance(payloads, str | bytes | Mapping) or not isinstance(payloads, Iterable):
         raise QueueError(ErrorCode.BAD_PAYLOAD, "enqueue_many takes an iterable of payloads")
     items = list(payloads)
@@ -156,6 +201,8 @@ def enqueue_many(
             classification=classification,
             trace_id=trace_id,
             dedupe_keys=dedupe_keys if dedupe_keys is not None else [dedupe_key] * len(items),
+            abouts=abouts if abouts is not None or about is None else [about] * len(items),
+            cause=cause,
         )
         flows = [  # a @flow's root: audited as a flow enqueue, with the insert
             audit.Event(

@@ -26,6 +26,9 @@ class ErrorCode(StrEnum):
     FLOW_CYCLE = "FLOW_CYCLE"
     FLOW_UNKNOWN_DEP = "FLOW_UNKNOWN_DEP"
     BAD_ARGUMENT = "BAD_ARGUMENT"
+    JOB_FAILED = "JOB_FAILED"
+    JOB_CANCELLED = "JOB_CANCELLED"
+    RESULT_TIMEOUT = "RESULT_TIMEOUT"
     BAD_CHECKPOINT = "BAD_CHECKPOINT"
     CHECKPOINT_TOO_LARGE = "CHECKPOINT_TOO_LARGE"
 
@@ -48,6 +51,60 @@ class QueueError(Exception):
 
 class Unrecoverable(Exception):
     """Raised by a handler to skip the remaining attempts: the job goes to the DLQ now."""
+
+
+class Retry(Exception):
+    """Raised by a handler to retry its job ``delay`` seconds from now (None: the job's
+    backoff). It spends the attempt, as a failure does: on the last one the job goes to the
+    DLQ with this as its error. (``current_job().retry(delay)`` raises it.)"""
+
+    def __init__(self, delay: float | None = None, reason: str = "") -> None:
+        if delay is not None and (
+            not isinstance(delay, int | float)
+            or isinstance(delay, bool)
+            or not 0 <= delay <= 3_155_760_000  # validation.MAX_SECONDS
+        ):
+            raise QueueError(ErrorCode.BAD_ARGUMENT, f"Retry delay must be seconds ≥ 0: {delay!r}")
+        self.delay = None if delay is None else float(delay)
+        self.reason = reason
+        when = "with the job's backoff" if delay is None else f"in {float(delay):g} s"
+        super().__init__(f"retry requested {when}" + (f": {reason}" if reason else ""))
+
+
+class JobFailed(QueueError):
+    """``EnqueuedJob.result()``: the job ended in the DLQ. ``info`` is its last snapshot
+    (error, traceback, reason, attempts)."""
+
+    def __init__(self, message: str, info: object) -> None:
+        super().__init__(ErrorCode.JOB_FAILED, message)
+        self.info = info
+
+    def __reduce__(self) -> tuple[type[JobFailed], tuple[str, object]]:  # type: ignore[override]
+        return (type(self), (self.message, self.info))
+
+
+class JobWasCancelled(QueueError):
+    """``EnqueuedJob.result()``: the job was cancelled; it has no result."""
+
+    def __init__(self, message: str, info: object) -> None:
+        super().__init__(ErrorCode.JOB_CANCELLED, message)
+        self.info = info
+
+    def __reduce__(self) -> tuple[type[JobWasCancelled], tuple[str, object]]:  # type: ignore[override]
+        return (type(self), (self.message, self.info))
+
+
+class ResultTimeout(QueueError):
+    """``EnqueuedJob.result()`` / ``.wait()`` ran out of time; ``state`` is the job's state
+    when it gave up (None: not found yet), ``info`` its last snapshot."""
+
+    def __init__(self, message: str, state: str | None, info: object) -> None:
+        super().__init__(ErrorCode.RESULT_TIMEOUT, message)
+        self.state = state
+        self.info = info
+
+    def __reduce__(self) -> tuple[type[ResultTimeout], tuple[str, str | None, object]]:  # type: ignore[override]
+        return (type(self), (self.message, self.state, self.info))
 
 
 class JobInterrupted(BaseException):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from . import enqueueing, registry
+from . import enqueueing, origin, registry
 from .backends import get_backend
 from .core import ids
 from .exceptions import ErrorCode, QueueError
@@ -34,6 +34,7 @@ class Child:
     priority: int = 0
     backend: str | None = None
     max_attempts: int | None = None
+    about: Any = None  # the model instance the child is about (``JobInfo.about``)
 
     @property
     def job_name(self) -> str:
@@ -131,6 +132,7 @@ def build_children(
         )
     seen: set[str] = set()
     built = []
+    cause = {"flow": parent.flow_id or parent.job_id, "site": origin.site_of(spec.cls.fan_out)}  # type: ignore[attr-defined]
     for index, child in enumerate(children):
         key = child.key if child.key is not None else str(index)
         if not isinstance(key, str) or not key or key in seen:
@@ -156,6 +158,8 @@ def build_children(
             trace_id=parent.trace_id,
             dedupe_key=None,
             job_id=ids.child_id(parent.job_id, key),
+            about=child.about,
+            cause=cause,
         )
         job = replace(
             job,

@@ -64,6 +64,9 @@ class JobFields(models.Model):
     timeout = models.FloatField(null=True, blank=True)
     lease_token = models.CharField(max_length=32, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The lease under which the job runs alone in its worker (a job on probation: it stalled
+    # before); a stall of that very lease is the job's own fault (core.lifecycle.rescue).
+    alone_token = models.CharField(max_length=32, null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
     progress = models.PositiveSmallIntegerField(default=0)
     # The JSON text the last attempt saved with ctx.checkpoint(); the next attempt reads it.
@@ -88,6 +91,10 @@ class JobFields(models.Model):
     )  # on_child_failure: fail|continue
     parent_backend = models.CharField(max_length=100, null=True, blank=True)  # where reports go
     flow_depth = models.PositiveSmallIntegerField(default=0)
+    # "app_label.model_name:pk" of the model object the job is about (``enqueue(about=obj)``)
+    about = models.CharField(max_length=255, null=True, blank=True)
+    # where the job came from: site, request, user, parent_job, schedule, flow (``origin.py``)
+    origin = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -137,6 +144,8 @@ class Job(JobFields):
             models.Index("flow_id", name="bq_job_flow", condition=Q(flow_id__isnull=False)),
             models.Index("parent_id", name="bq_job_parent", condition=Q(parent_id__isnull=False)),
             models.Index("trace_id", name="bq_job_trace", condition=Q(trace_id__isnull=False)),
+            # ``queue.jobs_about(obj)``: an object's jobs, newest first (ids sort by time).
+            models.Index("about", "id", name="bq_job_about", condition=Q(about__isnull=False)),
         ]
         constraints = [
             # At most one non-terminal job per (queue, dedupe_key).
@@ -187,6 +196,7 @@ class SqsJob(JobFields):
             models.Index("flow_id", name="bq_sqs_flow", condition=Q(flow_id__isnull=False)),
             models.Index("parent_id", name="bq_sqs_parent", condition=Q(parent_id__isnull=False)),
             models.Index("trace_id", name="bq_sqs_trace", condition=Q(trace_id__isnull=False)),
+            models.Index("about", "id", name="bq_sqs_about", condition=Q(about__isnull=False)),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -351,3 +361,30 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class EffectMark(models.Model):
+    """An ``@job(atomic=True)`` run's effects committed: one row per job id, written in the
+    handler's transaction where the job's own ack cannot join it (the redis backend).
+
+    The primary key refuses a second mark, so a second run of the same job (a redelivery, a
+    zombie worker) rolls its writes back and completes the job with ``result`` instead.
+    docs/effects.md says what each backend guarantees.
+    """
+
+    job_id = models.CharField(primary_key=True, max_length=26)
+    backend = models.CharField(max_length=100)
+    attempt = models.PositiveIntegerField()
+    token = models.CharField(max_length=32)
+    result = models.BinaryField(null=True, blank=True)
+    content_type = models.CharField(max_length=100, default="application/json")
+    content_encoding = models.CharField(max_length=30, default="utf-8")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "blamequeue_effect"
+        default_permissions = ()
+        indexes = [models.Index("created_at", name="bq_effect_created")]
+
+    def __str__(self) -> str:
+        return f"effects of {self.job_id} (attempt {self.attempt})"

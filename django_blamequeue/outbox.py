@@ -27,8 +27,10 @@ from django.db import connections, transaction
 from . import metrics, routing
 from .backends import all_backends, get_backend
 from .backends.base import Backend, install_hooks
+from .core.lifecycle import describe
 from .models import OutboxEntry
 from .records import OutboxItem
+from .texts import storable
 from .wire import job_from_body, report_from_body
 
 logger = logging.getLogger("django_blamequeue.outbox")
@@ -244,7 +246,7 @@ def deliver_isolated[T](
             skipped += 1
             metrics.outbox_skipped(alias, kind)
             logger.warning("outbox %s (%s → %s) skipped: %s", label(entry), kind, alias, exc)
-            failed(entry, f"{type(exc).__name__}: {exc}"[:2000])
+            failed(entry, storable(describe(exc), 2000))  # stored: NUL-free, bounded
     return sent, skipped
 
 

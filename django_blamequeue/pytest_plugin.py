@@ -7,8 +7,12 @@ Enable in your top-level ``conftest.py``::
 - ``blamequeue_jobs``: a ``testing.CapturedJobs`` on the default backend (database access is
   requested for you).
 - ``jobs_enqueued(queue=None, *, name=None, state=None)``: the jobs enqueued during the test.
-- ``run_jobs(queue=None, *, handler=None, until=None)``: run them in the test's thread, with
-  real retries (backoff recorded, not slept), the DLQ and flows; answers a ``RunReport``.
+- ``run_jobs(queue=None, *, handler=None, until=None, chaos=None)``: run them in the test's
+  thread, with real retries (backoff recorded, not slept), the DLQ and flows; answers a
+  ``RunReport``. ``chaos=`` plays a delivery fault on each job's first run.
+- ``blamequeue_chaos``: a test that takes it runs once per fault ("duplicate", "takeover",
+  "crash_before_ack"); pass it on as ``run_jobs(chaos=blamequeue_chaos)`` to prove a
+  handler idempotent (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from .testing import CapturedJobs, capture_jobs
+from .testing import CHAOS_MODES, CapturedJobs, capture_jobs
 
 
 @pytest.fixture
@@ -35,3 +39,10 @@ def jobs_enqueued(blamequeue_jobs: CapturedJobs) -> Callable[..., Any]:
 @pytest.fixture
 def run_jobs(blamequeue_jobs: CapturedJobs) -> Callable[..., Any]:
     return blamequeue_jobs.run_jobs
+
+
+@pytest.fixture(params=CHAOS_MODES)
+def blamequeue_chaos(request: pytest.FixtureRequest) -> str:
+    """Each delivery fault in turn: the test runs once per mode."""
+    mode: str = request.param
+    return mode

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from .core.states import Reason, State
 from .serializers import Encoded, decode
+from .texts import error_text, traceback_text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,16 +37,58 @@ class NewJob:
     flow_depth: int = 0
     blocked: bool = False  # True for a DAG child with dependencies
     depends_on: tuple[str, ...] = ()  # job ids (DAG)
+    about: str | None = None  # "app_label.model_name:pk" (origin.about_key)
+    origin: Mapping[str, Any] | None = None  # the blame trail (origin.capture)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnqueuedJob:
-    """What ``enqueue`` answers: the id, and whether an existing job was returned instead."""
+    """What ``enqueue`` answers: the id, and whether an existing job was returned instead.
+
+    It is also a handle on the job (``waiting.py`` answers, polling its backend): ``info()``
+    now, ``wait()`` until it ends, ``result()`` its return value or a clear error.
+    """
 
     job_id: str
     queue_name: str
     backend: str
     deduplicated: bool = False
+
+    def info(self) -> JobInfo | None:
+        """The job as its backend has it now (None: not there, or not yet)."""
+        return _waiter().info(self)
+
+    def wait(self, timeout: float | None = None, *, poll: float = 1.0) -> JobInfo:
+        """Poll until the job is done, failed or cancelled, and answer it (whatever the end);
+        past ``timeout`` seconds raise ``ResultTimeout``, which names the state it is in."""
+        return _waiter().wait(self, timeout, poll)
+
+    def result(self, timeout: float | None = None, *, poll: float = 1.0) -> Any:
+        """``wait``, then the handler's return value; ``JobFailed`` (code ``JOB_FAILED``) if
+        the job ended in the DLQ, ``JobWasCancelled`` (``JOB_CANCELLED``) if cancelled."""
+        return _waiter().result(self, timeout, poll)
+
+
+class Waiter(Protocol):
+    """What ``EnqueuedJob``'s handle methods ask of the layers above (``waiting.Waiter``)."""
+
+    def info(self, job: EnqueuedJob) -> JobInfo | None: ...
+    def wait(self, job: EnqueuedJob, timeout: float | None, poll: float) -> JobInfo: ...
+    def result(self, job: EnqueuedJob, timeout: float | None, poll: float) -> Any: ...
+
+
+_waiters: list[Waiter] = []
+
+
+def install_waiter(waiter: Waiter) -> None:
+    """Called once the app is ready (``apps.py``): the handle methods work from then on."""
+    _waiters[:] = [waiter]
+
+
+def _waiter() -> Waiter:
+    if not _waiters:
+        raise RuntimeError("django_blamequeue is not ready: add it to INSTALLED_APPS")
+    return _waiters[0]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +114,11 @@ class Claimed:
     flow_phase: str | None = None
     flow_mode: str | None = None
     flow_depth: int = 0
+    #: Expired leases so far: a job that stalled before may be on probation (it runs alone).
+    stalls: int = 0
+    #: Why the stored row cannot be read (a field of the wrong type): the job is failed as
+    #: ``bad_job`` without running, and the claim's other jobs run as usual.
+    problem: str | None = None
     #: The JSON text an earlier attempt saved with ``ctx.checkpoint`` (None: nothing yet),
     #: read with the lease, so it is the value the previous attempt left.
     checkpoint: str | None = None
@@ -127,6 +175,13 @@ class Transition:
     yields_to_cancel: bool = True  # a pending cancel request turns this into CANCELLED
     children: tuple[ChildSpec, ...] = ()  # WAITING_CHILDREN: the fan-out manifest
 
+    def __post_init__(self) -> None:
+        """Texts every engine can store (``texts.storable``): no NUL, bounded."""
+        if self.error is not None:
+            object.__setattr__(self, "error", error_text(self.error))
+        if self.traceback is not None:
+            object.__setattr__(self, "traceback", traceback_text(self.traceback))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ack:
@@ -142,6 +197,23 @@ class AckResult:
     job_id: str
     ok: bool
     state: State | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectsFence:
+    """What ``Backend.fence_effects`` answers inside an atomic run's transaction.
+
+    ``applied``: the fenced ack is part of the transaction (``state`` where it took the job):
+    commit, nothing is owed afterwards. ``stale``: the lease is no longer this run's: roll
+    back. ``marked``: the job's completion mark is part of the transaction (the engine's ack
+    cannot be): commit, then ack as usual. ``already``: another run of this job committed
+    its effects first: roll back, and complete the job with that run's ``result``.
+    """
+
+    kind: str  # "applied" | "stale" | "marked" | "already"
+    state: State | None = None
+    result: Encoded | None = None
+    attempt: int | None = None  # "already": the attempt whose effects stand
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,6 +257,17 @@ class QueueStats:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Backlog:
+    """What a burst worker looks at (``Backend.backlog``): ``due`` is the work it waits for
+    (pending and due, in flight, parents waiting for children, reports on their way);
+    ``delayed`` the pending jobs not due yet, the first of them due at ``next_due_at``."""
+
+    due: int = 0
+    delayed: int = 0
+    next_due_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PruneReport:
     jobs: int = 0
     audit: int = 0
@@ -225,6 +308,8 @@ class JobInfo:
     flow_key: str | None = None
     flow_phase: str | None = None
     children: Mapping[str, int] | None = None  # a flow parent's tally of children by state
+    about: str | None = None  # "app_label.model_name:pk" of the object it is about
+    origin: Mapping[str, Any] | None = None  # site, request, user, parent_job, schedule, flow
     checkpoint: Any = None  # the value the job's last ``ctx.checkpoint`` stored (decoded)
 
 

@@ -11,10 +11,12 @@ from typing import Any, overload
 
 from asgiref.sync import sync_to_async
 
-from . import enqueueing
+from . import calls, enqueueing
+from .context import call_directly
 from .core.lifecycle import RetryPredicate
 from .exceptions import ErrorCode, QueueError
 from .records import EnqueuedJob
+from .validation import MAX_SECONDS
 
 _lock = threading.Lock()
 _registry: dict[str, JobDefinition] = {}
@@ -33,20 +35,45 @@ class JobDefinition:
     backend: str | None = None
     priority: int = 0
     flow: Any = None  # a flow.FlowSpec for @flow classes
+    # Retries of this job (None: the settings' BACKOFF_BASE, BACKOFF_MAX, BACKOFF_JITTER),
+    # read by the worker when an attempt fails.
+    backoff_base: float | None = None
+    backoff_max: float | None = None
+    jitter: bool | None = None
+    #: Run the handler in one transaction with its fenced completion (``effects.py``).
+    atomic: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.func(*args, **kwargs)
+        """Run the function here and now, no queue: ``current_job()`` answers a stand-in
+        (``context.DirectContext``)."""
+        return call_directly(self.func, args, kwargs, name=self.name, queue=self.queue)
 
     def enqueue(self, payload: Any = None, **options: Any) -> EnqueuedJob:
-        """Enqueue a run of this job; options as ``queue.enqueue``."""
+        """Enqueue a run of this job; options as ``queue.enqueue``, and Celery's
+        ``countdown`` (= ``delay``) and ``eta`` (= ``run_at``)."""
         return self.enqueue_many([payload], **options)[0]
 
     def enqueue_many(self, payloads: list[Any], **options: Any) -> list[EnqueuedJob]:
+        options = calls.aliases(options)
         options.setdefault("backend", self.backend)
         options.setdefault("priority", self.priority)
         return enqueueing.enqueue_many(
             self.queue, payloads, definition=self, name=self.name, **options
         )
+
+    def delay(self, *args: Any, **kwargs: Any) -> EnqueuedJob:
+        """Celery's ``task.delay(...)``: enqueue a call with these arguments (``calls``)."""
+        return calls.apply_async(self, args, kwargs)
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> EnqueuedJob:
+        """Celery's ``task.apply_async(args, kwargs, countdown=..., eta=..., ...)``; options
+        as ``enqueue``'s."""
+        return calls.apply_async(self, args, kwargs, options)
 
     async def aenqueue(self, payload: Any = None, **options: Any) -> EnqueuedJob:
         """``enqueue`` for async code (an async view): runs it through ``sync_to_async``,
@@ -61,6 +88,20 @@ class JobDefinition:
     def is_async(self) -> bool:
         """An ``async def`` handler: the worker runs it on its event loop."""
         return self.flow is None and inspect.iscoroutinefunction(self.func)
+
+
+def _check_backoff(base: object, maximum: object, jitter: object) -> None:
+    for value, what in ((base, "backoff_base"), (maximum, "backoff_max")):
+        if value is not None and (
+            not isinstance(value, int | float)
+            or isinstance(value, bool)
+            or not 0 < value <= MAX_SECONDS  # also NaN
+        ):
+            raise QueueError(
+                ErrorCode.INVALID_HANDLER, f"{what} must be seconds > 0 and ≤ {MAX_SECONDS:,}"
+            )
+    if jitter is not None and not isinstance(jitter, bool):
+        raise QueueError(ErrorCode.INVALID_HANDLER, "jitter must be True or False")
 
 
 def _check(queue: object, max_attempts: object, timeout: object, retryable: object) -> None:
@@ -93,6 +134,10 @@ def job(
     retryable: RetryPredicate | None = None,
     backend: str | None = None,
     priority: int = 0,
+    backoff_base: float | None = None,
+    backoff_max: float | None = None,
+    jitter: bool | None = None,
+    atomic: bool = False,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -105,10 +150,25 @@ def job(
     retryable: RetryPredicate | None = None,
     backend: str | None = None,
     priority: int = 0,
+    backoff_base: float | None = None,
+    backoff_max: float | None = None,
+    jitter: bool | None = None,
+    atomic: bool = False,
 ) -> Any:
-    """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``);
-    an ``async def`` one runs on the worker's event loop."""
+    """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``).
+    ``backoff_base``, ``backoff_max`` and ``jitter`` replace the settings' for this job.
+
+    ``atomic=True``: the handler's database writes commit in one transaction with the job's
+    completion, fenced by its lease, so a run that lost its lease commits nothing
+    (docs/effects.md).
+
+    An ``async def`` handler runs on the worker's event loop (docs/async.md); it cannot be
+    ``atomic`` (a transaction cannot span its awaits).
+    """
     _check(queue, max_attempts, timeout, retryable)
+    _check_backoff(backoff_base, backoff_max, jitter)
+    if not isinstance(atomic, bool):
+        raise QueueError(ErrorCode.INVALID_HANDLER, "atomic must be True or False")
 
     def register(f: Callable[..., Any]) -> JobDefinition:
         return register_definition(
@@ -120,6 +180,8 @@ def job(
             retryable=retryable,
             backend=backend,
             priority=priority,
+            backoff=(backoff_base, backoff_max, jitter),
+            atomic=atomic,
         )
 
     return register(func) if func is not None else register
@@ -136,10 +198,18 @@ def register_definition(
     backend: str | None,
     priority: int,
     flow: Any = None,
+    backoff: tuple[float | None, float | None, bool | None] = (None, None, None),
+    atomic: bool = False,
 ) -> JobDefinition:
     _check(queue, max_attempts, timeout, retryable)
+    _check_backoff(*backoff)
     if not callable(f):
         raise QueueError(ErrorCode.INVALID_HANDLER, f"{f!r} is not callable")
+    if atomic and inspect.iscoroutinefunction(f):
+        raise QueueError(
+            ErrorCode.INVALID_HANDLER,
+            "atomic=True needs a sync handler: its transaction cannot span an async def's awaits",
+        )
     definition = JobDefinition(
         func=f,
         name=name or f"{f.__module__}.{f.__qualname__}",
@@ -150,6 +220,10 @@ def register_definition(
         backend=backend,
         priority=priority,
         flow=flow,
+        backoff_base=float(backoff[0]) if backoff[0] is not None else None,
+        backoff_max=float(backoff[1]) if backoff[1] is not None else None,
+        jitter=backoff[2],
+        atomic=atomic,
     )
     with _lock:
         old = _registry.get(definition.name)

@@ -17,14 +17,15 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.db import close_old_connections, connections
 
-from . import registry, tracing
+from . import calls, registry, tracing
+from .backends.base import Backend
 from .conf import get_settings
 from .context import JobContext, _current
 from .core import lifecycle
 from .exceptions import JobInterrupted, QueueError
 from .fanout import build_children
 from .interrupt import Guard
-from .records import Claimed, Transition
+from .records import AckResult, Claimed, Transition
 from .serializers import decode, encode
 
 logger = logging.getLogger("django_blamequeue.worker")
@@ -64,6 +65,13 @@ class Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
     outcome: lifecycle.Outcome | None = None
     abandoned: bool = False
+    #: ``invoke``'s stand-in for this run (``effects.invoke_atomic`` for ``@job(atomic=True)``).
+    invoker: Callable[[Run, Handler | None], lifecycle.Outcome] | None = None
+    #: An atomic run committing its completion: the worker may no longer abandon it.
+    committing: bool = False
+    #: The ack an atomic run applied in its own transaction (or had refused): the worker
+    #: only counts it, it sends no ack of its own.
+    settled: AckResult | None = None
     # A parent leased for ``collect``: its children's state, read with the claim by the
     # worker's own connection (a slot thread's would be opened and closed per job).
     flow_state: Any = None
@@ -71,12 +79,66 @@ class Run:
     def abandon(self, exc_type: type[JobInterrupted]) -> bool:
         """Claim the decision for the worker; False if the handler already finished."""
         with self.lock:
-            if self.outcome is not None or self.abandoned:
+            if self.outcome is not None or self.abandoned or self.committing:
                 return False
             self.abandoned = True
         self.ctx._cancelled.set()
         self.guard.interrupt(exc_type)
         return True
+
+    def begin_commit(self) -> bool:
+        """An atomic run is about to commit; False if the worker already took it over."""
+        with self.lock:
+            if self.abandoned:
+                return False
+            self.committing = True
+            return True
+
+
+def new_run(c: Claimed, backend: Backend, now: float, lease: float, throttle: float) -> Run:
+    """A claimed job as a run about to start (monotonic ``now``), with its context."""
+    try:
+        definition = registry.get(c.name)
+    except Exception:  # a resolver that failed (an import): the run will say "no handler"
+        logger.exception("looking up the handler of job %s failed", c.job_id)
+        definition = None
+    timeout = c.timeout or (definition.timeout if definition else None)
+    ctx = JobContext(
+        job_id=c.job_id,
+        queue=c.queue,
+        name=c.name,
+        attempt=c.attempt,
+        max_attempts=c.max_attempts,
+        trace_id=c.trace_id,
+        backend=backend,
+        token=c.token,
+        progress_throttle=throttle,
+        previous_checkpoint=c.checkpoint,
+    )
+    return Run(
+        claimed=c,
+        ctx=ctx,
+        started=now,
+        deadline=now + timeout if timeout else None,
+        renew_at=now + lease / 2,
+        lease_until=now + lease,
+        definition=definition,
+    )
+
+
+def read_flow_states(backend: Backend, runs: list[Run]) -> None:
+    """The children's state of each parent leased for ``collect``, in one read on the
+    worker's connection. If it fails, each run reads its own in its slot."""
+    collects = [r for r in runs if r.claimed.flow_phase == "collect"]
+    if not collects:
+        return
+    try:
+        states = backend.flow_states([r.claimed.job_id for r in collects])
+    except Exception:
+        logger.debug("reading flow states with the claim failed", exc_info=True)
+        return
+    for r in collects:
+        r.flow_state = states.get(r.claimed.job_id)
 
 
 def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
@@ -90,8 +152,10 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
         result = call()
         if inspect.isawaitable(result):
             result = async_to_sync(_awaited)(result)
-    except JobInterrupted:
-        raise
+    except JobInterrupted as exc:
+        if run.abandoned:  # the worker's own interrupt
+            raise
+        return lifecycle.Raised(exc, lifecycle.format_traceback(exc))  # the handler raised it
     except BaseException as exc:  # a handler's SystemExit must not kill the worker
         return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
     return succeeded(result)
@@ -113,6 +177,8 @@ def prepare(run: Run, handler: Handler | None) -> lifecycle.Outcome | Callable[[
     """What to call for this run, or the outcome that it cannot run (decoding, flow phases
     and a missing handler decided here, for the slot threads and the event loop alike)."""
     claimed = run.claimed
+    if claimed.problem:  # a stored row that cannot be read (backends/readback.py)
+        return lifecycle.BadJob(f"the stored job cannot be read: {claimed.problem}")
     try:
         payload = decode(
             claimed.payload.content_type, claimed.payload.content_encoding, claimed.payload.body
@@ -133,7 +199,7 @@ def prepare(run: Run, handler: Handler | None) -> lifecycle.Outcome | Callable[[
                 f"no handler is registered for job name {claimed.name!r} on this worker"
             )
         func = run.definition.func
-        return lambda: func(payload)
+        return lambda: calls.call_with(func, payload)
     job = RunningJob(
         job_id=claimed.job_id,
         queue=claimed.queue,
@@ -174,8 +240,10 @@ def _flow_phase(run: Run, spec: Any, payload: Any) -> lifecycle.Outcome:
         children = build_children(
             spec, claimed, payload, backend.alias, get_settings().max_flow_depth
         )
-    except JobInterrupted:
-        raise
+    except JobInterrupted as exc:
+        if run.abandoned:
+            raise
+        return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
     except QueueError as exc:
         return lifecycle.BadJob(f"fan-out refused: {exc}")
     except BaseException as exc:
@@ -190,11 +258,12 @@ def transition_for(
     ``retryable`` predicate (the worker and ``testing`` both decide through here)."""
 
     settings = get_settings()
-    policy = lifecycle.Policy(
-        backoff_base=settings.backoff_base,
-        backoff_max=settings.backoff_max,
-        backoff_jitter=settings.backoff_jitter,
-        retryable=definition.retryable if definition else None,
+    d = definition
+    policy = lifecycle.Policy(  # the job's own backoff options win over the settings'
+        backoff_base=d.backoff_base if d and d.backoff_base is not None else settings.backoff_base,
+        backoff_max=d.backoff_max if d and d.backoff_max is not None else settings.backoff_max,
+        backoff_jitter=d.jitter if d and d.jitter is not None else settings.backoff_jitter,
+        retryable=d.retryable if d else None,
     )
     return lifecycle.decide(
         outcome, attempt=claimed.attempt, max_attempts=claimed.max_attempts, policy=policy
@@ -209,10 +278,11 @@ def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]
         run.guard.enter()
         try:
             if not run.ctx.cancelled:
+                call = run.invoker or invoke
                 outcome = (
-                    tracing.traced_run(run, handler, invoke)
+                    tracing.traced_run(run, handler, call)
                     if tracing.enabled
-                    else invoke(run, handler)
+                    else call(run, handler)
                 )
         except JobInterrupted:
             outcome = None

@@ -18,16 +18,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import registry, tracing
+from . import chaos
 from .audit import Event
 from .backends import get_backend
-from .checkpoints import CheckpointSlot
-from .context import JobContext, _current
 from .core.states import ACTIVE, State
 from .exceptions import ErrorCode, QueueError
 from .outbox import Relay
-from .records import Ack, Claimed, JobInfo
-from .runner import Run, invoke, transition_for
+from .records import Claimed, JobInfo
 from .signals import audit_event
 
 if TYPE_CHECKING:
@@ -115,6 +112,9 @@ class Attempt:
     state: str  # after the ack: done, pending (a retry), failed (the DLQ), cancelled, ...
     error: str | None = None
     backoff: float | None = None  # seconds until the retry (not slept: the clock was moved)
+    #: The fault this run carried (``run_jobs(chaos=...)``): "duplicate", "takeover",
+    #: "crash_before_ack"; None for a clean run.
+    chaos: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -170,7 +170,8 @@ class CapturedJobs:
         self.since = self.backend.now()
         # Only this backend's database: a test may be allowed to touch no other.
         self._relay = Relay(databases=[str(getattr(self.backend, "db", "default"))])
-        self._offset = timedelta(0)
+        self._clock = chaos.Clock(self.backend)
+        self._chaosed: set[str] = set()
 
     def _rows(self) -> Any:
         return self.backend.jobs().filter(created_at__gte=self.since)  # type: ignore[attr-defined]
@@ -193,7 +194,7 @@ class CapturedJobs:
 
     def now(self) -> datetime:
         """The clock ``run_jobs`` runs at: the engine's, plus the backoff it skipped."""
-        return self.backend.now() + self._offset
+        return self._clock.now()
 
     def run_jobs(
         self,
@@ -202,6 +203,7 @@ class CapturedJobs:
         handler: Handler | None = None,
         until: datetime | timedelta | None = None,
         max_runs: int = 1000,
+        chaos: str | None = None,
     ) -> RunReport:
         """Run captured jobs in this thread until nothing is left to run; answer what happened.
 
@@ -211,7 +213,13 @@ class CapturedJobs:
         of sleeping, and the attempt records it; a job out of attempts lands in the DLQ.
         Delayed jobs stay pending unless ``until`` (a time, or a span from now) reaches them.
         Timeouts are not enforced: the handler runs to its end in the test's thread.
+
+        ``chaos`` plays one delivery fault on each job's first run: ``"duplicate"`` (delivered
+        twice, the second ack refused), ``"takeover"`` (the lease expires mid-run and a new
+        run takes the job over) or ``"crash_before_ack"`` (the ack is lost; the job runs
+        again). A handler whose effects land twice is not idempotent (docs/testing.md).
         """
+        mode = chaos_mode(chaos)
         report = RunReport()
         horizon = until if not isinstance(until, timedelta) else self.now() + until
         runs = 0
@@ -222,14 +230,14 @@ class CapturedJobs:
                 runs += 1
                 if runs > max_runs:
                     raise JobsDidNotSettle(f"run_jobs stopped after {max_runs} runs")
-                report.attempts.append(self._run(claimed[0], handler))
+                report.attempts += self._attempts(claimed[0], handler, mode)
                 continue
             if self._relay.run_once().moved:  # flow reports and settles, cross-backend jobs
                 continue
             step = self._next_wait(queues, horizon)
             if step is None:
                 return report
-            self._offset += step
+            self._clock.advance(step.total_seconds())
             report.clock_advanced += step.total_seconds()
 
     def _queues(self) -> list[str]:
@@ -253,53 +261,26 @@ class CapturedJobs:
         wait: timedelta = soonest.available_at - now
         return wait + timedelta(microseconds=1)
 
-    def _run(self, c: Claimed, handler: Handler | None) -> Attempt:
+    def _attempts(self, c: Claimed, handler: Handler | None, mode: str | None) -> list[Attempt]:
+        """The runs of one claimed job: one, or those a chaos ``mode`` plays (once per job)."""
+        if mode is None or c.job_id in self._chaosed:
+            return [self._attempt(c, chaos.run_claimed(self.backend, c, handler, self.now()))]
+        self._chaosed.add(c.job_id)
+        played = chaos.play(mode, self.backend, c, handler, self._clock)
+        return [self._attempt(c, ran, fault) for ran, fault in played]
 
-        definition = registry.get(c.name)
-        ctx = JobContext(
-            job_id=c.job_id,
-            queue=c.queue,
-            name=c.name,
-            attempt=c.attempt,
-            max_attempts=c.max_attempts,
-            trace_id=c.trace_id,
-            backend=self.backend,
-            token=c.token,
-            progress_throttle=0.0,
-            previous_checkpoint=c.checkpoint,
-        )
-        slot = ctx.checkpoints = CheckpointSlot(writer=ctx._store_checkpoint)
-        run = Run(
-            claimed=c,
-            ctx=ctx,
-            started=time.monotonic(),
-            deadline=None,
-            renew_at=0.0,
-            lease_until=0.0,
-            definition=definition,
-        )
-        token = _current.set(ctx)
-        try:
-            outcome = (
-                tracing.traced_run(run, handler, invoke)
-                if tracing.enabled
-                else invoke(run, handler)
-            )
-        finally:
-            _current.reset(token)
-        transition = transition_for(c, definition, outcome)
-        last = slot.take(close=True)  # what an async handler left: stored before the ack
-        if last is not None:
-            self.backend.save_checkpoints([(c.job_id, c.token, last[0])], self.now())
-        [ack] = self.backend.apply_many(
-            [Ack(job_id=c.job_id, token=c.token, transition=transition)], self.now()
-        )
-        if c.parent_id and ack.ok:
+    def _attempt(self, c: Claimed, ran: chaos.Ran, fault: str | None = None) -> Attempt:
+        transition, ack = ran.transition, ran.ack
+        if c.parent_id and ack is not None and ack.ok:
             # A worker's commit queues the parent's settle for its relay thread; inside the
             # test's transaction nothing commits (and another thread could not see it), so
             # settle here, on this connection. A parent elsewhere is not found: a no-op.
             self.backend.settle_reported([c.parent_id])
-        state = ack.state.value if ack.state is not None else "lock_lost"
+        if ran.crashed:
+            state = "crashed"
+        else:
+            assert ack is not None
+            state = ack.state.value if ack.state is not None else "lock_lost"
         retry = state == "pending" and not transition.give_back_attempt
         return Attempt(
             job_id=c.job_id,
@@ -309,7 +290,12 @@ class CapturedJobs:
             state=state,
             error=transition.error,
             backoff=transition.delay if retry else None,
+            chaos=fault,
         )
+
+
+chaos_mode = chaos.check_mode
+CHAOS_MODES = chaos.MODES
 
 
 @contextmanager

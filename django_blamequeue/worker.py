@@ -16,20 +16,28 @@ from dataclasses import dataclass
 
 from django.db import connections
 
-from . import metrics, registry, wakeup
+from . import effects, metrics, wakeup
+from .acking import PendingAcks, account
 from .aio import EventLoop
 from .backends.base import Backend
 from .checkpointer import Checkpointer
 from .conf import get_settings
-from .context import JobContext
 from .core import lifecycle
-from .core.states import State
 from .counters import Counters, StartWindow
 from .exceptions import ErrorCode, QueueError, WorkerShutdown
 from .heartbeat import Heartbeat
 from .outbox import RelayReport, settle_pending
-from .records import Ack, AckResult, Claimed, Transition
-from .runner import Handler, Run, SlotPool, is_async, transition_for
+from .probation import Probation
+from .records import AckResult, Backlog, Claimed
+from .runner import (
+    Handler,
+    Run,
+    SlotPool,
+    is_async,
+    new_run,
+    read_flow_states,
+    transition_for,
+)
 
 logger = logging.getLogger("django_blamequeue.worker")
 
@@ -42,7 +50,8 @@ class WorkerOptions:
     poll_interval: float = 1.0
     fast_poll: float = 0.05
     rate_limit: tuple[int, float] | None = None
-    burst: bool = False
+    burst: bool = False  # exit when nothing is due (delayed jobs are left to come due)
+    wait_delayed: bool = False  # burst: wait for delayed jobs too
 
 
 class Consumer:
@@ -57,8 +66,12 @@ class Consumer:
         self._wake = threading.Event()
         self._finished: deque[Run] = deque()
         self._running: dict[str, Run] = {}
-        self._acks: list[Ack] = []
-        self._ack_runs: dict[str, tuple[Run, Transition]] = {}
+        self._acks = PendingAcks()
+        self._probation = Probation(self._settings.max_stalled_count)
+        #: Burst mode: what was left when the worker last looked (delayed jobs it leaves).
+        self.left: Backlog | None = None
+        #: The exception that ended the main loop, if one did (runworker exits non-zero).
+        self.failure: BaseException | None = None
         self._starts = StartWindow(options.rate_limit)
         self._stopping = False
         self._grace_until: float | None = None
@@ -99,12 +112,20 @@ class Consumer:
 
     # -- main loop -------------------------------------------------------------------------
     def _main(self) -> None:
-        listener = self.backend.listener(self.options.queues)
-        if listener is not None:
-            listener.start(self._wake)
-        wakeup.register(self.options.queues, self._wake)
+        listener = None
         try:
+            try:
+                listener = self.backend.listener(self.options.queues)
+                if listener is not None:
+                    listener.start(self._wake)
+            except Exception:  # wake-ups only hasten claims: poll without them
+                logger.exception("starting the wake-up listener failed; polling instead")
+                listener = None
+            wakeup.register(self.options.queues, self._wake)
             self._loop(listener)
+        except BaseException as exc:  # only what escaped every round's guard: die loudly
+            self.failure = exc
+            logger.critical("the worker's main loop died", exc_info=True)
         finally:
             wakeup.unregister(self.options.queues, self._wake)
             if listener is not None:
@@ -125,31 +146,43 @@ class Consumer:
             logger.warning("settling queued flow parents at exit failed", exc_info=True)
 
     def _loop(self, listener: object) -> None:
+        """Rounds until stopped. A round that raises is logged and backed off, never the
+        end: unsent acks stay to be sent again (fenced, so safe)."""
         while True:
-            self._wake.clear()
-            self.listening = bool(getattr(listener, "listening", False))
-            self._reap()
-            self._check_deadlines()
-            if self._stopping and self._shutdown_step():
-                return
-            self._heartbeat()
-            claimed_full = False
-            free = 0 if self._stopping else self._free_slots()
-            if free > 0:
-                if self.backend.supports_apply_and_claim:
-                    got = self._flush_and_claim(free)
-                else:
-                    self._flush()
-                    got = self._claim(free)
-                claimed_full = got == free and got > 0
-                if self.options.burst and got == 0 and self._drained():
-                    self._flush()
+            try:
+                if self._round(listener):
                     return
+            except Exception as exc:
+                self._failed("a worker round", exc)
+                self._wake.wait(self._error_delay)
+
+    def _round(self, listener: object) -> bool:
+        """One round; True when the worker is done (stopped, or a burst found nothing due)."""
+        self._wake.clear()
+        self.listening = bool(getattr(listener, "listening", False))
+        self._reap()
+        self._check_deadlines()
+        if self._stopping and self._shutdown_step():
+            return True
+        self._heartbeat()
+        self._start_alone()
+        claimed_full = False
+        free = 0 if self._stopping or self._probation.busy(self._running) else self._free_slots()
+        if free > 0:
+            if self.backend.supports_apply_and_claim and not self._acks.isolating:
+                got = self._flush_and_claim(free)
             else:
                 self._flush()
-            if claimed_full or self._finished:
-                continue
+                got = self._claim(free)
+            claimed_full = got == free and got > 0
+            if self.options.burst and got == 0 and self._drained():
+                self._flush()
+                return True
+        else:
+            self._flush()
+        if not (claimed_full or self._finished):
             self._wake.wait(self._wait_time())
+        return False
 
     def _free_slots(self) -> int:
         free = self.options.concurrency - len(self._running)
@@ -179,12 +212,8 @@ class Consumer:
             claimed = self.backend.resilience.call(
                 lambda: self.backend.claim(self.options.queues, limit, self.options.lease)
             )
-        except QueueError as exc:
-            self._backoff(exc)
-            return 0
         except Exception as exc:  # never let one bad round kill the worker
-            logger.exception("claim failed")
-            self._backoff(exc)
+            self._failed("claim", exc)
             return 0
         self._error_delay = 0.0
         return self._dispatch_all(claimed)
@@ -194,22 +223,18 @@ class Consumer:
         assert self.backend.resilience is not None
         if self._acks and not self._store_checkpoints():
             return 0
-        acks = self._acks
+        acks = self._acks.batch()
         try:
             results, claimed = self.backend.resilience.call(
                 lambda: self.backend.apply_and_claim(
                     acks, self.options.queues, limit, self.options.lease
                 )
             )
-        except QueueError as exc:
-            self._backoff(exc)  # keep the acks; a re-sent ack is fenced, so retrying is safe
+        except Exception as exc:  # keep the acks; a re-sent ack is fenced, so retrying is safe
+            self._failed("ack and claim", exc)
+            if not _unavailable(exc):
+                self._flush()  # the acks alone: tells a refused ack from a failing claim
             return 0
-        except Exception as exc:  # never let one bad round kill the worker
-            logger.exception("ack and claim failed")
-            self._flush()  # the acks alone, so a failing claim cannot hold them back
-            self._backoff(exc)
-            return 0
-        self._acks = []
         self._error_delay = 0.0
         self._settle(results)
         return self._dispatch_all(claimed)
@@ -217,60 +242,22 @@ class Consumer:
     def _dispatch_all(self, claimed: list[Claimed]) -> int:
         now = time.monotonic()
         runs = [self._dispatch(c, now) for c in claimed]
-        self._read_flow_states(runs)
-        threaded: list[Run] = []
-        awaited: list[Run] = []
-        for run in runs:
-            (awaited if is_async(run, self.handler) else threaded).append(run)
-        self.pool.submit_many(threaded)
-        self.loop.submit_many(awaited)
+        read_flow_states(self.backend, runs)
+        self._start(self._probation.admit(runs))
         self.counters.claimed += len(claimed)
         return len(claimed)
 
-    def _read_flow_states(self, runs: list[Run]) -> None:
-        """The children's state of each parent leased for ``collect``, in one read on this
-        thread's connection. If it fails, each run reads its own in its slot."""
-        collects = [r for r in runs if r.claimed.flow_phase == "collect"]
-        if not collects:
-            return
-        try:
-            states = self.backend.flow_states([r.claimed.job_id for r in collects])
-        except Exception:
-            logger.debug("reading flow states with the claim failed", exc_info=True)
-            return
-        for r in collects:
-            r.flow_state = states.get(r.claimed.job_id)
-
     def _dispatch(self, c: Claimed, now: float) -> Run:
         """Track a claimed job as running; the caller hands the run to the pool."""
-        definition = registry.get(c.name)
-        timeout = c.timeout or (definition.timeout if definition else None)
-        lease = self.options.lease
-        run = Run(
-            claimed=c,
-            ctx=JobContext(
-                job_id=c.job_id,
-                queue=c.queue,
-                name=c.name,
-                attempt=c.attempt,
-                max_attempts=c.max_attempts,
-                trace_id=c.trace_id,
-                backend=self.backend,
-                token=c.token,
-                progress_throttle=self._settings.progress_throttle,
-                previous_checkpoint=c.checkpoint,
-            ),
-            started=now,
-            deadline=now + timeout if timeout else None,
-            renew_at=now + lease / 2,
-            lease_until=now + lease,
-            definition=definition,
-        )
+        run = new_run(c, self.backend, now, self.options.lease, self._settings.progress_throttle)
         run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)
+        if run.definition is not None and run.definition.atomic and self.handler is None:
+            effects.prepare(run)
+            run.ctx.atomic = True  # no checkpoints: its writes roll back with a failure
         self.checkpointer.attach(run)
         self._running[c.job_id] = run
         if metrics.enabled:
-            metrics.run_started(self.backend.alias, c, lease)
+            metrics.run_started(self.backend.alias, c, self.options.lease)
         self._starts.started(now)
         return run
 
@@ -279,19 +266,47 @@ class Consumer:
         run.lease_until = max(run.lease_until, now + seconds)
         run.renew_at = max(run.renew_at, run.lease_until - self.options.lease / 2)
 
+    def _start_alone(self) -> None:
+        """A held probation run starts once it is alone here, its lease marked so."""
+        try:
+            started = self._probation.start_next(self.backend, self._running)
+        except Exception as exc:  # held still: the next round tries again
+            self._failed("marking a lease to run alone", exc)
+            return
+        if started is None:
+            return
+        run, marked = started
+        if not marked:  # the lease is gone: someone else owns the job
+            self._running.pop(run.claimed.job_id, None)
+            self.counters.lock_lost += 1
+            return
+        self._start([run])
+
+    def _start(self, runs: list[Run]) -> None:
+        """Hand runs to their runner: a slot thread, or the event loop for async ones."""
+        threaded: list[Run] = []
+        awaited: list[Run] = []
+        for run in runs:
+            (awaited if is_async(run, self.handler) else threaded).append(run)
+        self.pool.submit_many(threaded)
+        self.loop.submit_many(awaited)
+
     def _drained(self) -> bool:
-        """Burst mode: nothing running here, nothing to ack, nothing pending or in flight."""
+        """Burst mode: nothing running here, nothing to ack, nothing due anywhere (and,
+        with ``wait_delayed``, nothing delayed)."""
         if self._running or self._acks or self._finished:
             return False
         assert self.backend.resilience is not None
         try:
             queues = self.options.queues
             left = self.backend.resilience.call(
-                lambda: self.backend.outstanding(queues), idempotent=True
+                lambda: self.backend.backlog(queues), idempotent=True
             )
-            return left == 0
-        except QueueError:
+        except Exception as exc:
+            self._failed("reading the backlog", exc)
             return False
+        self.left = left
+        return left.due == 0 and not (self.options.wait_delayed and left.delayed)
 
     # -- outcomes --------------------------------------------------------------------------
     def _report(self, run: Run) -> None:
@@ -304,15 +319,18 @@ class Consumer:
         while self._finished:
             run = self._finished.popleft()
             assert run.outcome is not None
+            if run.settled is not None:  # an atomic run acked (or lost) in its own transaction
+                self._running.pop(run.claimed.job_id, None)
+                self.checkpointer.end(run, keep=False)  # acked already: nothing to resume
+                account(self.counters, self.backend.alias, run, effects.SETTLED, run.settled)
+                continue
             self._decide(run, run.outcome)
 
     def _decide(self, run: Run, outcome: lifecycle.Outcome) -> None:
-        c = run.claimed
-        transition = transition_for(c, run.definition, outcome)
-        self._running.pop(c.job_id, None)
+        transition = transition_for(run.claimed, run.definition, outcome)
+        self._running.pop(run.claimed.job_id, None)
         self.checkpointer.end(run, keep=True)  # stored before the ack (``_flush``)
-        self._acks.append(Ack(job_id=c.job_id, token=c.token, transition=transition))
-        self._ack_runs[c.job_id] = (run, transition)
+        self._acks.add(run, transition)
 
     def _interrupt(
         self,
@@ -321,14 +339,18 @@ class Consumer:
         outcome: lifecycle.Outcome | None,
     ) -> None:
         """Take the decision away from the handler thread, free the slot, ack ``outcome``."""
-        if not run.abandon(exc_type):  # type: ignore[arg-type]
+        if self._probation.discard(run):
+            pass  # held to run alone: it never started, no thread to interrupt
+        elif not run.abandon(exc_type):  # type: ignore[arg-type]
             return  # it finished first; its outcome is already queued
-        if not is_async(run, self.handler):  # an async run's task was cancelled instead
+        elif not is_async(run, self.handler):  # an async run's task was cancelled instead
             self.pool.replace_one()
         if outcome is None:  # lease lost: someone else owns the job; nothing to ack
             self._running.pop(run.claimed.job_id, None)
             self.checkpointer.end(run, keep=False)
             self.counters.lock_lost += 1
+            if run.invoker is not None:
+                effects.abandoned(run)  # its transaction rolls back: audit its LOCK_LOST
             if metrics.enabled:
                 metrics.lease_lost(self.backend.alias, run.claimed.queue)
             logger.warning(
@@ -360,15 +382,15 @@ class Consumer:
                 for stop in step(self._running, now):
                     if stop.run.claimed.job_id in self._running:
                         self._interrupt(stop.run, stop.exc_type, stop.outcome)
-        except QueueError as exc:
-            self._backoff(exc)
+        except Exception as exc:
+            self._failed("heartbeat", exc)
 
     def _store_checkpoints(self) -> bool:
         """The last checkpoints of ended attempts, stored before their acks may go."""
         try:
             self.checkpointer.flush_final()
-        except QueueError as exc:
-            self._backoff(exc)  # keep the acks too: acked first, a value would be lost
+        except Exception as exc:  # keep the acks too: acked first, a value would be lost
+            self._failed("storing checkpoints", exc)
             return False
         return True
 
@@ -376,43 +398,47 @@ class Consumer:
         if not self._acks or not self._store_checkpoints():
             return
         assert self.backend.resilience is not None
-        acks = self._acks
+        acks = self._acks.batch()
         try:
             results = self.backend.resilience.call(lambda: self.backend.apply_many(acks))
-        except QueueError as exc:
-            self._backoff(exc)  # keep the acks; a re-sent ack is fenced, so retrying is safe
+        except Exception as exc:  # keep the acks; a re-sent ack is fenced, so retrying is safe
+            self._failed("ack", exc)
+            if not _unavailable(exc):
+                for run, _ in self._acks.refused(acks, exc):
+                    logger.error(
+                        "gave up the ack of job %s after refusals; its lease will expire and "
+                        "the rescuer re-pend it",
+                        *(run.claimed.job_id,),
+                        extra=_extra(run),
+                    )
             return
-        self._acks = []
         self._error_delay = 0.0
         self._settle(results)
 
     def _settle(self, results: list[AckResult]) -> None:
-        for res in results:
-            run, transition = self._ack_runs.pop(res.job_id)
-            self._count(res.ok, res.state, run, transition)
+        for run, transition, res in self._acks.applied(results):
+            account(self.counters, self.backend.alias, run, transition, res)
 
-    def _count(self, ok: bool, state: State | None, run: Run, transition: Transition) -> None:
-        if ok and metrics.enabled:
-            took = time.monotonic() - run.started
-            metrics.run_finished(self.backend.alias, run.claimed.queue, took)
-        if not ok:
-            logger.warning(
-                "ack refused for job %s: %s (another worker took it over)",
-                run.claimed.job_id,
-                ErrorCode.LOCK_LOST,
-                extra=_extra(run),
-            )
-        self.counters.count(ok, state, released=transition.give_back_attempt)
-
-    def _backoff(self, exc: Exception) -> None:
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """A backend call (or a whole round) failed: log it and back off (0.1 s doubling
+        to 5 s); the caller keeps what it must send again."""
         self._error_delay = min(max(self._error_delay * 2, 0.1), 5.0)
-        logger.warning(
-            "backend %r: %s; retrying in %.1f s", self.backend.alias, exc, self._error_delay
-        )
+        if _unavailable(exc):
+            logger.warning(
+                "backend %r: %s; retrying in %.1f s", self.backend.alias, exc, self._error_delay
+            )
+        else:
+            logger.error(
+                "%s failed on backend %r; retrying in %.1f s",
+                *(what, self.backend.alias, self._error_delay),
+                exc_info=exc,
+            )
 
     # -- shutdown --------------------------------------------------------------------------
     def _shutdown_step(self) -> bool:
         """While stopping: wait for handlers until the grace ends, then release the rest."""
+        for held in self._probation.release_all():  # never started: give them back now
+            self._decide(held, lifecycle.Released())
         now = time.monotonic()
         if self._running and self._grace_until is not None and now >= self._grace_until:
             for run in list(self._running.values()):
@@ -428,6 +454,11 @@ class Consumer:
                 break
             time.sleep(self._error_delay or 0.1)
         return True
+
+
+def _unavailable(exc: BaseException) -> bool:
+    """The engine could not be reached (send again later), as opposed to a refusal."""
+    return isinstance(exc, QueueError) and exc.code == ErrorCode.BACKEND_UNAVAILABLE
 
 
 def _extra(run: Run) -> dict[str, object]:

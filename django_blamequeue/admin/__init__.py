@@ -3,6 +3,7 @@
 ``jobs``: the job list and job page · ``console``: queue overview, DLQ, retry all, purge ·
 ``flows`` / ``graph``: flow graphs as server-rendered SVG · ``audit_log``: the audit log ·
 ``schedules``: recurring jobs · ``operations``: the audited actions ·
+``provenance``: the blame trail, jobs about objects, ``JobTimelineMixin`` for your own admins ·
 ``filters`` / ``base`` / ``display``: shared parts.
 
 Importing this package (Django's admin autodiscovery does) registers the model admins.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from .audit_log import AuditEventAdmin
 from .jobs import JobAdmin
+from .provenance import JobTimelineMixin
 from .schedules import ScheduleAdmin
 from .tables import FlowDependencyAdmin, OutboxEntryAdmin
 
@@ -19,6 +21,7 @@ __all__ = [
     "AuditEventAdmin",
     "FlowDependencyAdmin",
     "JobAdmin",
+    "JobTimelineMixin",
     "OutboxEntryAdmin",
     "ScheduleAdmin",
 ]

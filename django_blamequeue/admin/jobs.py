@@ -25,7 +25,7 @@ from ..core.states import TERMINAL
 from ..exceptions import ErrorCode, QueueError
 from ..models import AuditEvent, Job
 from ..records import JobInfo
-from . import display, operations
+from . import display, operations, provenance
 from .base import (
     CANCEL,
     RETRY,
@@ -41,6 +41,7 @@ from .base import (
 )
 from .console import Console
 from .filters import BackendFilter, ClassificationFilter, NameFilter, QueueFilter
+from .provenance import AboutFilter, OriginFilter
 
 #: Columns never loaded for a list page (payloads may be up to 1 MiB each).
 HEAVY_FIELDS = ("payload", "result", "traceback", "lease_token", "checkpoint")
@@ -67,9 +68,20 @@ class JobAdmin(ReadOnlyAdmin):
         "when",
         "flow_link",
     )
-    list_filter = (BackendFilter, "state", QueueFilter, NameFilter, ClassificationFilter)
+    list_filter = (
+        BackendFilter,
+        "state",
+        QueueFilter,
+        NameFilter,
+        ClassificationFilter,
+        AboutFilter,
+        OriginFilter,
+    )
     search_fields = ("id", "dedupe_key", "trace_id")
-    search_help_text = "Exact job id, dedupe key or trace id."
+    search_help_text = (
+        "Exact job id, trace id, about key (app.model:pk) or dedupe key; or part of the "
+        "call site that enqueued it (views.py:88)."
+    )
     ordering = ("-id",)
     sortable_by = ("id",)
     actions = ("retry_selected", "cancel_selected")
@@ -99,6 +111,9 @@ class JobAdmin(ReadOnlyAdmin):
             found = queryset.filter(**{field: term})
             if found.exists():
                 return found, False
+        about = provenance.about_search(queryset, term)
+        if about is not None:
+            return about, False
         return matching(queryset, dedupe_key=term), False
 
     def changelist_view(
@@ -261,6 +276,8 @@ class JobAdmin(ReadOnlyAdmin):
             if info.parent_id
             else None,
             "depends": [(d, url("change", d, backend=info.backend)) for d in info.depends_on],
+            "about_url": provenance.object_url(info.about),
+            "chain": provenance.chain(info),
             "can_cancel": info.state not in TERMINAL and allowed(request, CANCEL),
             "can_retry": info.state == "failed" and allowed(request, RETRY),
             "cancel_url": url("cancel", info.job_id),

@@ -17,8 +17,10 @@ from ..conf import BackendConfig
 from ..records import (
     Ack,
     AckResult,
+    Backlog,
     CancelResult,
     Claimed,
+    EffectsFence,
     EnqueuedJob,
     FlowState,
     JobInfo,
@@ -30,6 +32,7 @@ from ..records import (
     Report,
     RescueReport,
 )
+from . import marks
 from .resilience import Resilience
 
 if TYPE_CHECKING:
@@ -114,6 +117,10 @@ class Backend(metaclass=ABCMeta):
     #: Some jobs' messages are sent after their state commits (SQS): the relay's passes call
     #: ``send_unsent`` for what a crash left unsent.
     sends_later = False
+    #: ``fence_effects`` applies the job's fenced ack inside the handler's transaction (its
+    #: job rows live in that database: the local backend, the SQS ledger); False: it writes
+    #: a completion mark there and the ack follows the commit (redis). docs/effects.md.
+    effects_with_ack = False
     #: Engine errors that mean "unavailable" (mapped to ``BACKEND_UNAVAILABLE``).
     unavailable_errors: tuple[type[BaseException], ...] = ()
     #: The Django database alias that holds this backend's jobs and audit rows (the local
@@ -126,6 +133,12 @@ class Backend(metaclass=ABCMeta):
         self.config = config
         #: The breaker and retry wrapper every call from above goes through (SPEC §3).
         self.resilience = Resilience(self)
+
+    @property
+    def effects_database(self) -> str:
+        """The Django database an ``@job(atomic=True)`` handler's transaction runs on: the
+        one holding the job rows (local, the SQS ledger), else the ``DATABASE`` option."""
+        return str(self.config.options.get("DATABASE") or "default")
 
     @property
     def hooks(self) -> Hooks:
@@ -173,6 +186,14 @@ class Backend(metaclass=ABCMeta):
         atomically (both or neither), so an error leaves the acks to be re-sent."""
         raise NotImplementedError
 
+    def fence_effects(self, ack: Ack, *, attempt: int, now: datetime | None = None) -> EffectsFence:
+        """Inside an atomic run's open transaction on ``effects_database``: fence its done
+        ``ack`` so that the transaction's writes commit only with the job's completion
+        (rule: effects-once). This default writes the job's completion mark (``marks.py``):
+        "marked" (commit, then ack as usual) or "already" (roll back). Engines whose ack can
+        join the transaction (``effects_with_ack``) answer "applied" or "stale" instead."""
+        return marks.mark(self.effects_database, self.alias, ack, attempt, now)
+
     @abstractmethod
     def extend_lease(
         self, job_id: str, token: str, seconds: float, now: datetime | None = None
@@ -192,6 +213,12 @@ class Backend(metaclass=ABCMeta):
     @abstractmethod
     def set_progress(self, job_id: str, token: str, progress: int) -> bool:
         """Record progress 0–100 for a held lease; False if the token is stale."""
+
+    def run_alone(self, job_id: str, token: str) -> bool:
+        """Mark the held lease as running alone in its worker (a job on probation,
+        ``core.lifecycle.on_probation``): a stall of that lease counts against the job past
+        ``max_stalled``. Fenced by the token; False if it is stale."""
+        raise NotImplementedError
 
     @abstractmethod
     def save_checkpoints(
@@ -243,6 +270,11 @@ class Backend(metaclass=ABCMeta):
 
     @abstractmethod
     def dlq_retry_all(self, queue: str, now: datetime | None = None) -> int: ...
+
+    def jobs_about(self, about: str, limit: int) -> list[JobInfo]:
+        """The jobs about ``about`` (``"app_label.model_name:pk"``), newest first, at most
+        ``limit``, from an index (``queue.jobs_about``)."""
+        raise NotImplementedError
 
     @abstractmethod
     def flow_jobs(self, flow_id: str) -> list[JobInfo]:
@@ -339,9 +371,18 @@ class Backend(metaclass=ABCMeta):
         """With ``sends_later``: send jobs whose message a crash left unsent."""
         raise NotImplementedError
 
+    def backlog(self, queues: Sequence[str]) -> Backlog:
+        """What a burst worker still waits for (``due``: pending and due, in flight, parents
+        waiting for their children, outbox entries on their way here) and what it leaves
+        (``delayed``: pending, not due yet; the first due at ``next_due_at``), by the
+        engine's clock."""
+        raise NotImplementedError
+
     def outstanding(self, queues: Sequence[str]) -> int:
-        """What a burst worker still waits for; by default pending + inflight."""
-        return sum(self.size(q) for q in queues)
+        """Everything a burst worker with ``--wait-delayed`` waits for: ``backlog``'s due
+        and delayed jobs."""
+        left = self.backlog(queues)
+        return left.due + left.delayed
 
     def now(self) -> datetime:
         """The engine's clock (for display and for computing retention cut-offs)."""

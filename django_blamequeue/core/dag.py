@@ -20,6 +20,7 @@ CHILD_KEYS = frozenset(
         "max_attempts",
         "dedupe_key",
         "delay",
+        "about",
     }
 )
 #: A cycle's message spells at most this many names: the first ones, "…", the last ones.

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import traceback as tb
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..exceptions import Unrecoverable
+from ..exceptions import Retry, Unrecoverable
 from ..records import ChildSpec, Transition
 from ..serializers import Encoded
 from .backoff import backoff_seconds
@@ -112,7 +112,30 @@ def _type_name(exc: BaseException) -> str:
 
 
 def format_traceback(exc: BaseException) -> str:
-    return "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+    """The traceback as text; never raises (a handler's exception may break any formatting:
+    its ``__notes__``, its chain, its ``__str__``). The stored text is bounded later
+    (``texts.MAX_TRACEBACK``)."""
+    try:
+        return "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+    except BaseException:  # any failure of the handler's own objects
+        try:
+            frames = "".join(tb.format_tb(exc.__traceback__))
+        except BaseException:
+            frames = ""
+        return f"Traceback (most recent call last):\n{frames}{describe(exc)}\n"
+
+
+def unstorable(transition: Transition, exc: BaseException) -> Transition:
+    """What to ack instead of ``transition`` when the engine refused to store it (not for
+    want of a connection: the ack itself was refused, again and again). The same decision
+    with a plain ASCII note for its error and no traceback; a success or a fan-out whose
+    result or manifest could not be stored fails instead: the job ran, but its answer is lost,
+    and an operator decides (``dlq_retry``)."""
+    note = f"the backend refused to store this attempt's outcome ({describe(exc)})"
+    note = note.encode("ascii", "backslashreplace").decode("ascii")
+    if transition.state in (State.DONE, State.WAITING_CHILDREN):
+        return Transition(state=State.FAILED, error=note, reason=Reason.ERROR)
+    return replace(transition, error=note, traceback=None, result=None, children=())
 
 
 def is_retryable(exc: BaseException, predicate: RetryPredicate | None) -> bool:
@@ -129,15 +152,23 @@ def is_retryable(exc: BaseException, predicate: RetryPredicate | None) -> bool:
 
 
 def _retry_or_fail(
-    attempt: int, max_attempts: int, policy: Policy, error: str, trace: str, reason: Reason
+    attempt: int,
+    max_attempts: int,
+    policy: Policy,
+    error: str,
+    trace: str,
+    reason: Reason,
+    delay: float | None = None,
 ) -> Transition:
+    """Back to pending after ``delay`` (None: the policy's backoff) while attempts are left."""
     if attempt < max_attempts:
-        delay = backoff_seconds(
-            attempt,
-            base=policy.backoff_base,
-            maximum=policy.backoff_max,
-            jitter=policy.backoff_jitter,
-        )
+        if delay is None:
+            delay = backoff_seconds(
+                attempt,
+                base=policy.backoff_base,
+                maximum=policy.backoff_max,
+                jitter=policy.backoff_jitter,
+            )
         return Transition(
             state=State.PENDING, delay=delay, error=error, traceback=trace, reason=reason
         )
@@ -159,6 +190,10 @@ def _decide(outcome: Outcome, *, attempt: int, max_attempts: int, policy: Policy
             return Transition(state=State.DONE, result=result, yields_to_cancel=False)
         case Raised(exc, trace):
             error = describe(exc)
+            if isinstance(exc, Retry):  # asked for by the handler: spends the attempt
+                return _retry_or_fail(
+                    attempt, max_attempts, policy, error, trace, Reason.ERROR, exc.delay
+                )
             if isinstance(exc, Unrecoverable):
                 return Transition(
                     state=State.FAILED, error=error, traceback=trace, reason=Reason.UNRECOVERABLE
@@ -184,6 +219,16 @@ def _decide(outcome: Outcome, *, attempt: int, max_attempts: int, policy: Policy
     raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
 
 
+def on_probation(*, stalls: int, max_stalled: int) -> bool:
+    """A job whose next stall may dead-letter it runs alone in its worker (rule: rescue).
+
+    After a crash nobody can tell which of the worker's jobs killed it. So a stall in company
+    is never the last straw: a job that reached ``max_stalled`` runs alone, and only a stall
+    of such a run counts against it. ``max_stalled`` 0 keeps no probation (any stall fails).
+    """
+    return max_stalled > 0 and stalls >= max_stalled
+
+
 def rescue(
     *,
     attempts: int,
@@ -191,15 +236,21 @@ def rescue(
     stalls: int,
     max_stalled: int,
     cancel_requested: bool = False,
+    alone: bool = False,
 ) -> State:
     """rule: rescue — where an expired lease goes: back to pending, or the DLQ once it
     stalled too often; cancelled if a cancel was requested meanwhile.
 
     ``stalls`` is the count *including* this expiry. A crash does not give the attempt back,
-    so a job whose last attempt stalled has no attempt left and fails too.
+    so a job whose last attempt stalled has no attempt left and fails too. Past
+    ``max_stalled`` a job fails only if it ran ``alone`` when its lease expired (its worker
+    had marked the lease, ``on_probation``): a crash of a worker running several jobs
+    convicts none of them, it puts them all on probation.
     """
     if cancel_requested:
         return State.CANCELLED
-    if stalls > max_stalled or attempts >= max_attempts:
+    if attempts >= max_attempts:
+        return State.FAILED
+    if stalls > max_stalled and (alone or max_stalled == 0):
         return State.FAILED
     return State.PENDING

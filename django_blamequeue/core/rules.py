@@ -44,8 +44,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "rescue",
-        "An expired lease goes back to pending with one more stall; past MAX_STALLED_COUNT, or "
-        "on its last attempt, it fails as stalled; asked to cancel, it is cancelled.",
+        "An expired lease goes back to pending with one more stall; on its last attempt it "
+        "fails as stalled, and past MAX_STALLED_COUNT too if it ran alone in its worker (a job "
+        "that reached the count runs alone: a crash in company convicts nobody); asked to "
+        "cancel, it is cancelled.",
         "core.lifecycle.rescue",
     ),
     Rule(
@@ -72,6 +74,14 @@ RULES: tuple[Rule, ...] = (
         "A waiting parent is due when none of its children is pending, or — unless its "
         "on_child_failure is 'continue' — as soon as one failed.",
         "core.rules.settle_due",
+    ),
+    Rule(
+        "effects-once",
+        "An atomic job's writes commit only together with its completion: in the transaction "
+        "of its fenced done ack, or, where the engine's ack cannot join that transaction, with "
+        "the job's one completion mark; a run that finds its lease stale or the mark taken "
+        "rolls its writes back.",
+        "core.rules.commits_effects",
     ),
     Rule(
         "cascade",
@@ -122,6 +132,15 @@ def fails_fast(mode: str | None) -> bool:
 def settle_due(*, mode: str | None, pending: int, failed: int) -> bool:
     """rule: settle-due — ``mode`` is the parent's ``on_child_failure``."""
     return pending == 0 or (fails_fast(mode) and failed > 0)
+
+
+def commits_effects(*, ack_applied: bool | None, mark_inserted: bool | None) -> bool:
+    """rule: effects-once — may an atomic run's transaction commit? ``ack_applied``: its
+    fenced done ack changed the job in this transaction (None: the engine's ack cannot join
+    it); ``mark_inserted``: its completion mark was new (None: no mark is needed)."""
+    if ack_applied is not None:
+        return ack_applied
+    return bool(mark_inserted)
 
 
 def cascades(*, parent: State, pending_children: int) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..backends import marks
 from ..backends.base import Backend
 from ..conf import Settings
 from ..models import AuditEvent, TaskAttempt
@@ -43,6 +44,12 @@ class Pruner:
             jobs += report.jobs
             if report.jobs < self.batch:
                 break
+        if not self.backend.effects_with_ack and s.retention_done is not None:
+            before = cut(s.retention_done)
+            assert before is not None
+            db = self.backend.effects_database
+            while marks.prune(db, self.backend.alias, before, self.batch) == self.batch:
+                pass
         audit_rows = 0
         # Audit rows live in each backend's database; the first backend (in settings order)
         # of a database prunes them, so backends sharing it don't repeat the work.

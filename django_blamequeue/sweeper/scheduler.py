@@ -99,6 +99,7 @@ class Scheduler:
                 name=s.job,
                 dedupe_key=f"schedule:{s.name}:{due.isoformat()}",
                 backend=s.backend or definition.backend,
+                cause={"schedule": s.name},
             )
             fire = audit.Event(
                 action=FIRE,

@@ -222,6 +222,24 @@ def test_hostile_payloads_and_names_stay_inert(page: Page) -> None:
     assert page.dialogs == []  # type: ignore[attr-defined]
 
 
+def test_follow_a_job_to_the_object_it_is_about_and_back(page: Page) -> None:
+    from tests.procapp.models import Write
+
+    obj = Write.objects.create(job_id="x", attempt=1, token="t")
+    job_id = queue.enqueue("trail", {"n": 1}, about=obj).job_id  # the site the chain names
+    root()
+    login(page, "root", f"/admin/django_blamequeue/job/{job_id}/change/")
+    chain = page.locator("#bq-chain").inner_text()
+    assert "tests/admin/test_browser.py:" in chain and "test_follow_a_job_to_the_object" in chain
+    page.click("#bq-about a")
+    page.wait_for_url(re.compile(rf"/admin/procapp/write/{obj.pk}/change/"))
+    row = page.locator(f'#bq-timeline tr[data-job-id="{job_id}"]')
+    assert row.get_attribute("data-state") == "pending"
+    row.locator("a").click()
+    page.wait_for_url(re.compile(rf"/admin/django_blamequeue/job/{job_id}/change/"))
+    assert page.locator("#content-main").get_attribute("data-job-id") == job_id
+
+
 def test_the_job_page_shows_where_the_next_attempt_resumes(page: Page) -> None:
     from django_blamequeue.backends import get_backend
 

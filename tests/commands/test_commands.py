@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,6 +43,28 @@ def test_runworker_burst_prints_a_banner_and_drains_the_queue(jobs: dict[str, An
     assert "runworker" in out and "queues" in out and "cmd" in out
     assert "burst finished: done 20" in out
     assert all(queue.get_job(i).state == "done" for i in ids)  # type: ignore[union-attr]
+
+
+def test_runworker_burst_exits_when_nothing_is_due_and_says_what_is_delayed(
+    jobs: dict[str, Any],
+) -> None:
+    """Issue 17, item 3: ``--burst`` never waits on the future."""
+    now = jobs["ok"].enqueue({"n": 1}).job_id
+    later = jobs["ok"].enqueue({"n": 2}, delay=600).job_id
+    out = run("runworker", "cmd", "--burst", "--no-sweep")
+    assert "mode            burst (exit when nothing is due)" in out
+    assert "burst finished: done 1" in out
+    assert re.search(r"^1 delayed job\(s\) left; the next is due in 10 min \(", out, re.M), out
+    assert "--wait-delayed waits for them" in out
+    assert queue.get_job(now).state == "done"  # type: ignore[union-attr]
+    assert queue.get_job(later).state == "pending"  # type: ignore[union-attr]
+
+
+def test_runworker_burst_with_wait_delayed_waits_for_delayed_jobs(jobs: dict[str, Any]) -> None:
+    soon = jobs["ok"].enqueue({"n": 1}, delay=0.3).job_id
+    out = run("runworker", "cmd", "--burst", "--wait-delayed", "--no-sweep")
+    assert "burst finished: done 1" in out and "left; the next is due" not in out
+    assert queue.get_job(soon).state == "done"  # type: ignore[union-attr]
 
 
 def test_runworker_says_it_runs_an_event_loop_for_async_jobs(jobs: dict[str, Any]) -> None:

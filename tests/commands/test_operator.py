@@ -61,8 +61,8 @@ def run(*args: str) -> str:
     return out.getvalue()
 
 
-def drain(*queues: str) -> None:
-    run("runworker", *queues, "--burst", "--no-sweep")
+def drain(*args: str) -> None:
+    run("runworker", *args, "--burst", "--no-sweep")
 
 
 # -- enqueue ---------------------------------------------------------------------------------
@@ -82,8 +82,7 @@ def test_show_prints_a_failed_jobs_state_attempts_error_and_traceback(
     jobs: dict[str, Any],
 ) -> None:
     job_id = jobs["boom"].enqueue({"n": 7}).job_id
-    drain("op")
-    drain("op")  # the retry, once its backoff is due: a burst waits for it
+    drain("op", "--wait-delayed")  # and the retry, once its backoff is due
 
     out = run("blamequeue", "show", job_id)
 

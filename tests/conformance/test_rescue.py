@@ -60,14 +60,16 @@ def test_a_crash_on_the_last_attempt_fails_the_job(backend: str, engine: Backend
     assert info is not None and (info.state, info.reason, info.attempts) == ("failed", "stalled", 1)
 
 
-def test_past_max_stalled_count_the_job_fails_with_reason_stalled(
+def test_past_max_stalled_count_a_job_that_stalled_alone_fails_with_reason_stalled(
     backend: str, engine: Backend
 ) -> None:
     job_id = queue.enqueue("crash", {}, max_attempts=5, backend=backend).job_id
     t = later(engine, 0)
     claim_one(engine, "crash", lease=30, now=t)
     assert rescuer(engine).run_once(later(engine, 31, t)) == RescueReport(repended=1)
-    claim_one(engine, "crash", lease=30, now=later(engine, 32, t))
+    again = claim_one(engine, "crash", lease=30, now=later(engine, 32, t))
+    assert again.stalls == 1  # on probation: its worker runs it alone
+    assert engine.run_alone(again.job_id, again.token)
     with capture_events() as events:
         assert rescuer(engine).run_once(later(engine, 63, t)) == RescueReport(failed=1)
     info = queue.get_job(job_id, backend=backend)
@@ -83,10 +85,50 @@ def test_a_higher_max_stalled_count_tolerates_more_stalls(backend: str, engine: 
     job_id = queue.enqueue("crash", {}, max_attempts=5, backend=backend).job_id
     t = later(engine, 0)
     for n in range(3):
-        claim_one(engine, "crash", lease=30, now=later(engine, 100 * n, t))
+        c = claim_one(engine, "crash", lease=30, now=later(engine, 100 * n, t))
+        assert engine.run_alone(c.job_id, c.token)
         report = Rescuer(engine, max_stalled=3).run_once(later(engine, 100 * n + 31, t))
         assert report == RescueReport(repended=1)
     assert row(engine, job_id)["stalls"] == 3
+
+
+def test_past_max_stalled_count_a_stall_in_company_puts_the_job_back_to_pending(
+    backend: str, engine: Backend
+) -> None:
+    """A worker running several jobs died: nobody can tell which one killed it, so none of
+    them is dead-lettered for it; each will run alone next (``core.lifecycle.on_probation``)."""
+    job_id = queue.enqueue("crash", {}, max_attempts=5, backend=backend).job_id
+    t = later(engine, 0)
+    for n in range(3):
+        claim_one(engine, "crash", lease=30, now=later(engine, 100 * n, t))
+        assert rescuer(engine).run_once(later(engine, 100 * n + 31, t)) == RescueReport(repended=1)
+    r = row(engine, job_id)
+    assert (r["state"], r["stalls"], r["attempts"]) == ("pending", 3, 3)
+
+
+def test_a_lease_marked_alone_earlier_does_not_count_for_a_later_lease(
+    backend: str, engine: Backend
+) -> None:
+    job_id = queue.enqueue("crash", {}, max_attempts=5, backend=backend).job_id
+    t = later(engine, 0)
+    first = claim_one(engine, "crash", lease=30, now=t)
+    assert engine.run_alone(first.job_id, first.token)
+    assert rescuer(engine).run_once(later(engine, 31, t)) == RescueReport(repended=1)
+    claim_one(engine, "crash", lease=30, now=later(engine, 32, t))  # in company this time
+    assert rescuer(engine).run_once(later(engine, 63, t)) == RescueReport(repended=1)
+    assert row(engine, job_id)["state"] == "pending"
+
+
+def test_marking_a_lease_alone_is_fenced_by_its_token(backend: str, engine: Backend) -> None:
+    job_id = queue.enqueue("crash", {}, backend=backend).job_id
+    c = claim_one(engine, "crash")
+    before = row(engine, job_id)
+    assert not engine.run_alone(job_id, "0" * 32)
+    assert not engine.run_alone("01NOSUCHJOB0000000000000000"[:26], c.token)
+    assert row(engine, job_id) == before
+    assert engine.run_alone(job_id, c.token)
+    assert succeed(engine, c).state == "done"
+    assert not engine.run_alone(job_id, c.token)  # no longer held
 
 
 def test_rescue_leaves_a_live_lease_alone(backend: str, engine: Backend) -> None:

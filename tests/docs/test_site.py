@@ -109,3 +109,10 @@ def test_the_committed_picture_is_what_the_tool_draws_now() -> None:
     assert DIAGRAM.read_text(encoding="utf-8") == tool.render(), (
         "docs/img/lifecycle.svg is stale: run .venv/bin/python docs/tools/lifecycle_diagram.py"
     )
+
+
+def test_the_committed_zombie_picture_is_what_the_tool_draws_now() -> None:
+    tool = load_tool("zombie_diagram")
+    assert (ROOT / "docs" / "img" / "zombie.svg").read_text(encoding="utf-8") == tool.render(), (
+        "docs/img/zombie.svg is stale: run .venv/bin/python docs/tools/zombie_diagram.py"
+    )

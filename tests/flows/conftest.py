@@ -37,6 +37,7 @@ def _children(payload: dict[str, Any]) -> list[Child]:
                 key=c["key"],
                 priority=c.get("priority", 0),
                 backend=c.get("backend"),
+                about=c.get("about"),
             )
             for c in payload["children"]
         ]

@@ -171,6 +171,19 @@ def test_child_ids_are_derived_so_a_repeated_enqueue_creates_nothing(
     assert Job.objects.using(db(backend)).count() == 4
 
 
+def test_children_name_their_flow_the_fan_out_and_the_object_they_are_about(
+    backend: str, jobs: SimpleNamespace, quiet_relay: None
+) -> None:
+    spec = {"job": "tests.flows.page", "payload": {"page": 0}, "key": "a", "about": "auth.user:1"}
+    parent = jobs.Report.enqueue({"children": [spec]}, backend=backend)
+    work(backend, ["reports"])
+    info = queue.get_job(child(parent.job_id, "a"), backend=backend)
+    assert info is not None and info.about == "auth.user:1"
+    assert info.origin is not None and info.origin["flow"] == parent.job_id
+    assert info.origin["site"].startswith("tests/flows/conftest.py:")
+    assert info.origin["site"].endswith(".Report.fan_out")
+
+
 def test_a_parent_is_re_pended_into_collect_and_never_fans_out_again(
     backend: str, jobs: SimpleNamespace, quiet_relay: None
 ) -> None:

@@ -99,17 +99,7 @@ def test_hostile_exceptions_fail_their_own_jobs_while_good_jobs_finish(
 
 
 @pytest.mark.django_db(transaction=True, databases="__all__")
-def test_an_error_text_with_nul_fails_only_its_own_job(
-    request: pytest.FixtureRequest, backend: str, hostile_job: str
-) -> None:
-    if backend == "postgres":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="issue 18 item 3 (worker refactor): PostgreSQL refuses NUL in the error "
-                "text, the ack's DataError ends the worker's main loop",
-            )
-        )
+def test_an_error_text_with_nul_fails_only_its_own_job(backend: str, hostile_job: str) -> None:
     run_hostile(backend, hostile_job, ["nul"])
 
 
@@ -131,7 +121,7 @@ def run_hostile(backend: str, hostile_job: str, kinds: list[str]) -> None:
     assert all(infos[k].state == "failed" for k in kinds)  # type: ignore[union-attr]
     errors = {k: str(infos[k].error) for k in kinds}  # type: ignore[union-attr]
     expected = {
-        "nul": "ValueError: a",  # the NUL itself may be stored, or sanitised away
+        "nul": "ValueError: a\\x00b",  # NUL is stored escaped (texts.storable)
         "str-raises": "StrRaises: (str() failed) StrRaises('boom')",
         "both-raise": "BothRaise: (str() and repr() failed)",
         "huge": "ValueError: yyyy",

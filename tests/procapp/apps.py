@@ -9,5 +9,6 @@ class ProcAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The flow chaos test's flows and the Redis fault tests' handler (tests/processes).
-        from . import flowjobs, redisjobs  # noqa: F401
+        # The flow chaos test's flows, the Redis fault tests' handler and the worker fuzz's
+        # hostile handlers (tests/processes).
+        from . import flowjobs, hostile, redisjobs  # noqa: F401

@@ -79,6 +79,39 @@ def effect(payload: dict[str, Any] | None) -> dict[str, int]:
     return {"pid": os.getpid()}
 
 
+# -- effects (tests/processes/test_effects.py): a write with no unique constraint -------------
+def write_then_wait(payload: dict[str, Any] | None, tag: str) -> dict[str, int]:
+    """Write one ``Write`` row, then (first attempt, or ``always``) work ``sleep`` seconds in
+    10 ms naps; ``mark``: a file created once the write is done (the test freezes the worker
+    then)."""
+    from pathlib import Path
+
+    from .models import Write
+
+    payload = payload or {}
+    ctx = current_job()
+    Write.objects.using(ctx.backend.effects_database).create(
+        job_id=ctx.job_id, attempt=ctx.attempt, token=ctx.token, pid=os.getpid(), tag=tag
+    )
+    if payload.get("mark") and ctx.attempt == 1:
+        Path(payload["mark"]).write_text(str(os.getpid()))
+    seconds = float(payload.get("sleep", 0)) if ctx.attempt == 1 or payload.get("always") else 0
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        time.sleep(0.01)
+    return {"pid": os.getpid()}
+
+
+@job(queue=QUEUE, name="procapp.plain_write", max_attempts=10_000)
+def plain_write(payload: dict[str, Any] | None) -> dict[str, int]:
+    return write_then_wait(payload, "plain")
+
+
+@job(queue=QUEUE, name="procapp.atomic_write", max_attempts=10_000, atomic=True)
+def atomic_write(payload: dict[str, Any] | None) -> dict[str, int]:
+    return write_then_wait(payload, "atomic")
+
+
 def _log(path: str) -> int:
     """An append-only log of done work: each line one ``os.write``, so a line written
     before a SIGKILL is there after it (the kernel has it; no buffer of ours to lose)."""

@@ -29,3 +29,20 @@ class Redelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} again by {self.pid} (first {self.first_pid})"
+
+
+class Write(models.Model):
+    """A handler's write with no unique constraint: a second application is a second row.
+
+    The effects tests (``@job(atomic=True)``) count them per job: exactly one set of writes
+    per job where the handler is atomic, more where a plain one ran again.
+    """
+
+    job_id = models.CharField(max_length=26, db_index=True)
+    attempt = models.PositiveIntegerField()
+    token = models.CharField(max_length=32)
+    pid = models.IntegerField(default=0)
+    tag = models.CharField(max_length=50, default="")
+
+    def __str__(self) -> str:
+        return f"{self.job_id} attempt {self.attempt}"

@@ -57,6 +57,7 @@ def test_a_due_schedule_fires_once_with_a_dedupe_key_and_an_audit_event(backend:
     assert fired(backend, "hourly") == [(key, "ticks")]
     info = queue.get_job(Job.objects.using(db(backend)).get(dedupe_key=key).id, backend=backend)
     assert info is not None and info.payload == {"n": 1} and info.name == "tests.schedules.tick"
+    assert info.origin is not None and info.origin["schedule"] == "hourly"  # the blame trail
     s = Schedule.objects.using(db(backend)).get(name="hourly")
     assert s.last_fired_at == T0 + timedelta(hours=1)
     [event] = AuditEvent.objects.using(db(backend)).filter(action=FIRE)

@@ -53,6 +53,40 @@ class Report:
         return {"total": sum(state.results.values()), "completed": state.completed}
 
 
+# -- handlers for the chaos runs (tests/testing/test_chaos.py) -------------------------------
+def _write(tag: str) -> dict[str, int]:
+    from tests.procapp.models import Write
+
+    ctx = current_job()
+    db = ctx.backend.effects_database  # the job's own database: the one atomic=True covers
+    Write.objects.using(db).create(job_id=ctx.job_id, attempt=ctx.attempt, token=ctx.token, tag=tag)
+    return {"attempt": ctx.attempt}
+
+
+@job(queue="chaos", name="tests.testing.naive_charge")
+def naive_charge(payload: dict[str, Any]) -> dict[str, int]:
+    """Writes every time it runs: a redelivery doubles its effect."""
+    return _write("naive")
+
+
+@job(queue="chaos", name="tests.testing.atomic_charge", atomic=True)
+def atomic_charge(payload: dict[str, Any]) -> dict[str, int]:
+    """The same write, committed only with the job's completion."""
+    return _write("atomic")
+
+
+@job(queue="chaos", name="tests.testing.idempotent_charge")
+def idempotent_charge(payload: dict[str, Any]) -> dict[str, int]:
+    """Writes once per job id, whatever the deliveries (a plain handler made idempotent)."""
+    from tests.procapp.models import Write
+
+    ctx = current_job()
+    Write.objects.using(ctx.backend.effects_database).get_or_create(
+        job_id=ctx.job_id, tag="idempotent", defaults={"attempt": ctx.attempt, "token": ctx.token}
+    )
+    return {"attempt": ctx.attempt}
+
+
 @job(queue="pages", name="tests.testing.resumable", max_attempts=3)
 async def resumable(payload: dict[str, Any]) -> dict[str, Any]:
     """An async job that checkpoints, fails its first attempt and resumes in the second."""

@@ -134,23 +134,34 @@ def test_a_fan_out_parks_the_parent_with_its_manifest() -> None:
 
 
 @pytest.mark.parametrize(
-    ("attempts", "max_attempts", "stalls", "max_stalled", "expected"),
+    ("attempts", "max_attempts", "stalls", "max_stalled", "alone", "expected"),
     [
-        (1, 3, 1, 1, State.PENDING),  # first stall, attempts left: back to pending
-        (2, 3, 2, 1, State.FAILED),  # past MAX_STALLED_COUNT
-        (1, 3, 2, 2, State.PENDING),  # a higher MAX_STALLED_COUNT tolerates more
-        (1, 3, 3, 2, State.FAILED),
-        (3, 3, 1, 1, State.FAILED),  # the crash used the last attempt: it is not given back
-        (1, 1, 1, 5, State.FAILED),
+        (1, 3, 1, 1, False, State.PENDING),  # first stall, attempts left: back to pending
+        (2, 3, 2, 1, True, State.FAILED),  # past MAX_STALLED_COUNT, running alone
+        (2, 3, 2, 1, False, State.PENDING),  # past it, but in company: convicts nobody
+        (2, 3, 9, 1, False, State.PENDING),
+        (1, 3, 2, 2, True, State.PENDING),  # a higher MAX_STALLED_COUNT tolerates more
+        (1, 3, 3, 2, True, State.FAILED),
+        (3, 3, 1, 1, False, State.FAILED),  # the crash used the last attempt: not given back
+        (1, 1, 1, 5, False, State.FAILED),
+        (1, 3, 1, 0, False, State.FAILED),  # MAX_STALLED_COUNT 0: any stall fails, no probation
     ],
 )
 def test_rescue_table(
-    attempts: int, max_attempts: int, stalls: int, max_stalled: int, expected: State
+    attempts: int, max_attempts: int, stalls: int, max_stalled: int, alone: bool, expected: State
 ) -> None:
-    assert (
-        rescue(attempts=attempts, max_attempts=max_attempts, stalls=stalls, max_stalled=max_stalled)
-        == expected
-    )
+    kw = {"attempts": attempts, "max_attempts": max_attempts, "max_stalled": max_stalled}
+    assert rescue(stalls=stalls, alone=alone, **kw) == expected
+
+
+@pytest.mark.parametrize(
+    ("stalls", "max_stalled", "expected"),
+    [(0, 1, False), (1, 1, True), (2, 1, True), (1, 2, False), (2, 2, True), (5, 0, False)],
+)
+def test_a_job_is_on_probation_once_its_next_stall_may_dead_letter_it(
+    stalls: int, max_stalled: int, expected: bool
+) -> None:
+    assert lifecycle.on_probation(stalls=stalls, max_stalled=max_stalled) is expected
 
 
 def test_every_transition_decide_answers_is_allowed_from_inflight() -> None:

@@ -24,12 +24,19 @@ COPIES = {
         "backends/redis/scripts/checkpoint.lua",
     ],
     "cancel-wins": ["backends/jobtable/sql.py", "backends/redis/scripts/leasing.lua"],
-    "rescue": ["core/lifecycle.py", "backends/redis/scripts/rescue.lua"],
+    "rescue": [
+        "core/lifecycle.py",
+        "backends/redis/scripts/rescue.lua",
+        "backends/redis/scripts/alone.lua",
+    ],
     "dlq-retry": ["backends/jobtable/listing.py", "backends/redis/scripts/dlq_retry.lua"],
     "dag-release": ["backends/jobtable/flowsql.py", "backends/redis/scripts/lib.lua"],
     "report-once": ["backends/jobtable/flowsql.py", "backends/redis/scripts/lib.lua"],
     "settle-due": ["backends/jobtable/flowsql.py", "backends/redis/scripts/lib.lua"],
     "cascade": ["backends/jobtable/reports.py", "backends/redis/scripts/lib.lua"],
+    # The in-transaction ack (local backend, SQS ledger) and the completion mark (redis):
+    # both SQL in a Django database, the redis backend's Lua cannot join that transaction.
+    "effects-once": ["backends/jobtable/effects.py", "backends/marks.py", "effects.py"],
 }
 
 
@@ -85,7 +92,8 @@ def test_a_cancel_request_wins_over_every_transition_that_yields() -> None:
 def test_rescue_cancels_a_job_asked_to_cancel_and_fails_one_that_stalled_too_often() -> None:
     kw = {"attempts": 1, "max_attempts": 3, "max_stalled": 1}
     assert lifecycle.rescue(stalls=1, **kw) == State.PENDING
-    assert lifecycle.rescue(stalls=2, **kw) == State.FAILED
+    assert lifecycle.rescue(stalls=2, alone=True, **kw) == State.FAILED
+    assert lifecycle.rescue(stalls=2, alone=False, **kw) == State.PENDING  # crashed in company
     assert lifecycle.rescue(stalls=1, cancel_requested=True, **kw) == State.CANCELLED
     assert lifecycle.rescue(stalls=1, attempts=3, max_attempts=3, max_stalled=1) == State.FAILED
 
@@ -116,3 +124,18 @@ def test_released_and_report_once() -> None:
     assert rules.records_report("pending") and not rules.records_report("done")
     assert rules.cascades(parent=State.PENDING, pending_children=2)
     assert not rules.cascades(parent=State.WAITING_CHILDREN, pending_children=2)
+
+
+@pytest.mark.parametrize(
+    ("ack_applied", "mark_inserted", "commits"),
+    [
+        (True, None, True),  # the fenced ack joined the transaction
+        (False, None, False),  # a stale lease: roll back
+        (None, True, True),  # redis: this run's completion mark is the first
+        (None, False, False),  # another run's mark is there: roll back
+    ],
+)
+def test_an_atomic_run_commits_only_with_its_completion(
+    ack_applied: bool | None, mark_inserted: bool | None, commits: bool
+) -> None:
+    assert rules.commits_effects(ack_applied=ack_applied, mark_inserted=mark_inserted) is commits

@@ -22,8 +22,9 @@ from ..jobtable import sql
 from ..jobtable.acks import Acks
 from ..jobtable.checkpoints import Checkpoints
 from ..jobtable.dag import DagRelease
+from ..jobtable.effects import InTransaction
 from ..jobtable.inserts import Inserts
-from ..jobtable.leases import Leases
+from ..jobtable.leases import RESCUE_COLUMNS, Leases
 from ..jobtable.listing import Listing
 from ..jobtable.manifests import Manifests
 from ..jobtable.reports import ChildReports
@@ -33,7 +34,16 @@ from .listen import PgListener
 
 
 class DatabaseBackend(
-    LocalBase, Inserts, Leases, Checkpoints, Acks, Listing, Manifests, ChildReports, DagRelease
+    LocalBase,
+    Inserts,
+    Leases,
+    Checkpoints,
+    InTransaction,
+    Acks,
+    Listing,
+    Manifests,
+    ChildReports,
+    DagRelease,
 ):
     """The local backend: SQLite or PostgreSQL, through Django's own connections."""
 
@@ -128,11 +138,7 @@ class DatabaseBackend(
             qs = qs.order_by("lease_expires_at")
             if self.is_postgres:
                 qs = qs.select_for_update(skip_locked=True)
-            rows = list(
-                qs.values_list(
-                    "id", "attempts", "max_attempts", "stalls", "cancel_requested", "queue"
-                )[:limit]
-            )
+            rows = list(qs.values_list(*RESCUE_COLUMNS)[:limit])
             groups = self._rescue_rows(rows, t, max_stalled)
         return RescueReport(
             repended=len(groups[State.PENDING]),

@@ -7,6 +7,7 @@ more is one transaction that starts with that same statement.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,6 +45,8 @@ _INSERT_COLUMNS = (
     "flow_mode",
     "parent_backend",
     "flow_depth",
+    "about",
+    "origin",
     "created_at",
     "updated_at",
 )
@@ -77,6 +80,21 @@ def _insert_layout(
     layout = (columns, tuple(defaults))
     _layouts[key] = layout
     return layout
+
+
+_last_origin: tuple[object, str | None] = (None, None)
+
+
+def _origin_json(origin: Any) -> str | None:
+    """The origin as JSON text; a batch shares one origin dict, encoded once."""
+    global _last_origin
+    if origin is None:
+        return None
+    seen, text = _last_origin
+    if seen is not origin:
+        text = json.dumps(origin, ensure_ascii=False, separators=(",", ":"))
+        _last_origin = (origin, text)
+    return text
 
 
 class Inserts(LedgerBase):
@@ -122,6 +140,8 @@ class Inserts(LedgerBase):
             j.flow_mode,
             j.parent_backend,
             j.flow_depth,
+            j.about,
+            _origin_json(j.origin),
             now,
             now,
         )

@@ -17,10 +17,23 @@ from ...core.lifecycle import rescue
 from ...core.rules import STALLED_MESSAGE
 from ...core.states import State
 from ...records import LeaseSignals
+from ..rescuelog import Rescued, log_rescued
 from . import sql
 from .base import LedgerBase
 
 ACK_CHUNK = 500
+#: The columns ``_rescue_rows`` takes, in order.
+RESCUE_COLUMNS = (
+    "id",
+    "attempts",
+    "max_attempts",
+    "stalls",
+    "cancel_requested",
+    "queue",
+    "name",
+    "alone_token",
+    "lease_token",
+)
 
 
 class Leases(LedgerBase):
@@ -105,6 +118,11 @@ class Leases(LedgerBase):
         lost.update(set(held) - seen)
         return LeaseSignals(lost=frozenset(lost), cancel_requested=frozenset(cancel))
 
+    def run_alone(self, job_id: str, token: str) -> bool:
+        with transaction.atomic(using=self.db):
+            held = self.jobs().filter(id=job_id, lease_token=token, state=State.INFLIGHT)
+            return bool(held.update(alone_token=token))
+
     def set_progress(self, job_id: str, token: str, progress: int) -> bool:
         return self._fenced_update(
             job_id, token, audit.PROGRESS, {"progress": progress}, progress=progress
@@ -115,21 +133,23 @@ class Leases(LedgerBase):
     ) -> dict[State, list[tuple[Any, ...]]]:
         """Apply the rescue of expired leases, inside the caller's transaction.
 
-        ``rows``: (id, attempts, max_attempts, stalls, cancel_requested, queue) of inflight
-        rows whose lease expired before ``t``. ``core.lifecycle.rescue`` decides each: back
-        to pending (stall + 1), or failed as stalled; a cancel request makes it cancelled.
-        Each UPDATE is fenced by (inflight, expired), so a row renewed meanwhile is left
-        alone. Answers the rows by the state they were sent to.
+        ``rows``: ``RESCUE_COLUMNS`` of inflight rows whose lease expired before ``t``.
+        ``core.lifecycle.rescue`` decides each: back to pending (stall + 1), or failed as
+        stalled (a stall counts past ``max_stalled`` only for a lease marked ``run_alone``);
+        a cancel request makes it cancelled. Each UPDATE is fenced by (inflight, expired),
+        so a row renewed meanwhile is left alone. Answers the rows by the state they were
+        sent to, and logs each (after commit).
         """
         groups: dict[State, list[tuple[Any, ...]]] = {s: [] for s in State}
         for row in rows:
-            _job_id, attempts, max_attempts, stalls, cancel_requested, _q = row
+            _job_id, attempts, max_attempts, stalls, cancel_requested, _q, _n, alone, token = row
             to = rescue(
                 attempts=attempts,
                 max_attempts=max_attempts,
                 stalls=stalls + 1,
                 max_stalled=max_stalled,
                 cancel_requested=bool(cancel_requested),
+                alone=alone is not None and alone == token,
             )
             groups[to].append(row)
         fence = {"state": State.INFLIGHT, "lease_expires_at__lt": t}
@@ -180,4 +200,14 @@ class Leases(LedgerBase):
             for r in groups[State.FAILED]
         ]
         audit.record(events, using=self.db)
+        rescued = _rescued(groups)
+        transaction.on_commit(lambda: log_rescued(self.alias, rescued), using=self.db)
         return groups
+
+
+def _rescued(groups: dict[State, list[tuple[Any, ...]]]) -> list[Rescued]:
+    return [
+        (job_id, name, queue, to.value, attempts, max_attempts, stalls + 1)
+        for to, rows in groups.items()
+        for job_id, attempts, max_attempts, stalls, _cancel, queue, name, *_ in rows
+    ]

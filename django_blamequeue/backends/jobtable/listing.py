@@ -8,12 +8,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Count, Min, Q
 
 from ... import audit
 from ...core.rules import DLQ_RETRY_RESETS
 from ...core.states import ACTIVE, WAITING, State
 from ...models import FlowDependency, OutboxEntry
-from ...records import JobInfo, PruneReport, QueueStats
+from ...records import Backlog, JobInfo, PruneReport, QueueStats
 from .base import LedgerBase
 from .rows import info_from_model
 
@@ -52,6 +53,11 @@ class Listing(LedgerBase):
         deps = FlowDependency.objects.using(self.db).filter(job_id=job_id, kind="dag")
         tally = self.children_tally(job_id) if job.flow_phase else None
         return info_from_model(job, self.alias, [d.depends_on_id for d in deps], tally)
+
+    def jobs_about(self, about: str, limit: int) -> list[JobInfo]:
+        """Newest first, on the ``(about, id)`` index."""
+        rows = self.jobs().filter(about=about).order_by("-id")[:limit]
+        return [info_from_model(j, self.alias) for j in rows]
 
     def size(self, queue: str) -> int:
         n: int = self.jobs().filter(queue=queue, state__in=[State.PENDING, State.INFLIGHT]).count()
@@ -104,19 +110,26 @@ class Listing(LedgerBase):
                 held.add((queue, key))
         return held
 
-    def outstanding(self, queues: Sequence[str]) -> int:
-        """Jobs a burst worker should still wait for: pending, in flight, parked parents,
-        and unsent outbox rows (flow reports on their way)."""
-
-        n: int = (
+    def backlog(self, queues: Sequence[str]) -> Backlog:
+        """One aggregate over the queues' live rows, and the unsent outbox rows (flow reports
+        on their way count as due work: they may release or settle jobs here)."""
+        t = self._now(None)
+        later = Q(state=State.PENDING, available_at__gt=t)
+        found = (
             self.jobs()
             .filter(
                 queue__in=list(queues),
                 state__in=[State.PENDING, State.INFLIGHT, State.WAITING_CHILDREN],
             )
-            .count()
+            .aggregate(
+                due=Count("id", filter=~later), delayed=Count("id", filter=later),
+                first=Min("available_at", filter=later),
+            )
+        )  # fmt: skip
+        unsent: int = OutboxEntry.objects.using(self.db).filter(sent_at__isnull=True).count()
+        return Backlog(
+            due=found["due"] + unsent, delayed=found["delayed"], next_due_at=found["first"]
         )
-        return n + OutboxEntry.objects.using(self.db).filter(sent_at__isnull=True).count()
 
     def stats(self) -> list[QueueStats]:
         from django.db.models import Count, Min

@@ -11,6 +11,7 @@ from django.utils.dateparse import parse_datetime
 from ... import checkpoints
 from ...records import Claimed, JobInfo
 from ...serializers import Encoded, decode
+from ..readback import FieldReader
 
 
 def to_dt(value: Any) -> datetime | None:
@@ -29,6 +30,13 @@ def to_bytes(value: Any) -> bytes:
 
 
 def claimed_from_row(row: Sequence[Any]) -> Claimed:
+    """A claimed row (``sql.CLAIM_COLUMNS``) as a ``Claimed``; never raises.
+
+    SQLite stores any value in any column: a row written past the API may hold a priority
+    that is text or a payload that is a number. Each field is read on its own
+    (``readback.FieldReader``), so such a row comes back with its ``problem`` and is failed
+    alone as ``bad_job``, instead of failing (and rolling back) every claim of its queue.
+    """
     (
         job_id,
         queue,
@@ -51,31 +59,37 @@ def claimed_from_row(row: Sequence[Any]) -> Claimed:
         flow_phase,
         flow_mode,
         flow_depth,
+        stalls,
         checkpoint,
     ) = row
-    expires_at = to_dt(expires)
-    assert expires_at is not None
+    read = FieldReader()
     return Claimed(
-        job_id=job_id,
-        queue=queue,
-        name=name,
-        payload=Encoded(ctype, cenc, to_bytes(payload)),
-        token=token,
-        attempt=attempts,
-        max_attempts=max_attempts,
-        lease_expires_at=expires_at,
-        priority=priority,
-        timeout=timeout,
-        trace_id=trace_id,
-        classification=classification,
-        flow_id=flow_id,
-        parent_id=parent_id,
-        available_at=to_dt(available_at),
-        created_at=to_dt(created_at),
-        flow_phase=flow_phase,
-        flow_mode=flow_mode,
-        flow_depth=flow_depth or 0,
-        checkpoint=checkpoint,
+        job_id=str(job_id),
+        queue=read.text("queue", queue) or "",
+        name=read.text("name", name) or "",
+        payload=Encoded(
+            read.text("content_type", ctype) or "application/json",
+            read.text("content_encoding", cenc) or "utf-8",
+            read.body("payload", payload),
+        ),
+        token=str(token),
+        attempt=read.integer("attempts", attempts, 1),
+        max_attempts=read.integer("max_attempts", max_attempts, 1),
+        lease_expires_at=read.time("lease_expires_at", expires, to_dt) or datetime.now(UTC),
+        priority=read.integer("priority", priority, 0),
+        timeout=read.seconds("timeout", timeout),
+        trace_id=read.text("trace_id", trace_id),
+        classification=read.text("classification", classification),
+        flow_id=read.text("flow_id", flow_id),
+        parent_id=read.text("parent_id", parent_id),
+        available_at=read.time("available_at", available_at, to_dt),
+        created_at=read.time("created_at", created_at, to_dt),
+        flow_phase=read.text("flow_phase", flow_phase),
+        flow_mode=read.text("flow_mode", flow_mode),
+        flow_depth=read.integer("flow_depth", flow_depth or 0, 0),
+        stalls=read.integer("stalls", stalls or 0, 0),
+        checkpoint=read.text("checkpoint", checkpoint),
+        problem=read.problem,
     )
 
 
@@ -126,6 +140,8 @@ def info_from_model(
         flow_key=job.flow_key,
         flow_phase=job.flow_phase,
         children=children,
+        about=job.about,
+        origin=job.origin,
         checkpoint=_checkpoint(job.checkpoint),
     )
 

@@ -19,7 +19,7 @@ DEP = "blamequeue_flow_dependency"
 CLAIM_COLUMNS = (
     "id, queue, name, payload, content_type, content_encoding, lease_token, attempts, "
     "max_attempts, lease_expires_at, priority, timeout, trace_id, classification, flow_id, "
-    "parent_id, available_at, created_at, flow_phase, flow_mode, flow_depth, checkpoint"
+    "parent_id, available_at, created_at, flow_phase, flow_mode, flow_depth, stalls, checkpoint"
 )
 
 

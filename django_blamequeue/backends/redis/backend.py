@@ -9,6 +9,7 @@ does both in one call per worker round.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from datetime import datetime
@@ -25,6 +26,7 @@ from ...records import (
     NewJob,
     RescueReport,
 )
+from ..rescuelog import log_rescued
 from . import lua
 from .codec import Blobs, ack_rows, ack_spec, claimed_from, job_header
 from .flows import Flows
@@ -208,8 +210,15 @@ class RedisBackend(Operations, Flows):
     def rescue_expired(
         self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
     ) -> RescueReport:
-        repended, failed, cancelled = self._run("rescue", [limit, max_stalled], now=now).result
+        repended, failed, cancelled, rows = self._run(
+            "rescue", [limit, max_stalled], now=now
+        ).result
+        if rows:
+            log_rescued(self.alias, [tuple(r) for r in json.loads(rows)])
         return RescueReport(repended=repended, failed=failed, cancelled=cancelled)
+
+    def run_alone(self, job_id: str, token: str) -> bool:
+        return bool(int(self._run("alone", [job_id, token]).result))
 
 
 __all__ = ["RedisBackend"]

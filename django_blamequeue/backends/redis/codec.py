@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from ... import checkpoints, wire
 from ...records import Ack, ChildSpec, Claimed, JobInfo, NewJob, Report
 from ...serializers import Encoded, decode
+from ..readback import FieldReader
 from .keys import from_us, to_us
 
 
@@ -48,6 +50,8 @@ def job_header(j: NewJob) -> list[Any]:
         str(j.flow_depth),
         1 if j.blocked else 0,
         " ".join(j.depends_on),
+        j.about or False,
+        dumps(j.origin).decode() if j.origin else False,
     ]
 
 
@@ -109,6 +113,8 @@ def claimed_from(reply: Sequence[Any]) -> list[Claimed]:
 
 
 def _claimed(row: list[Any], payload: bytes) -> Claimed:
+    """One claimed job; never raises (``readback``): a hash field of the wrong type (an
+    ``HSET`` past the API) makes the job's ``problem``, and the worker fails it alone."""
     (
         token,
         expires,
@@ -131,31 +137,37 @@ def _claimed(row: list[Any], payload: bytes) -> Claimed:
         flow_phase,
         flow_mode,
         flow_depth,
+        stalls,
         checkpoint,
     ) = row
-    expires_at = from_us(expires)
-    assert expires_at is not None
+    read = FieldReader()
     return Claimed(
-        job_id=job_id,
-        queue=queue,
-        name=name,
-        payload=Encoded(ctype, cenc, payload),
-        token=token,
-        attempt=int(attempts),
-        max_attempts=int(max_attempts),
-        lease_expires_at=expires_at,
-        priority=int(priority),
-        timeout=float(timeout) if timeout else None,
-        trace_id=trace_id or None,
-        classification=classification or None,
-        flow_id=flow_id or None,
-        parent_id=parent_id or None,
-        available_at=from_us(available),
-        created_at=from_us(created),
-        flow_phase=flow_phase or None,
-        flow_mode=flow_mode or None,
-        flow_depth=int(flow_depth or 0),
-        checkpoint=checkpoint or None,
+        job_id=str(job_id),
+        queue=read.text("queue", queue) or "",
+        name=read.text("name", name) or "",
+        payload=Encoded(
+            read.text("ctype", ctype) or "application/json",
+            read.text("cenc", cenc) or "utf-8",
+            read.body("payload", payload),
+        ),
+        token=str(token),
+        attempt=read.integer("attempts", attempts, 1),
+        max_attempts=read.integer("max_attempts", max_attempts, 1),
+        lease_expires_at=read.time("expires", expires, from_us) or datetime.now(UTC),
+        priority=read.integer("priority", priority, 0),
+        timeout=read.seconds("timeout", timeout),
+        trace_id=read.text("trace_id", trace_id) or None,
+        classification=read.text("classification", classification) or None,
+        flow_id=read.text("flow_id", flow_id) or None,
+        parent_id=read.text("parent_id", parent_id) or None,
+        available_at=read.time("avail", available, from_us),
+        created_at=read.time("created", created, from_us),
+        flow_phase=read.text("flow_phase", flow_phase) or None,
+        flow_mode=read.text("flow_mode", flow_mode) or None,
+        flow_depth=read.integer("flow_depth", flow_depth or 0, 0),
+        stalls=read.integer("stalls", stalls or 0, 0),
+        checkpoint=read.text("checkpoint", checkpoint),
+        problem=read.problem,
     )
 
 
@@ -181,8 +193,10 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         return text(h.get(name))
 
     def n(name: str, default: int = 0) -> int:
-        value = h.get(name)
-        return int(value) if value is not None else default
+        try:  # a field HSET past the API must not make the job unreadable
+            return int(h[name]) if h.get(name) is not None else default
+        except ValueError:
+            return default
 
     ctype, cenc = s("ctype") or "application/json", s("cenc") or "utf-8"
     children = None
@@ -215,12 +229,14 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         reason=s("reason"),
         stalls=n("stalls"),
         cancel_requested=h.get("cancel_req") == b"1",
-        timeout=float(h["timeout"]) if h.get("timeout") is not None else None,
+        timeout=FieldReader().seconds("timeout", s("timeout")),
         lease_expires_at=from_us(h.get("expires")) if h.get("state") == b"inflight" else None,
         depends_on=tuple((s("depends_on") or "").split()),
         flow_key=s("flow_key"),
         flow_phase=s("flow_phase"),
         children=children,
+        about=s("about"),
+        origin=json.loads(h["origin"]) if h.get("origin") else None,
         checkpoint=_checkpoint(s("checkpoint")),
     )
 

@@ -24,6 +24,8 @@ Layout (``P`` = the tagged prefix; times are integer microseconds since the epoc
 ``P:queues``                    set of queue names
 ``P:deps:ID`` / ``P:dependants:ID``  sets: a DAG job's unfinished dependencies / dependants
 ``P:flow:FLOW``                 set of a flow's job ids
+``P:about:KEY``                 zset of the ids of the jobs about an object (``about`` key),
+                                score = enqueue time (``jobs_about``: newest first)
 ``P:m:PARENT``                  hash, a parent's manifest: ``s:``/``k:``/``b:``/``j:``/``r:``/
                                 ``t:``/``e:`` + child id (status, key, backend, spec, result,
                                 result type, error); counters ``kp``/``kd``/``kf``/``kc`` on the
@@ -84,6 +86,9 @@ class Keys:
 
     def flow(self, flow_id: str) -> str:
         return f"{self.prefix}:flow:{flow_id}"
+
+    def about(self, about: str) -> str:
+        return f"{self.prefix}:about:{about}"
 
     def manifest(self, parent_id: str) -> str:
         return f"{self.prefix}:m:{parent_id}"

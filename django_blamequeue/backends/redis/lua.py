@@ -33,6 +33,7 @@ NAMES = (
     "progress",
     "checkpoint",
     "rescue",
+    "alone",
     "cancel",
     "cancel_flow",
     "purge",

@@ -23,12 +23,13 @@ from ... import audit, wakeup
 from ...conf import get_settings
 from ...core.states import TERMINAL, State
 from ...models import FlowDependency
-from ...records import Ack, AckResult, EnqueuedJob, NewJob, RescueReport
+from ...records import Ack, AckResult, EffectsFence, EnqueuedJob, NewJob, RescueReport
 from ..jobtable.acks import Acks
 from ..jobtable.checkpoints import Checkpoints
 from ..jobtable.dag import DagRelease
+from ..jobtable.effects import InTransaction, answer
 from ..jobtable.inserts import Inserts
-from ..jobtable.leases import Leases
+from ..jobtable.leases import RESCUE_COLUMNS, Leases
 from ..jobtable.listing import Listing
 from ..jobtable.manifests import Manifests
 from ..jobtable.reports import ChildReports
@@ -45,7 +46,16 @@ _TERMINAL = frozenset(TERMINAL)
 
 
 class SqsBackend(
-    Receive, Inserts, Leases, Checkpoints, Acks, Listing, Manifests, ChildReports, DagRelease
+    Receive,
+    Inserts,
+    Leases,
+    Checkpoints,
+    InTransaction,
+    Acks,
+    Listing,
+    Manifests,
+    ChildReports,
+    DagRelease,
 ):
     """Amazon SQS (or an emulator) through boto3, with a ledger in a Django database."""
 
@@ -142,16 +152,35 @@ class SqsBackend(
             return []
         owed = FollowUps()
         with transaction.atomic(using=self.db):
-            held = {
-                r[0]: r[1:]
-                for r in self.jobs()
-                .filter(id__in=[a.job_id for a in acks])
-                .values_list("id", "lease_token", "receipt_handle", "queue", "receive_count")
-            }
-            results = self._apply(acks, now)
-            unsent = self._owed_by_acks(acks, results, held, owed)
-            self._mark_unsent(unsent)
+            results = self._apply_owing(acks, now, owed)
         self._follow_up(owed)
+        return results
+
+    def fence_effects(self, ack: Ack, *, attempt: int, now: datetime | None = None) -> EffectsFence:
+        """The ledger's fenced ack inside the atomic run's transaction; SQS follows its
+        commit (a crash in between leaves a message the receive rules delete)."""
+        if not self.connection.in_atomic_block:
+            raise RuntimeError("fence_effects runs inside the atomic run's transaction")
+        owed = FollowUps()
+        [result] = self._apply_owing([ack], now, owed)
+        if result.ok:
+            transaction.on_commit(lambda: self._follow_up(owed), using=self.db)
+        return answer(result)
+
+    def _apply_owing(
+        self, acks: Sequence[Ack], now: datetime | None, owed: FollowUps
+    ) -> list[AckResult]:
+        """The fenced ledger update in the caller's transaction; what SQS owes goes to
+        ``owed``, to be paid once it commits."""
+        held = {
+            r[0]: r[1:]
+            for r in self.jobs()
+            .filter(id__in=[a.job_id for a in acks])
+            .values_list("id", "lease_token", "receipt_handle", "queue", "receive_count")
+        }
+        results = self._apply(acks, now)
+        unsent = self._owed_by_acks(acks, results, held, owed)
+        self._mark_unsent(unsent)
         return results
 
     def _owed_by_acks(
@@ -238,10 +267,9 @@ class SqsBackend(
             qs = qs.order_by("lease_expires_at")
             if self.is_postgres:
                 qs = qs.select_for_update(skip_locked=True)
-            columns = ("id", "attempts", "max_attempts", "stalls", "cancel_requested", "queue")
-            rows = list(qs.values_list(*columns, "receipt_handle")[:limit])
-            groups = self._rescue_rows([r[:6] for r in rows], t, max_stalled)
-            receipts = {r[0]: r[6] for r in rows}
+            rows = list(qs.values_list(*RESCUE_COLUMNS, "receipt_handle")[:limit])
+            groups = self._rescue_rows([r[:-1] for r in rows], t, max_stalled)
+            receipts = {r[0]: r[-1] for r in rows}
             for s in (State.FAILED, State.CANCELLED):
                 for r in groups[s]:
                     owed.remove(r[5], receipts[r[0]])

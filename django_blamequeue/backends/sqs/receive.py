@@ -51,6 +51,9 @@ _SORT_COLUMNS = (
     "stalls",
     "cancel_requested",
     "queue",
+    "name",
+    "alone_token",
+    "lease_token",
 )
 
 
@@ -213,7 +216,7 @@ class Receive(SqsBase):
             elif row[0] in expired:
                 owed.hold(m.queue, m.receipt, math.ceil(lease_s) + 1)
             else:
-                expired[row[0]] = (m, (row[0], row[6], row[7], row[8], row[9], row[10]))
+                expired[row[0]] = (m, (row[0], *row[6:]))  # leases.RESCUE_COLUMNS
         return self._take_over(expired, lease_s, t, owed) if expired else []
 
     @staticmethod

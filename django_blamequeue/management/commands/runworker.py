@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 from argparse import ArgumentParser, ArgumentTypeError
+from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
@@ -14,11 +15,14 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ... import metrics, registry
 from ...api import queue
+from ...checks import check_atomic_on_sqlite
 from ...conf import get_settings
 from ...console import ProgressLine, banner, worker_identity
 from ...exceptions import QueueError
+from ...records import Backlog
 from ...sweeper import Sweeper, services_for
 from ...validation import MAX_SECONDS, parse_rate_limit
+from ..render import span
 
 
 def positive_int(text: str) -> int:
@@ -64,6 +68,28 @@ def rate_limit(text: str) -> tuple[int, float]:
         raise ArgumentTypeError(exc.message) from None
 
 
+#: The exit status of a worker whose main loop died (EX_SOFTWARE): restart it.
+EXIT_DIED = 70
+
+
+def _mode(options: Any) -> str:
+    if not options.burst:
+        return "run until signalled"
+    if options.wait_delayed:
+        return "burst (exit when empty, delayed jobs included)"
+    return "burst (exit when nothing is due)"
+
+
+def _delayed_left(left: Backlog) -> str:
+    """What a burst leaves behind: the delayed jobs, and when the next one is due."""
+    when = ""
+    if left.next_due_at is not None:
+        seconds = max(0.0, (left.next_due_at - datetime.now(UTC)).total_seconds())
+        soon = f"{seconds:.1f} s" if seconds < 10 else span(seconds)
+        when = f"; the next is due in {soon} ({left.next_due_at:%Y-%m-%d %H:%M:%S} UTC)"
+    return f"{left.delayed:,} delayed job(s) left{when}; --wait-delayed waits for them"
+
+
 class Command(BaseCommand):
     help = (
         "Run a worker for QUEUE ... (default: every queue with a registered job). Run one per "
@@ -81,7 +107,14 @@ class Command(BaseCommand):
         parser.add_argument("--poll", type=positive_float, default=1.0, help="idle poll seconds")
         parser.add_argument("--fast-poll", type=positive_float, default=0.05)
         parser.add_argument("--rate-limit", type=rate_limit, default=None, metavar="MAX/SECONDS")
-        parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+        parser.add_argument(
+            "--burst", action="store_true", help="exit when nothing is due (delayed jobs stay)"
+        )
+        parser.add_argument(
+            "--wait-delayed",
+            action="store_true",
+            help="with --burst: also wait for delayed and retrying jobs to come due and run",
+        )
         parser.add_argument("--no-sweep", action="store_true", help="do not run the sweepers")
         parser.add_argument(
             "--grace",
@@ -128,6 +161,7 @@ class Command(BaseCommand):
                 rate_limit=options["rate_limit"],
                 backend=options["backend"],
                 burst=options["burst"],
+                wait_delayed=options["wait_delayed"],
             )
         except QueueError as exc:
             if metrics_server is not None:
@@ -176,8 +210,16 @@ class Command(BaseCommand):
             if metrics_server is not None:
                 metrics_server.shutdown()
         summary = line.close()
+        if consumer.failure is not None:  # the main loop died: a supervisor must restart us
+            self.stdout.write(f"died: {summary}")
+            raise CommandError(
+                f"the worker's main loop died: {consumer.failure!r} (traceback above)",
+                returncode=EXIT_DIED,
+            )
         how = "burst finished" if options["burst"] and not stopped.is_set() else "stopped"
         self.stdout.write(f"{how}: {summary}")
+        if how == "burst finished" and consumer.left is not None and consumer.left.delayed:
+            self.stdout.write(_delayed_left(consumer.left))
         sys.stdout.flush()
 
     def _serve_metrics(self, port: int | None, address: str) -> Any:
@@ -222,12 +264,11 @@ class Command(BaseCommand):
             ("async jobs", _async_row(queues, consumer.options.concurrency)),
             ("shutdown grace", f"{grace:g} s"),
             ("sweeper", "on" if sweeping else "off (--no-sweep)"),
-            (
-                "mode",
-                "burst (exit when empty)" if consumer.options.burst else "run until signalled",
-            ),
+            ("mode", _mode(consumer.options)),
         ]
         rows += [("warning", text) for text in b.deployment_warnings()]
+        for warning in check_atomic_on_sqlite(b, queues, opts.concurrency):
+            rows.append(("warning", f"{warning.msg} ({warning.id})"))
         self.stdout.write(banner(f"django-blamequeue {ver} · runworker", rows))
 
 

@@ -12,7 +12,8 @@ end
 
 local CLAIMED = {'id', 'queue', 'name', 'ctype', 'cenc', 'attempts', 'max_attempts',
                  'priority', 'timeout', 'trace_id', 'classification', 'flow_id', 'parent_id',
-                 'avail', 'created', 'flow_phase', 'flow_mode', 'flow_depth', 'checkpoint',
+                 'avail', 'created', 'flow_phase', 'flow_mode', 'flow_depth', 'stalls',
+                 'checkpoint',
                  'payload'}
 local NCLAIMED = #CLAIMED
 
@@ -49,7 +50,7 @@ local function claim(queues, limit, lease_us, nonce)
     local token = nonce .. string.format('%04x', j)
     redis.call('ZREM', qk(c[3], 'ready'), c[2])
     local h = redis.call('HMGET', k, unpack(CLAIMED))
-    h[6] = fmt(tonumber(h[6]) + 1)
+    h[6] = fmt((tonumber(h[6]) or 0) + 1)  -- a field HSET past the API never fails a claim
     redis.call('HSET', k, 'state', 'inflight', 'attempts', h[6], 'token', token,
                'expires', expires, 'started', started, 'updated', started)
     redis.call('ZADD', P .. ':inflight', expires, id)

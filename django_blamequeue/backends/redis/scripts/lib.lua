@@ -35,7 +35,7 @@ local function qk(q, s) return P .. ':q:' .. q .. ':' .. s end
 local function mk(parent) return P .. ':m:' .. parent end
 local function num(v, default)
   if v == false or v == nil or v == '' then return default end
-  return tonumber(v)
+  return tonumber(v) or default  -- a field of the wrong type (HSET past the API)
 end
 local function terminal_state(s) return s == 'done' or s == 'failed' or s == 'cancelled' end
 local function active(id)
@@ -293,7 +293,8 @@ end
 -- Returns the id answered, 1 if deduplicated else 0, and whether a job was inserted.
 local OPTIONAL = {[10] = 'timeout', [11] = 'classification', [12] = 'trace_id',
                   [13] = 'dedupe_key', [14] = 'flow_id', [15] = 'parent_id', [16] = 'flow_key',
-                  [17] = 'flow_phase', [18] = 'flow_mode', [19] = 'parent_backend'}
+                  [17] = 'flow_phase', [18] = 'flow_mode', [19] = 'parent_backend',
+                  [23] = 'about', [24] = 'origin'}
 local function insert_job(j, payload)
   local id, q, name = j[1], j[2], j[3]
   local k = jk(id)
@@ -322,6 +323,7 @@ local function insert_job(j, payload)
     redis.call('SADD', P .. ':queues', q)
   end
   if j[14] then redis.call('SADD', P .. ':flow:' .. j[14], id) end
+  if j[23] then redis.call('ZADD', P .. ':about:' .. j[23], NOW, id) end
   if key then redis.call('HSET', qk(q, 'dedupe'), key, id) end
   if HV then emit(A.ENQUEUE, id, q, nil, {name = name}) end
   if not blocked then

@@ -4,8 +4,9 @@ local limit = ARGS[4]
 local n = 0
 local function forget(id, q)
   local k = jk(id)
-  local h = redis.call('HMGET', k, 'flow_id', 'dedupe_key')
+  local h = redis.call('HMGET', k, 'flow_id', 'dedupe_key', 'about')
   if h[1] then redis.call('SREM', P .. ':flow:' .. h[1], id) end
+  if h[3] then redis.call('ZREM', P .. ':about:' .. h[3], id) end
   if h[2] and redis.call('HGET', qk(q, 'dedupe'), h[2]) == id then
     redis.call('HDEL', qk(q, 'dedupe'), h[2])
   end

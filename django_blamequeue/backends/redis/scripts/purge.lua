@@ -16,13 +16,14 @@ more(redis.call('SRANDMEMBER', qk(q, 'blocked'), limit))
 local n = 0
 for _, id in ipairs(ids) do
   local k = jk(id)
-  local h = redis.call('HMGET', k, 'state', 'avail', 'dedupe_key', 'flow_id')
+  local h = redis.call('HMGET', k, 'state', 'avail', 'dedupe_key', 'flow_id', 'about')
   if h[1] == 'pending' or h[1] == 'blocked' then
     unindex(id, q, h[1], h[2])
     if h[3] and redis.call('HGET', qk(q, 'dedupe'), h[3]) == id then
       redis.call('HDEL', qk(q, 'dedupe'), h[3])
     end
     if h[4] then redis.call('SREM', P .. ':flow:' .. h[4], id) end
+    if h[5] then redis.call('ZREM', P .. ':about:' .. h[5], id) end
     for _, dep in ipairs(redis.call('SMEMBERS', P .. ':deps:' .. id)) do
       redis.call('SREM', P .. ':dependants:' .. dep, id)
     end

@@ -1,23 +1,29 @@
 -- ARGS: [limit, max_stalled]. Leases that expired before now go back to pending (stalls + 1),
--- or fail as stalled past max_stalled or on their last attempt; a job asked to cancel whose
--- worker died is cancelled. Reply: {repended, failed, cancelled}.
+-- or fail as stalled on their last attempt, or past max_stalled when the lease ran alone; a
+-- job asked to cancel whose worker died is cancelled. Reply: {repended, failed, cancelled,
+-- JSON rows of what was rescued, for the log}.
 local limit, max_stalled = ARGS[1], ARGS[2]
 local MSG = STALLED_MESSAGE  -- rule: rescue (core.lifecycle.rescue)
 local ids = redis.call('ZRANGEBYSCORE', P .. ':inflight', '-inf', '(' .. fmt(NOW), 'LIMIT', 0,
                        limit)
 local counts = {pending = 0, failed = 0, cancelled = 0}
+local rescued = {}  -- {id, name, queue, to, attempts, max_attempts, stalls}: the worker logs them
 for _, id in ipairs(ids) do
   local k = jk(id)
   local h = redis.call('HMGET', k, 'state', 'attempts', 'max_attempts', 'stalls', 'cancel_req',
-                       'queue', 'priority')
+                       'queue', 'priority', 'alone', 'token', 'name')
   if h[1] ~= 'inflight' then
     redis.call('ZREM', P .. ':inflight', id)  -- a stale index entry
   else
-    local attempts, stalls = tonumber(h[2]), tonumber(h[4]) + 1
+    local attempts, stalls = num(h[2], 1), num(h[4], 0) + 1
+    -- a stall counts past max_stalled only for a lease its worker ran alone (run_alone)
+    local alone = h[8] ~= false and h[8] == h[9]
     local to
     if h[5] == '1' then
       to = 'cancelled'
-    elseif stalls > max_stalled or attempts >= tonumber(h[3]) then
+    elseif attempts >= num(h[3], 1) then
+      to = 'failed'
+    elseif stalls > max_stalled and (alone or max_stalled == 0) then
       to = 'failed'
     else
       to = 'pending'
@@ -39,9 +45,11 @@ for _, id in ipairs(ids) do
     end
     counts[to] = counts[to] + 1
     emit(A.STALLED, id, q, attempts, {to = to, stalls = stalls})
+    rescued[#rescued + 1] = {id, h[10], q, to, fmt(attempts), h[3], fmt(stalls)}
     if to == 'failed' then
       emit(A.DLQ_WRITE, id, q, attempts, {reason = 'stalled', error = MSG})
     end
   end
 end
-return finish({counts.pending, counts.failed, counts.cancelled})
+return finish({counts.pending, counts.failed, counts.cancelled,
+               #rescued > 0 and cjson.encode(rescued) or ''})

@@ -51,6 +51,7 @@ class Command(BaseCommand):
             "emails",
             "reports",
             "--burst",
+            "--wait-delayed",  # the webhook's retries, until it is in the DLQ
             "--concurrency",
             "8",
             "--progress-interval",

@@ -1,0 +1,36 @@
+"""The atomic run's completion, for backends whose job rows live in a Django database.
+
+The handler of an ``@job(atomic=True)`` runs in a transaction on this very database, so its
+fenced done ack (rule: fence) is simply one more statement of that transaction (rule:
+effects-once): the writes and the completion commit together, or neither does. A stale token
+matches no row: the caller rolls everything back. The SQS ledger owes SQS a message delete
+after such a commit; its backend schedules it on commit.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from ...records import Ack, AckResult, EffectsFence
+from .acks import Acks
+
+
+class InTransaction(Acks):
+    effects_with_ack = True
+
+    @property
+    def effects_database(self) -> str:
+        return self.db
+
+    def fence_effects(self, ack: Ack, *, attempt: int, now: datetime | None = None) -> EffectsFence:
+        if not self.connection.in_atomic_block:
+            raise RuntimeError("fence_effects runs inside the atomic run's transaction")
+        [result] = self._apply([ack], now)
+        return answer(result)
+
+
+def answer(result: AckResult) -> EffectsFence:
+    """rule: effects-once — the fenced ack decides whether the transaction may commit."""
+    if not result.ok:
+        return EffectsFence(kind="stale")
+    return EffectsFence(kind="applied", state=result.state)

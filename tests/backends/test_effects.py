@@ -1,0 +1,78 @@
+"""What atomic runs do that is specific to one engine's locking (docs/effects.md).
+
+PostgreSQL: the handler's transaction locks the job's row only at its fenced ack, at the very
+end, so the worker's lease renewals (another connection) go on meanwhile, and the handler's
+progress is written outside its transaction (else its row lock would block them).
+SQLite: the transaction holds the write lock from BEGIN IMMEDIATE; nobody else writes until
+it ends, so nobody can take the job over meanwhile either.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from django_blamequeue import current_job, queue, registry
+from django_blamequeue.backends import get_backend
+from django_blamequeue.models import Job
+from django_blamequeue.testing import wait_until
+from tests.conftest import need_server
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+
+@pytest.fixture
+def slow_atomic() -> Any:
+    started, release = threading.Event(), threading.Event()
+
+    @registry.job(queue="slow-atomic", name="tests.backends.slow_atomic", atomic=True)
+    def slow(payload: Any) -> str:
+        ctx = current_job()
+        Job.objects.using(ctx.backend.effects_database).filter(id="nothing").update(priority=1)
+        ctx.progress(40)
+        started.set()
+        assert release.wait(20)
+        return "done"
+
+    yield SimpleNamespace(enqueue=slow.enqueue, started=started, release=release)
+    release.set()
+    registry.unregister("tests.backends.slow_atomic")
+
+
+def test_on_postgresql_an_open_atomic_run_is_renewed_and_its_progress_is_visible(
+    slow_atomic: Any,
+) -> None:
+    need_server("postgres")
+    job_id = slow_atomic.enqueue({}, backend="postgres").job_id
+    queue.consume("slow-atomic", backend="postgres", lease=1, poll_interval=0.05)
+    assert slow_atomic.started.wait(15)
+    row = Job.objects.using("postgres").filter(id=job_id)
+    first = row.values_list("lease_expires_at", flat=True).get()
+    assert row.values_list("progress", flat=True).get() == 40  # committed outside the run
+    assert wait_until(lambda: row.values_list("lease_expires_at", flat=True).get() > first, 5)
+    slow_atomic.release.set()
+    assert wait_until(lambda: row.values_list("state", flat=True).get() == "done", 10)
+
+
+def test_on_sqlite_an_open_atomic_run_holds_the_write_lock_so_no_rescue_can_take_it(
+    slow_atomic: Any,
+) -> None:
+    b = get_backend("default")
+    job_id = slow_atomic.enqueue({}, backend="default").job_id
+    queue.consume("slow-atomic", backend="default", lease=1, poll_interval=0.05)
+    assert slow_atomic.started.wait(15)
+    later = b.now() + timedelta(seconds=5)  # past the 1 s lease (not renewed meanwhile)
+    rescued: list[Any] = []
+    rescuer = threading.Thread(target=lambda: rescued.append(b.rescue_expired(later)))
+    rescuer.start()
+    rescuer.join(0.5)
+    assert rescuer.is_alive(), "the rescue should wait for the handler's write lock"
+    slow_atomic.release.set()
+    rescuer.join(30)
+    assert rescued and (rescued[0].repended, rescued[0].failed) == (0, 0)
+    info = queue.get_job(job_id, backend="default")
+    assert info is not None and (info.state, info.attempts, info.result) == ("done", 1, "done")

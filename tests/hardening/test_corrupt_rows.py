@@ -1,0 +1,77 @@
+"""Issue 18, item 5: a stored job whose fields have the wrong type (a row or hash written past
+the API) fails alone as ``bad_job``; it never fails the claim, so the jobs around it run.
+
+SQLite keeps any value in any column and Redis any string in a hash field; PostgreSQL's typed
+columns refuse such rows, so it is not among the engines here. The SQS backend's ledger is
+a SQLite table in these tests.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from django.db import connections
+from pytest_django import Settings as SettingsWrapper
+
+from django_blamequeue import queue
+from django_blamequeue.backends import get_backend
+from tests.conftest import isolate, need_server
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+_tags = itertools.count()
+#: field → a value of the wrong type, and the words of the job's error that name it.
+CORRUPTIONS: dict[str, tuple[Any, str]] = {
+    "priority": ("high", "the stored priority is not an integer: 'high'"),
+    "max_attempts": ("many", "the stored max_attempts is not an integer: 'many'"),
+    "timeout": ("soon", "the stored timeout is not a number of seconds: 'soon'"),
+    "payload": (42, "the stored payload is not bytes: 42"),
+}
+REDIS_FIELDS = {"payload": None}  # a hash field is always a string: no wrong type to give it
+
+
+@pytest.fixture(params=["default", "redis", "sqs"], ids=["sqlite", "redis", "sqs"])
+def engine_alias(request: pytest.FixtureRequest, settings: SettingsWrapper) -> str:
+    alias: str = request.param
+    need_server(alias)
+    isolate(settings, alias, f"corrupt{next(_tags)}")
+    return alias
+
+
+def corrupt(alias: str, job_id: str, field: str, value: Any) -> None:
+    backend: Any = get_backend(alias)
+    if alias == "redis":
+        backend.client.hset(backend.keys.job(job_id), field, value)
+        return
+    with connections[backend.db].cursor() as cur:  # past the ORM: as a hand-written UPDATE
+        cur.execute(f"UPDATE {backend.table} SET {field} = %s WHERE id = %s", [value, job_id])
+
+
+def test_a_job_with_a_field_of_the_wrong_type_fails_alone_and_the_others_run(
+    engine_alias: str,
+) -> None:
+    fields = [f for f in CORRUPTIONS if not (engine_alias == "redis" and f in REDIS_FIELDS)]
+    payloads: list[dict[str, Any]] = [{"n": i} for i in range(8)]
+    for i, field in enumerate(fields):  # among the good ones, claimed in one batch with them
+        payloads.insert(2 * i + 1, {"corrupt": field})
+    jobs = queue.enqueue_many("corrupt", payloads, backend=engine_alias)
+    for payload, j in zip(payloads, jobs, strict=True):
+        if "corrupt" in payload:
+            corrupt(engine_alias, j.job_id, payload["corrupt"], CORRUPTIONS[payload["corrupt"]][0])
+
+    consumer = queue.consume(
+        "corrupt", lambda job, ctx: job.payload, backend=engine_alias, concurrency=4, burst=True
+    )
+    assert consumer.join(timeout=60), "the worker did not drain the queue"
+
+    infos = [queue.get_job(j.job_id, backend=engine_alias) for j in jobs]
+    for payload, info in zip(payloads, infos, strict=True):
+        assert info is not None
+        if "corrupt" in payload:
+            assert (info.state, info.reason, info.attempts) == ("failed", "bad_job", 1)
+            assert CORRUPTIONS[payload["corrupt"]][1] in (info.error or ""), info.error
+        else:
+            assert (info.state, info.result) == ("done", payload)
+    assert consumer.counters.failed == len(fields)
