@@ -317,3 +317,24 @@ def test_the_largest_checkpoint_is_stored_whole(backend: str, engine: Backend) -
     assert engine.save_checkpoints([(job_id, c.token, text)]) == frozenset()
     assert ack(engine, c, outcome(c, lifecycle.Released())).ok
     assert claim_one(engine, "cp").checkpoint == text
+
+
+def test_an_atomic_job_takes_no_checkpoint(backend: str, register: Callable[..., Any]) -> None:
+    """Its writes roll back with a failed attempt: a checkpoint kept outside that transaction
+    would have the next attempt skip work that was undone."""
+    caught: list[ErrorCode] = []
+
+    def atomic_steps(payload: Any) -> str:
+        ctx = current_job()
+        try:
+            ctx.checkpoint(3)
+        except QueueError as exc:
+            caught.append(exc.code)
+        return "done"
+
+    definition = register(atomic_steps, atomic=True, backend=backend)
+    job_id = definition.enqueue({}).job_id
+    queue.consume(definition.queue, None, backend=backend, poll_interval=0.05)
+    assert finished(job_id, backend) == "done"
+    assert caught == [ErrorCode.INVALID_HANDLER]
+    assert queue.get_job(job_id, backend=backend).checkpoint is None  # type: ignore[union-attr]

@@ -98,3 +98,15 @@ def test_a_slot_with_a_writer_writes_waited_values_itself() -> None:
     waiter = slot.put("now", wait=True)
     assert waiter is not None and waiter.result() is True
     assert written == ["now"] and slot.take() is None  # the later value superseded the held one
+
+
+def test_an_async_def_job_cannot_be_atomic() -> None:
+    from django_blamequeue import job
+
+    async def fetch(payload: Any) -> None:
+        return None
+
+    with pytest.raises(QueueError) as caught:
+        job(queue="q", name="tests.unit.async_atomic", atomic=True)(fetch)
+    assert caught.value.code == ErrorCode.INVALID_HANDLER
+    assert "atomic=True needs a sync handler" in caught.value.message
