@@ -13,6 +13,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
+from asgiref.sync import sync_to_async
+
 from . import audit, effects, enqueueing, registry, tracing, validation
 from .backends import all_backends, get_backend
 from .backends.base import Backend
@@ -120,6 +122,18 @@ class Queue(ControlPlane):
             about=about,
             abouts=abouts,
         )
+
+    async def aenqueue(self, queue_name: str, payload: Any = None, **options: Any) -> EnqueuedJob:
+        """``enqueue`` for async code (an async view), with the same arguments. It runs
+        through ``sync_to_async`` on the thread of the caller's other database work, so it
+        joins a transaction opened there as ``enqueue`` does."""
+        return await sync_to_async(self.enqueue)(queue_name, payload, **options)
+
+    async def aenqueue_many(
+        self, queue_name: str, payloads: Iterable[Any], **options: Any
+    ) -> list[EnqueuedJob]:
+        """``enqueue_many`` for async code."""
+        return await sync_to_async(self.enqueue_many)(queue_name, list(payloads), **options)
 
     def enqueue_flow(
         self, queue_name: str, children: Sequence[Mapping[str, Any]], *, backend: str | None = None

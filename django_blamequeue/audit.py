@@ -27,6 +27,7 @@ DLQ_WRITE = "system.queue.dlq.write"
 DLQ_RETRY = "system.queue.dlq.retry"
 LEASE_EXTENDED = "system.queue.lease.extended"
 PROGRESS = "system.queue.progress"
+CHECKPOINT = "system.queue.checkpoint"
 PURGE = "system.queue.purge"
 FLOW_ENQUEUE = "system.queue.flow.enqueue"
 FLOW_SETTLE = "system.queue.flow.settle"
@@ -57,6 +58,7 @@ HIGH_VOLUME = frozenset(
         CONSUME_START,
         CONSUME_SUCCESS,
         PROGRESS,
+        CHECKPOINT,
         LEASE_EXTENDED,
         RELEASE,
         FLOW_REPORT,

@@ -25,6 +25,7 @@ from typing import Any
 
 from . import effects, registry, tracing
 from .backends.base import Backend
+from .checkpoints import CheckpointSlot
 from .conf import get_settings
 from .context import JobContext, _current
 from .core.states import State
@@ -108,7 +109,9 @@ def run_claimed(
         backend=seen,
         token=c.token,
         progress_throttle=0.0,
+        previous_checkpoint=c.checkpoint,
     )
+    slot = ctx.checkpoints = CheckpointSlot(writer=ctx._store_checkpoint)
     run = Run(
         claimed=c,
         ctx=ctx,
@@ -120,6 +123,7 @@ def run_claimed(
     )
     if definition is not None and definition.atomic and handler is None:
         run.invoker = effects.invoke_atomic
+        ctx.atomic = True
     call = run.invoker or invoke
     token = _current.set(ctx)
     try:
@@ -129,6 +133,9 @@ def run_claimed(
     finally:
         _current.reset(token)
     transition = transition_for(c, definition, outcome)
+    last = slot.take(close=True)  # what async code left: stored before the ack, as a worker does
+    if last is not None and run.settled is None:
+        backend.save_checkpoints([(c.job_id, c.token, last[0])], now)
     if run.settled is not None:
         return Ran(transition=transition, ack=run.settled)
     if not ack:

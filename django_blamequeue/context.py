@@ -1,11 +1,20 @@
 """``current_job()``: what a running handler may ask of its job (SPEC §3).
 
 The context lives in a contextvar set by the worker around each handler call, so it is right
-in threads and in ``asyncio`` code the handler starts.
+in threads and in ``asyncio`` code the handler starts (each async run is a task with its own
+copy of the context).
+
+Inside a running event loop (an ``async def`` handler) nothing here may block the loop: Django
+refuses its ORM there, and every other job on the loop would wait. ``progress()`` then sends
+its write off without waiting, ``checkpoint()`` only hands its value over (it always does),
+and the calls that must answer have awaitable twins: ``aprogress``, ``aextend_lease``,
+``acheckpoint``. Their writes run through ``sync_to_async``, on the thread Django's async ORM
+uses.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
@@ -14,12 +23,17 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-from . import validation
+from asgiref.sync import sync_to_async
+
+from . import checkpoints, validation
+from .checkpoints import CheckpointSlot
 from .core import ids
 from .exceptions import ErrorCode, QueueError, Retry
 
 if TYPE_CHECKING:
     from .backends.base import Backend
+
+logger = logging.getLogger("django_blamequeue.worker")
 
 _current: ContextVar[JobContext | None] = ContextVar("blamequeue_job", default=None)
 
@@ -56,8 +70,17 @@ class JobContext:
     #: PostgreSQL: a progress write inside it would hold the job's row lock until commit and
     #: block the worker's lease renewals); None: in this thread.
     detached: Callable[[Callable[[], bool]], bool] | None = None
+    #: The checkpoint the previous attempt saved, as stored (JSON text), read with the lease.
+    previous_checkpoint: str | None = None
+    #: Where ``checkpoint()`` leaves values: the worker's main thread writes them. None: a
+    #: context made outside a worker, which writes each value at once.
+    checkpoints: CheckpointSlot | None = None
+    #: An ``@job(atomic=True)`` run: its writes roll back with a failed attempt, so it takes
+    #: no checkpoint (the next attempt would skip work that was undone).
+    atomic: bool = False
     _cancelled: _Flag = field(default_factory=_Flag)
     _last_progress: float = field(default=-1e18)
+    _writes: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property
     def cancelled(self) -> bool:
@@ -73,20 +96,131 @@ class JobContext:
         if value not in (0, 100) and now - self._last_progress < self.progress_throttle:
             return
         self._last_progress = now
+        if _in_event_loop():  # an async handler: write without blocking the loop, in order
+            write = asyncio.ensure_future(self._store_progress(value))
+            self._writes.add(write)
+            write.add_done_callback(self._written)
+            return
         self._call(lambda: self.backend.set_progress(self.job_id, self.token, value))
+
+    async def aprogress(self, pct: int) -> None:
+        """``progress`` for async handlers, returning once the value is written."""
+        self.progress(pct)
+        if self._writes:
+            await asyncio.gather(*list(self._writes), return_exceptions=True)
+
+    async def _store_progress(self, value: int) -> None:
+        verb = lambda: self.backend.set_progress(self.job_id, self.token, value)  # noqa: E731
+        await sync_to_async(self._call)(verb)
+
+    def _written(self, task: asyncio.Task[Any]) -> None:
+        self._writes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("recording progress of job %s failed: %s", self.job_id, task.exception())
 
     def extend_lease(self, seconds: float) -> bool:
         """Hold the job ``seconds`` more from now; False if the lease was already lost."""
+        held = self._extension(seconds)
+        if _in_event_loop():
+            raise QueueError(
+                ErrorCode.INVALID_HANDLER,
+                "ctx.extend_lease() would block the event loop: in an async handler, "
+                "use await ctx.aextend_lease(seconds)",
+            )
+        ok = self._call(lambda: self.backend.extend_lease(self.job_id, self.token, held))
+        return self._extended(ok, held)
+
+    async def aextend_lease(self, seconds: float) -> bool:
+        """``extend_lease`` for async handlers."""
+        held = self._extension(seconds)
+        verb = lambda: self.backend.extend_lease(self.job_id, self.token, held)  # noqa: E731
+        return self._extended(await sync_to_async(self._call)(verb), held)
+
+    def _extension(self, seconds: float) -> float:
         if not self.backend.supports_extend_lease:
             raise QueueError(
                 ErrorCode.EXTEND_LEASE_UNSUPPORTED,
                 f"backend {self.backend.alias!r} cannot extend a lease",
             )
-        held = validation.seconds(seconds, "extend_lease seconds")
-        ok = self._call(lambda: self.backend.extend_lease(self.job_id, self.token, held))
+        return validation.seconds(seconds, "extend_lease seconds")
+
+    def _extended(self, ok: bool, held: float) -> bool:
         if ok and self.on_extend is not None:
             self.on_extend(held)
         return ok
+
+    # -- checkpoints -----------------------------------------------------------------------
+    @property
+    def last_checkpoint(self) -> Any:
+        """The value the previous attempt saved with ``checkpoint`` (None at first): where a
+        long job resumes. It stays that attempt's value while this one saves its own."""
+        return checkpoints.decode(self.previous_checkpoint)
+
+    def checkpoint(self, value: Any, *, wait: bool = False) -> None:
+        """Save ``value`` (JSON, at most 64 KiB) as where the job stands, for the attempt
+        that runs it next if this one does not finish (killed, timed out, released, failed).
+
+        Without ``wait`` it does not block: the worker stores the latest value at most once
+        per ``PROGRESS_THROTTLE`` and always the last one when the attempt ends, before its
+        ack. A kill -9 can lose the values of the last throttle period. ``wait=True`` returns
+        once ``value`` is stored (one round trip): use it when a step must never be redone
+        after its checkpoint. Raises ``QueueError``: ``BAD_CHECKPOINT`` (not JSON),
+        ``CHECKPOINT_TOO_LARGE``, or ``LOCK_LOST`` (waited, and the lease is gone).
+        """
+        text = self._checkpointable(value)
+        if wait and _in_event_loop():
+            raise QueueError(
+                ErrorCode.INVALID_HANDLER,
+                "ctx.checkpoint(value, wait=True) would block the event loop: in an async "
+                "handler, use await ctx.acheckpoint(value)",
+            )
+        slot = self._slot()
+        if slot.writer is not None and not _in_event_loop():
+            wait = True  # nobody else writes for this context: write now
+        waiter = slot.put(text, wait=wait)
+        if waiter is not None and not waiter.result():
+            raise self._lock_lost()
+
+    async def acheckpoint(self, value: Any) -> None:
+        """``checkpoint(value, wait=True)`` for async handlers: returns once it is stored."""
+        text = self._checkpointable(value)
+        slot = self._slot()
+        if slot.writer is not None:  # no worker thread writes for us: write it ourselves
+            ok = await sync_to_async(lambda: slot.put(text, wait=True).result())()  # type: ignore[union-attr]
+        else:
+            waiter = slot.put(text, wait=True)
+            assert waiter is not None
+            ok = await asyncio.wrap_future(waiter)
+        if not ok:
+            raise self._lock_lost()
+
+    def _checkpointable(self, value: Any) -> str:
+        if self.atomic:
+            raise QueueError(
+                ErrorCode.INVALID_HANDLER,
+                "an atomic job takes no checkpoint: a failed attempt rolls its writes back, "
+                "and the next attempt would skip them",
+            )
+        return checkpoints.encode(value)
+
+    def _slot(self) -> CheckpointSlot:
+        if self.checkpoints is None:
+            self.checkpoints = CheckpointSlot(writer=self._store_checkpoint)
+        return self.checkpoints
+
+    def _store_checkpoint(self, text: str) -> bool:
+        def store() -> bool:
+            refused = self.backend.save_checkpoints([(self.job_id, self.token, text)])
+            return self.job_id not in refused
+
+        return self._call(store)
+
+    def _lock_lost(self) -> QueueError:
+        return QueueError(
+            ErrorCode.LOCK_LOST,
+            f"job {self.job_id}: the checkpoint was not stored, this attempt no longer holds "
+            "the lease",
+        )
 
     def _call(self, verb: Callable[[], bool]) -> bool:
         return verb() if self.detached is None else self.detached(verb)
@@ -105,8 +239,9 @@ class JobContext:
 class DirectContext(JobContext):
     """``current_job()`` while a ``@job`` function is called directly (``send_welcome(42)``),
     so a handler that reports progress runs unchanged outside a worker. Its ``job_id`` is
-    fresh per call; it holds no lease: ``progress`` and ``extend_lease`` check their argument
-    and record nothing, ``cancelled`` stays False, ``retry`` raises ``Retry`` to the caller."""
+    fresh per call; it holds no lease: ``progress``, ``extend_lease`` and ``checkpoint`` (and
+    their async twins) check their argument and record nothing, ``last_checkpoint`` is None,
+    ``cancelled`` stays False, ``retry`` raises ``Retry`` to the caller."""
 
     def progress(self, pct: int) -> None:
         if not isinstance(pct, int | float) or isinstance(pct, bool) or not 0 <= pct <= 100:
@@ -115,6 +250,18 @@ class DirectContext(JobContext):
     def extend_lease(self, seconds: float) -> bool:
         validation.seconds(seconds, "extend_lease seconds")
         return True
+
+    async def aextend_lease(self, seconds: float) -> bool:
+        return self.extend_lease(seconds)
+
+    async def aprogress(self, pct: int) -> None:
+        self.progress(pct)
+
+    def checkpoint(self, value: Any, *, wait: bool = False) -> None:
+        checkpoints.encode(value)  # refused as in a worker; nothing is stored
+
+    async def acheckpoint(self, value: Any) -> None:
+        checkpoints.encode(value)
 
     @property
     def direct(self) -> bool:
@@ -152,6 +299,15 @@ async def _in_context(coro: Coroutine[Any, Any, Any], ctx: JobContext) -> Any:
         return await coro
     finally:
         _current.reset(token)
+
+
+def _in_event_loop() -> bool:
+    """Whether this thread is running an event loop (where blocking calls stall every task)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def current_job() -> JobContext:

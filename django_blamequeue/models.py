@@ -69,6 +69,8 @@ class JobFields(models.Model):
     alone_token = models.CharField(max_length=32, null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
     progress = models.PositiveSmallIntegerField(default=0)
+    # The JSON text the last attempt saved with ctx.checkpoint(); the next attempt reads it.
+    checkpoint = models.TextField(null=True, blank=True)
     result = models.BinaryField(null=True, blank=True)
     error = models.TextField(null=True, blank=True)
     traceback = models.TextField(null=True, blank=True)

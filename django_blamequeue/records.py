@@ -122,6 +122,9 @@ class Claimed:
     #: Why the stored row cannot be read (a field of the wrong type): the job is failed as
     #: ``bad_job`` without running, and the claim's other jobs run as usual.
     problem: str | None = None
+    #: The JSON text an earlier attempt saved with ``ctx.checkpoint`` (None: nothing yet),
+    #: read with the lease, so it is the value the previous attempt left.
+    checkpoint: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -313,6 +316,7 @@ class JobInfo:
     snoozes: int = 0  # how often the job snoozed (Snooze): no attempt spent for those
     about: str | None = None  # "app_label.model_name:pk" of the object it is about
     origin: Mapping[str, Any] | None = None  # site, request, user, parent_job, schedule, flow
+    checkpoint: Any = None  # the value the job's last ``ctx.checkpoint`` stored (decoded)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

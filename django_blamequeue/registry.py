@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, overload
+
+from asgiref.sync import sync_to_async
 
 from . import calls, enqueueing
 from .context import call_directly
@@ -73,6 +76,20 @@ class JobDefinition:
         """Celery's ``task.apply_async(args, kwargs, countdown=..., eta=..., ...)``; options
         as ``enqueue``'s."""
         return calls.apply_async(self, args, kwargs, options)
+
+    async def aenqueue(self, payload: Any = None, **options: Any) -> EnqueuedJob:
+        """``enqueue`` for async code (an async view): runs it through ``sync_to_async``,
+        on the thread of the caller's other database work, so a transaction it opened
+        there is joined as ``enqueue`` joins it."""
+        return await sync_to_async(self.enqueue)(payload, **options)
+
+    async def aenqueue_many(self, payloads: list[Any], **options: Any) -> list[EnqueuedJob]:
+        return await sync_to_async(self.enqueue_many)(payloads, **options)
+
+    @property
+    def is_async(self) -> bool:
+        """An ``async def`` handler: the worker runs it on its event loop."""
+        return self.flow is None and inspect.iscoroutinefunction(self.func)
 
 
 def _check_backoff(base: object, maximum: object, jitter: object) -> None:
@@ -160,6 +177,9 @@ def job(
     ``atomic=True``: the handler's database writes commit in one transaction with the job's
     completion, fenced by its lease, so a run that lost its lease commits nothing
     (docs/effects.md).
+
+    An ``async def`` handler runs on the worker's event loop (docs/async.md); it cannot be
+    ``atomic`` (a transaction cannot span its awaits).
     """
     _check(queue, max_attempts, timeout, retryable)
     _check_key(concurrency_key)
@@ -205,6 +225,11 @@ def register_definition(
     _check_backoff(*backoff)
     if not callable(f):
         raise QueueError(ErrorCode.INVALID_HANDLER, f"{f!r} is not callable")
+    if atomic and inspect.iscoroutinefunction(f):
+        raise QueueError(
+            ErrorCode.INVALID_HANDLER,
+            "atomic=True needs a sync handler: its transaction cannot span an async def's awaits",
+        )
     definition = JobDefinition(
         func=f,
         name=name or f"{f.__module__}.{f.__qualname__}",

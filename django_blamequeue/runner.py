@@ -6,6 +6,7 @@ a handler call into a ``core.lifecycle`` outcome and hands it back.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections import deque
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.db import close_old_connections, connections
 
 from . import calls, registry, tracing
@@ -112,6 +114,7 @@ def new_run(c: Claimed, backend: Backend, now: float, lease: float, throttle: fl
         backend=backend,
         token=c.token,
         progress_throttle=throttle,
+        previous_checkpoint=c.checkpoint,
     )
     return Run(
         claimed=c,
@@ -140,7 +143,40 @@ def read_flow_states(backend: Backend, runs: list[Run]) -> None:
 
 
 def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
-    """Call the handler; every way it can end becomes an outcome (interrupts propagate)."""
+    """Call the handler; every way it can end becomes an outcome (interrupts propagate).
+    A handler that answers a coroutine (an ``async def`` one, run off the worker's event
+    loop: ``testing.run_jobs``, a wrapped coroutine function) is run to its end here."""
+    call = prepare(run, handler)
+    if not callable(call):
+        return call
+    try:
+        result = call()
+        if inspect.isawaitable(result):
+            result = async_to_sync(_awaited)(result)
+    except JobInterrupted as exc:
+        if run.abandoned:  # the worker's own interrupt
+            raise
+        return lifecycle.Raised(exc, lifecycle.format_traceback(exc))  # the handler raised it
+    except BaseException as exc:  # a handler's SystemExit must not kill the worker
+        return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
+    return succeeded(result)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def is_async(run: Run, handler: Handler | None) -> bool:
+    """Whether the run's handler is an ``async def`` (it then runs on the event loop)."""
+    if handler is not None:
+        return inspect.iscoroutinefunction(handler)
+    d = run.definition
+    return d is not None and d.flow is None and inspect.iscoroutinefunction(d.func)
+
+
+def prepare(run: Run, handler: Handler | None) -> lifecycle.Outcome | Callable[[], Any]:
+    """What to call for this run, or the outcome that it cannot run (decoding, flow phases
+    and a missing handler decided here, for the slot threads and the event loop alike)."""
     claimed = run.claimed
     if claimed.problem:  # a stored row that cannot be read (backends/readback.py)
         return lifecycle.BadJob(f"the stored job cannot be read: {claimed.problem}")
@@ -164,32 +200,25 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
                 f"no handler is registered for job name {claimed.name!r} on this worker"
             )
         func = run.definition.func
-        call: Callable[[], Any] = lambda: calls.call_with(func, payload)  # noqa: E731
-    else:
-        job = RunningJob(
-            job_id=claimed.job_id,
-            queue=claimed.queue,
-            name=claimed.name,
-            payload=payload,
-            attempt=claimed.attempt,
-            max_attempts=claimed.max_attempts,
-            priority=claimed.priority,
-            trace_id=claimed.trace_id,
-            classification=claimed.classification,
-            flow_id=claimed.flow_id,
-            parent_id=claimed.parent_id,
-        )
-        call = lambda: handler(job, run.ctx)  # noqa: E731
-    try:
-        result = call()
-    except JobInterrupted as exc:
-        if run.abandoned:  # the worker's own interrupt
-            raise
-        return lifecycle.Raised(exc, lifecycle.format_traceback(exc))  # the handler raised it
-    except Snooze as exc:
-        return snoozed(exc)
-    except BaseException as exc:  # a handler's SystemExit must not kill the worker
-        return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
+        return lambda: calls.call_with(func, payload)
+    job = RunningJob(
+        job_id=claimed.job_id,
+        queue=claimed.queue,
+        name=claimed.name,
+        payload=payload,
+        attempt=claimed.attempt,
+        max_attempts=claimed.max_attempts,
+        priority=claimed.priority,
+        trace_id=claimed.trace_id,
+        classification=claimed.classification,
+        flow_id=claimed.flow_id,
+        parent_id=claimed.parent_id,
+    )
+    return lambda: handler(job, run.ctx)
+
+
+def succeeded(result: Any) -> lifecycle.Outcome:
+    """A handler's return value as the outcome (its result encoded, or why it cannot be)."""
     try:
         encoded = encode(result) if result is not None else None
     except Exception as exc:
@@ -216,8 +245,6 @@ def _flow_phase(run: Run, spec: Any, payload: Any) -> lifecycle.Outcome:
         if run.abandoned:
             raise
         return lifecycle.Raised(exc, lifecycle.format_traceback(exc))
-    except Snooze as exc:
-        return snoozed(exc)
     except QueueError as exc:
         return lifecycle.BadJob(f"fan-out refused: {exc}")
     except BaseException as exc:
@@ -246,8 +273,10 @@ def transition_for(
     claimed: Claimed, definition: registry.JobDefinition | None, outcome: lifecycle.Outcome
 ) -> Transition:
     """The lifecycle's decision for one attempt, with the settings' backoff and the job's
-    ``retryable`` predicate (the worker and ``testing`` both decide through here)."""
-
+    ``retryable`` predicate (the worker and ``testing`` both decide through here). A handler
+    that raised ``Snooze`` (in a thread, on the event loop, in a flow phase) snoozes."""
+    if isinstance(outcome, lifecycle.Raised) and isinstance(outcome.exc, Snooze):
+        outcome = snoozed(outcome.exc)
     settings = get_settings()
     d = definition
     policy = lifecycle.Policy(  # the job's own backoff options win over the settings'
@@ -319,7 +348,10 @@ def _drop_connections() -> None:
 
 
 class SlotPool:
-    """``size`` threads pulling runs; an abandoned run's thread is replaced at once."""
+    """Up to ``size`` threads pulling sync runs, each started when a run finds no idle one
+    (async runs take slots but no thread, so a worker of async jobs starts none). The thread
+    of an abandoned run no longer counts: it exits when its handler returns, and the next
+    run that needs a thread gets a new one."""
 
     def __init__(self, size: int, handler: Handler | None, report: Callable[[Run], None]) -> None:
         self.size = size
@@ -328,31 +360,31 @@ class SlotPool:
         self._work: deque[Run] = deque()
         self._cond = threading.Condition()
         self._stopped = False
-        self._threads: list[threading.Thread] = []
-        for _ in range(size):
-            self._spawn()
+        self._live = 0  # threads counted against ``size``
+        self._idle = 0  # of those, waiting for work
 
     def _spawn(self) -> None:
-        t = threading.Thread(target=self._loop, name="blamequeue-slot", daemon=True)
-        self._threads.append(t)
-        t.start()
+        """Under ``_cond``."""
+        self._live += 1
+        threading.Thread(target=self._loop, name="blamequeue-slot", daemon=True).start()
 
     def submit(self, run: Run) -> None:
         self.submit_many([run])
 
     def submit_many(self, runs: list[Run]) -> None:
-        """Queue ``runs`` and wake one idle slot thread for each (one lock round)."""
+        """Queue ``runs``, start the threads they lack, wake idle ones (one lock round)."""
         if not runs:
             return
         with self._cond:
             self._work.extend(runs)
+            for _ in range(min(len(self._work) - self._idle, self.size - self._live)):
+                self._spawn()
             self._cond.notify(len(runs))
 
     def replace_one(self) -> None:
-        """The thread running an abandoned job exits when it returns; keep ``size`` alive."""
+        """The thread running an abandoned job exits when it returns: stop counting it."""
         with self._cond:
-            self._threads = [t for t in self._threads if t.is_alive()]
-            self._spawn()
+            self._live -= 1
 
     def stop(self) -> None:
         with self._cond:
@@ -362,9 +394,12 @@ class SlotPool:
     def _loop(self) -> None:
         while True:
             with self._cond:
+                self._idle += 1
                 while not self._work and not self._stopped:
                     self._cond.wait()
+                self._idle -= 1
                 if self._stopped and not self._work:
+                    self._live -= 1
                     return
                 run = self._work.popleft()
             try:
@@ -372,4 +407,4 @@ class SlotPool:
             except Exception:  # a slot thread must never die: the worker would lose the slot
                 logger.exception("slot thread error after job %s", run.claimed.job_id)
             if run.abandoned:
-                return  # replace_one() started our successor
+                return  # no longer counted (replace_one); the next run starts a thread

@@ -24,9 +24,10 @@ Disabled (the default), every hook here is a flag test: nothing is imported.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +142,30 @@ def traced_run(
     run: Run, handler: Handler | None, invoke: Callable[[Run, Handler | None], Outcome]
 ) -> Outcome:
     """``invoke`` inside the attempt's span, which records how the attempt ended."""
-    from opentelemetry.trace import SpanKind, Status, StatusCode
+    with _run_span(run) as span:
+        try:
+            outcome = invoke(run, handler)
+        except JobInterrupted as exc:
+            _interrupted(span, exc.reason)
+            raise
+        return _ended(span, outcome)
+
+
+async def atraced_run(
+    run: Run, handler: Handler | None, ainvoke: Callable[[Run, Handler | None], Awaitable[Outcome]]
+) -> Outcome:
+    """``traced_run`` for an async run (interrupted by cancelling its task)."""
+    with _run_span(run) as span:
+        try:
+            outcome = await ainvoke(run, handler)
+        except asyncio.CancelledError as exc:
+            _interrupted(span, str(exc.args[0]) if exc.args else "cancelled")
+            raise
+        return _ended(span, outcome)
+
+
+def _run_span(run: Run) -> AbstractContextManager[Any]:
+    from opentelemetry.trace import SpanKind
 
     c = run.claimed
     attributes = {
@@ -156,27 +180,34 @@ def traced_run(
         "blamequeue.backend": run.ctx.backend.alias,
         "blamequeue.trace_id": c.trace_id or "",
     }
-    with _tracer.start_as_current_span(
+    span: AbstractContextManager[Any] = _tracer.start_as_current_span(
         f"run {c.name}",
         context=_parent(c.trace_id),
         kind=SpanKind.CONSUMER,
         attributes=attributes,
         record_exception=False,
         set_status_on_exception=False,
-    ) as span:
-        try:
-            outcome = invoke(run, handler)
-        except JobInterrupted as exc:
-            span.set_attribute(OUTCOME, exc.reason)
-            span.set_status(Status(StatusCode.ERROR, exc.reason))
-            raise
-        if isinstance(outcome, lifecycle.Raised):
-            span.record_exception(outcome.exc)
-            span.set_status(Status(StatusCode.ERROR, lifecycle.describe(outcome.exc)))
-        elif isinstance(outcome, lifecycle.BadJob):
-            span.set_status(Status(StatusCode.ERROR, outcome.message))
-        span.set_attribute(OUTCOME, _OUTCOMES.get(type(outcome).__name__, "unknown"))
-        return outcome
+    )
+    return span
+
+
+def _interrupted(span: Any, reason: str) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    span.set_attribute(OUTCOME, reason)
+    span.set_status(Status(StatusCode.ERROR, reason))
+
+
+def _ended(span: Any, outcome: Outcome) -> Outcome:
+    from opentelemetry.trace import Status, StatusCode
+
+    if isinstance(outcome, lifecycle.Raised):
+        span.record_exception(outcome.exc)
+        span.set_status(Status(StatusCode.ERROR, lifecycle.describe(outcome.exc)))
+    elif isinstance(outcome, lifecycle.BadJob):
+        span.set_status(Status(StatusCode.ERROR, outcome.message))
+    span.set_attribute(OUTCOME, _OUTCOMES.get(type(outcome).__name__, "unknown"))
+    return outcome
 
 
 _OUTCOMES = {

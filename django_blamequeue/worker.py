@@ -1,8 +1,9 @@
 """The consumer: claims into free slots, renews leases, enforces timeouts, batches acks.
 
-One main thread talks to the backend (claims, acks, heartbeats) and decides every transition;
-slot threads only run handlers. Finished attempts queue up while the main thread is busy and go
-out together in one ``apply_many``, so acks batch under load without any added latency.
+One main thread talks to the backend (claims, acks, heartbeats, checkpoints) and decides every
+transition; slot threads run sync handlers, one event loop (``aio``) runs ``async def`` ones.
+Finished attempts queue up while the main thread is busy and go out together in one
+``apply_many``, so acks batch under load without any added latency.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from django.db import connections
 
 from . import effects, fleet, metrics, registry, wakeup
 from .acking import PendingAcks, account
+from .aio import EventLoop
 from .backends.base import Backend
+from .checkpointer import Checkpointer
 from .conf import get_settings
 from .controlview import ControlView
 from .core import lifecycle
@@ -28,7 +31,15 @@ from .heartbeat import Heartbeat
 from .outbox import RelayReport, settle_pending
 from .probation import Probation
 from .records import AckResult, Backlog, Claimed
-from .runner import Handler, Run, SlotPool, new_run, read_flow_states, transition_for
+from .runner import (
+    Handler,
+    Run,
+    SlotPool,
+    is_async,
+    new_run,
+    read_flow_states,
+    transition_for,
+)
 
 logger = logging.getLogger("django_blamequeue.worker")
 
@@ -71,6 +82,8 @@ class Consumer:
         self._thread = threading.Thread(target=self._main, name="blamequeue-consumer", daemon=True)
         self._exited = threading.Event()
         self.pool = SlotPool(options.concurrency, handler, self._report)
+        self.loop = EventLoop(handler, self._report)  # async runs, in the same slots
+        self.checkpointer = Checkpointer(backend, self._settings.progress_throttle, self._wake)
         self.control = ControlView(
             backend, options.queues, self._settings.queues, options.poll_interval
         )
@@ -134,6 +147,7 @@ class Consumer:
             if listener is not None:
                 listener.stop()
             self.pool.stop()
+            self.loop.stop()
             self._settle_queued()
             if self.options.register:
                 self.registration.stop()
@@ -221,6 +235,7 @@ class Consumer:
             wait = self.options.poll_interval
         wait = min(wait, self._starts.next_room(now))
         wait = min(wait, self.heartbeat.next_due(self._running, now))
+        wait = min(wait, self.checkpointer.next_due(now))
         if len(self._running) < self.options.concurrency:
             wait = min(wait, self.control.rate_wait())  # a rate window may open before a poll
         return max(wait, 0.0005)
@@ -245,6 +260,8 @@ class Consumer:
         queues, limits = self.control.claim_args()
         if not queues:  # every queue paused
             self._flush()
+            return 0
+        if self._acks and not self._store_checkpoints():
             return 0
         acks = self._acks.batch()
         try:
@@ -274,7 +291,7 @@ class Consumer:
             else:
                 runs.append(self._dispatch(run, now))
         read_flow_states(self.backend, runs)
-        self.pool.submit_many(self._probation.admit(runs))
+        self._start(self._probation.admit(runs))
         self.counters.claimed += len(claimed)
         return len(claimed)
 
@@ -302,6 +319,8 @@ class Consumer:
         run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)
         if run.definition is not None and run.definition.atomic and self.handler is None:
             effects.prepare(run)
+            run.ctx.atomic = True  # no checkpoints: its writes roll back with a failure
+        self.checkpointer.attach(run)
         self._running[c.job_id] = run
         if metrics.enabled:
             metrics.run_started(self.backend.alias, c, self.options.lease)
@@ -327,7 +346,16 @@ class Consumer:
             self._running.pop(run.claimed.job_id, None)
             self.counters.lock_lost += 1
             return
-        self.pool.submit(run)
+        self._start([run])
+
+    def _start(self, runs: list[Run]) -> None:
+        """Hand runs to their runner: a slot thread, or the event loop for async ones."""
+        threaded: list[Run] = []
+        awaited: list[Run] = []
+        for run in runs:
+            (awaited if is_async(run, self.handler) else threaded).append(run)
+        self.pool.submit_many(threaded)
+        self.loop.submit_many(awaited)
 
     def _drained(self) -> bool:
         """Burst mode: nothing running here, nothing to ack, nothing due anywhere (and,
@@ -363,6 +391,7 @@ class Consumer:
             assert run.outcome is not None
             if run.settled is not None:  # an atomic run acked (or lost) in its own transaction
                 self._running.pop(run.claimed.job_id, None)
+                self.checkpointer.end(run, keep=False)  # acked already: nothing to resume
                 account(self.counters, self.backend.alias, run, effects.SETTLED, run.settled)
                 continue
             self._decide(run, run.outcome)
@@ -370,6 +399,7 @@ class Consumer:
     def _decide(self, run: Run, outcome: lifecycle.Outcome) -> None:
         transition = transition_for(run.claimed, run.definition, outcome)
         self._running.pop(run.claimed.job_id, None)
+        self.checkpointer.end(run, keep=True)  # stored before the ack (``_flush``)
         self._acks.add(run, transition)
 
     def _interrupt(
@@ -383,10 +413,11 @@ class Consumer:
             pass  # held to run alone: it never started, no thread to interrupt
         elif not run.abandon(exc_type):  # type: ignore[arg-type]
             return  # it finished first; its outcome is already queued
-        else:
+        elif not is_async(run, self.handler):  # an async run's task was cancelled instead
             self.pool.replace_one()
         if outcome is None:  # lease lost: someone else owns the job; nothing to ack
             self._running.pop(run.claimed.job_id, None)
+            self.checkpointer.end(run, keep=False)
             self.counters.lock_lost += 1
             if run.invoker is not None:
                 effects.abandoned(run)  # its transaction rolls back: audit its LOCK_LOST
@@ -417,15 +448,24 @@ class Consumer:
             return
         now = time.monotonic()
         try:
-            for step in (self.heartbeat.renew, self.heartbeat.signals):
+            for step in (self.heartbeat.renew, self.heartbeat.signals, self.checkpointer.write_due):
                 for stop in step(self._running, now):
                     if stop.run.claimed.job_id in self._running:
                         self._interrupt(stop.run, stop.exc_type, stop.outcome)
         except Exception as exc:
             self._failed("heartbeat", exc)
 
+    def _store_checkpoints(self) -> bool:
+        """The last checkpoints of ended attempts, stored before their acks may go."""
+        try:
+            self.checkpointer.flush_final()
+        except Exception as exc:  # keep the acks too: acked first, a value would be lost
+            self._failed("storing checkpoints", exc)
+            return False
+        return True
+
     def _flush(self) -> None:
-        if not self._acks:
+        if not self._acks or not self._store_checkpoints():
             return
         assert self.backend.resilience is not None
         acks = self._acks.batch()

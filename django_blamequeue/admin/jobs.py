@@ -44,7 +44,7 @@ from .filters import BackendFilter, ClassificationFilter, NameFilter, QueueFilte
 from .provenance import AboutFilter, OriginFilter
 
 #: Columns never loaded for a list page (payloads may be up to 1 MiB each).
-HEAVY_FIELDS = ("payload", "result", "traceback", "lease_token")
+HEAVY_FIELDS = ("payload", "result", "traceback", "lease_token", "checkpoint")
 AUDIT_TRAIL_ROWS = 200
 PROTECTED_ACTIONS = {"retry_selected": RETRY, "cancel_selected": CANCEL}
 
@@ -265,6 +265,9 @@ class JobAdmin(ReadOnlyAdmin):
             ],
             "payload_json": display.pretty_json(info.payload),
             "result_json": display.pretty_json(info.result) if info.result is not None else None,
+            "checkpoint_json": display.pretty_json(info.checkpoint)
+            if info.checkpoint is not None
+            else None,
             "trail": [
                 (e, display.relative(e.created_at), display.pretty_json(e.data)) for e in trail
             ],

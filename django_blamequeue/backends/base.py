@@ -240,6 +240,14 @@ class Backend(metaclass=ABCMeta):
         raise NotImplementedError
 
     @abstractmethod
+    def save_checkpoints(
+        self, items: Sequence[tuple[str, str, str]], now: datetime | None = None
+    ) -> frozenset[str]:
+        """Store ``(job_id, token, checkpoint JSON text)`` for held leases in one round trip,
+        each fenced by its token; answer the ids refused (stale token: nothing changed).
+        The claim hands the stored text to the next attempt (``Claimed.checkpoint``)."""
+
+    @abstractmethod
     def rescue_expired(
         self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
     ) -> RescueReport:

@@ -32,8 +32,8 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule(
         "fence",
-        "An ack changes a job only while it is inflight under the ack's lease token; "
-        "otherwise it changes nothing and is answered LOCK_LOST.",
+        "An ack (or a checkpoint) changes a job only while it is inflight under the ack's "
+        "lease token; otherwise it changes nothing and is answered LOCK_LOST.",
         "core.rules.fenced",
     ),
     Rule(

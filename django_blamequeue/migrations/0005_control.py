@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_blamequeue', '0007_effects'),
+        ('django_blamequeue', '0008_async'),
     ]
 
     operations = [

@@ -238,3 +238,17 @@ def test_follow_a_job_to_the_object_it_is_about_and_back(page: Page) -> None:
     row.locator("a").click()
     page.wait_for_url(re.compile(rf"/admin/django_blamequeue/job/{job_id}/change/"))
     assert page.locator("#content-main").get_attribute("data-job-id") == job_id
+
+
+def test_the_job_page_shows_where_the_next_attempt_resumes(page: Page) -> None:
+    from django_blamequeue.backends import get_backend
+
+    job_id = queue.enqueue("resumable", {}).job_id
+    backend = get_backend(None)
+    [c] = backend.claim(["resumable"], 1, 30)
+    backend.save_checkpoints([(job_id, c.token, '{"step":17,"of":30}')])
+    root()
+    login(page, "root", f"/admin/django_blamequeue/job/{job_id}/change/")
+    shown = page.locator("#bq-checkpoint")
+    assert shown.is_visible()
+    assert '"step": 17' in shown.inner_text() and '"of": 30' in shown.inner_text()

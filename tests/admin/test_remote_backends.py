@@ -86,3 +86,14 @@ def test_a_remote_jobs_page_reads_through_the_backend(admin_client_: Client, rem
     [job_id] = make_failed("remote-dead", 1, backend=remote, error="ValueError: nope")
     body = text(admin_client_.get(f"{JOB}{job_id}/change/?backend={remote}"))
     assert "ValueError: nope" in body and "remote-dead" in body
+
+
+def test_a_remote_jobs_page_shows_its_checkpoint(admin_client_: Client, remote: str) -> None:
+    from django_blamequeue.backends import get_backend
+
+    job_id = queue.enqueue("remote-cp", {}, backend=remote).job_id
+    engine = get_backend(remote)
+    [c] = engine.claim(["remote-cp"], 1, 30)
+    engine.save_checkpoints([(job_id, c.token, '{"offset":7000}')])
+    body = text(admin_client_.get(f"{JOB}{job_id}/change/?backend={remote}"))
+    assert 'id="bq-checkpoint"' in body and "&quot;offset&quot;: 7000" in body

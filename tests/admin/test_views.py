@@ -209,6 +209,21 @@ def test_job_page_shows_escaped_pretty_json_error_traceback_trail_and_flow(
     assert 'id="bq-retry"' in body
 
 
+def test_job_page_shows_the_checkpoint_the_next_attempt_resumes_from(
+    admin_client_: Client,
+) -> None:
+    job_id = queue.enqueue("resumable", {}).job_id
+    assert 'id="bq-checkpoint"' not in text(admin_client_.get(f"{JOB}{job_id}/change/"))
+    backend = get_backend(None)
+    [c] = backend.claim(["resumable"], 1, 30)
+    backend.save_checkpoints([(job_id, c.token, '{"page":12,"note":"<b>x</b>"}')])
+    body = text(admin_client_.get(f"{JOB}{job_id}/change/"))
+    shown = re.search(r'<pre class="bq-json" id="bq-checkpoint">(.*?)</pre>', body, re.S)
+    assert shown is not None
+    assert "&quot;page&quot;: 12" in shown.group(1)
+    assert "&lt;b&gt;x&lt;/b&gt;" in shown.group(1) and "<b>" not in shown.group(1)
+
+
 def test_job_page_of_an_unknown_job_is_404(admin_client_: Client) -> None:
     assert admin_client_.get(f"{JOB}01NOSUCHJOB0000000000000000/change/").status_code == 404
 

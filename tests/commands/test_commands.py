@@ -67,6 +67,20 @@ def test_runworker_burst_with_wait_delayed_waits_for_delayed_jobs(jobs: dict[str
     assert queue.get_job(soon).state == "done"  # type: ignore[union-attr]
 
 
+def test_runworker_says_it_runs_an_event_loop_for_async_jobs(jobs: dict[str, Any]) -> None:
+    @job(queue="cmd", name="tests.cmd.fetch")
+    async def fetch(payload: Any) -> Any:
+        return payload
+
+    try:
+        job_id = fetch.enqueue("x").job_id
+        out = run("runworker", "cmd", "--burst", "--concurrency", "50", "--no-sweep")
+    finally:
+        registry.unregister("tests.cmd.fetch")
+    assert "1 async def job (tests.cmd.fetch) run on one event loop, sharing the 50 slots" in out
+    assert queue.get_job(job_id).result == "x"  # type: ignore[union-attr]
+
+
 def test_runworker_refuses_a_bad_rate_limit() -> None:
     with pytest.raises(CommandError, match="rate"):
         call_command("runworker", "cmd", "--rate-limit", "0/1")

@@ -56,3 +56,18 @@ class Report:
 
     def collect(self, payload: Any, state: Any) -> dict[str, int]:
         return {"failed": state.failed, "cancelled": state.cancelled}
+
+
+@job(queue="obs", name="tests.observability.fetch")
+async def fetch(payload: Any) -> Any:
+    import asyncio
+
+    await asyncio.sleep(0)
+    return payload
+
+
+@job(queue="obs", name="tests.observability.async_slow", max_attempts=1, timeout=0.2)
+async def async_slow(payload: Any) -> None:
+    import asyncio
+
+    await asyncio.sleep(30)

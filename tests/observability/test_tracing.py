@@ -84,6 +84,19 @@ def test_a_timed_out_attempt_says_so(spans: Any, backend: str) -> None:
     assert run.status.status_code == StatusCode.ERROR
 
 
+def test_an_async_run_is_traced_and_its_timeout_says_so(spans: Any, backend: str) -> None:
+    with tracing._tracer.start_as_current_span("request"):
+        handlers.fetch.enqueue({"n": 1}, backend=backend)
+    handlers.async_slow.enqueue({}, backend=backend)
+    runs = {r.name: r for r in run_until(spans, backend, 2)}
+    ok, slow = runs["run tests.observability.fetch"], runs["run tests.observability.async_slow"]
+    [enqueue] = [s for s in named(spans, "enqueue ") if s.parent is not None]
+    assert ok.parent.span_id == enqueue.get_span_context().span_id
+    assert ok.attributes["blamequeue.outcome"] == "succeeded"
+    assert slow.attributes["blamequeue.outcome"] == "timeout"
+    assert slow.status.status_code == StatusCode.ERROR
+
+
 def test_a_job_enqueued_by_a_job_continues_the_trace(spans: Any, backend: str) -> None:
     handlers.parent.enqueue({"backend": backend}, backend=backend)
     runs = run_until(spans, backend, 2)

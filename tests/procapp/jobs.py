@@ -131,3 +131,44 @@ def plain_write(payload: dict[str, Any] | None) -> dict[str, int]:
 @job(queue=QUEUE, name="procapp.atomic_write", max_attempts=10_000, atomic=True)
 def atomic_write(payload: dict[str, Any] | None) -> dict[str, int]:
     return write_then_wait(payload, "atomic")
+
+
+def _log(path: str) -> int:
+    """An append-only log of done work: each line one ``os.write``, so a line written
+    before a SIGKILL is there after it (the kernel has it; no buffer of ours to lose)."""
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+
+@job(queue=QUEUE, name="procapp.steps", max_attempts=10)
+def steps(payload: dict[str, Any]) -> dict[str, int]:
+    """A long job of ``steps`` steps of ``sleep`` seconds that resumes from its checkpoint:
+    each step logs ``steps <job> <step> <pid>`` once done, then checkpoints the next step
+    (throttled: the steps are slower than ``PROGRESS_THROTTLE``, so each one is written)."""
+    ctx = current_job()
+    start = ctx.last_checkpoint or 0
+    fd = _log(payload["log"])
+    try:
+        for step in range(start, payload["steps"]):
+            time.sleep(payload["sleep"])  # the step's work
+            os.write(fd, f"steps {ctx.job_id} {step} {os.getpid()}\n".encode())
+            ctx.checkpoint(step + 1)
+    finally:
+        os.close(fd)
+    return {"resumed_from": start}
+
+
+@job(queue=QUEUE, name="procapp.batch", max_attempts=10)
+def batch(payload: dict[str, Any]) -> dict[str, int]:
+    """A batch of ``items`` quick items that resumes from its checkpoint: each item logs
+    ``batch <job> <item> <pid>``, then waits for its checkpoint to be stored
+    (``wait=True``), so no item done before a kill is redone but the one in flight."""
+    ctx = current_job()
+    start = ctx.last_checkpoint or 0
+    fd = _log(payload["log"])
+    try:
+        for item in range(start, payload["items"]):
+            os.write(fd, f"batch {ctx.job_id} {item} {os.getpid()}\n".encode())
+            ctx.checkpoint(item + 1, wait=True)
+    finally:
+        os.close(fd)
+    return {"resumed_from": start}

@@ -85,3 +85,18 @@ def idempotent_charge(payload: dict[str, Any]) -> dict[str, int]:
         job_id=ctx.job_id, tag="idempotent", defaults={"attempt": ctx.attempt, "token": ctx.token}
     )
     return {"attempt": ctx.attempt}
+
+
+@job(queue="pages", name="tests.testing.resumable", max_attempts=3)
+async def resumable(payload: dict[str, Any]) -> dict[str, Any]:
+    """An async job that checkpoints, fails its first attempt and resumes in the second."""
+    from django_blamequeue.models import AuditEvent
+
+    ctx = current_job()
+    CALLS.append(("resumable", ctx.last_checkpoint))
+    seen = await AuditEvent.objects.filter(job_id=ctx.job_id).acount()  # the async ORM
+    if ctx.attempt == 1:
+        await ctx.acheckpoint({"page": 1})
+        ctx.checkpoint({"page": 2})  # held: stored with the attempt's end
+        raise ConnectionError("page 3 timed out")
+    return {"resumed_at": ctx.last_checkpoint, "audit_rows": seen}

@@ -47,6 +47,19 @@ def test_run_jobs_runs_them_in_this_thread_and_records_results(
     assert run_jobs().attempts == []  # nothing left
 
 
+def test_run_jobs_runs_async_handlers_and_resumes_them_from_their_checkpoint(
+    run_jobs: Any, jobs_enqueued: Any
+) -> None:
+    job_id = jobs.resumable.enqueue({}).job_id
+    report = run_jobs()
+    assert [(a.job_id, a.state) for a in report.attempts] == [(job_id, "pending"), (job_id, "done")]
+    assert jobs.CALLS == [("resumable", None), ("resumable", {"page": 2})]
+    [info] = jobs_enqueued(state="done")
+    # the async ORM ran on this test's connection: it saw attempt 1's failure audit row
+    assert info.result == {"resumed_at": {"page": 2}, "audit_rows": 1}
+    assert info.checkpoint == {"page": 2}
+
+
 def test_a_job_enqueued_in_a_rolled_back_transaction_was_never_enqueued(
     jobs_enqueued: Any, run_jobs: Any
 ) -> None:

@@ -17,7 +17,12 @@ PACKAGE = Path(django_blamequeue.__file__).parent
 #: Where each rule must be carried (by its "rule: <id>" mark): the SQL of the job table (the
 #: local backend and the SQS ledger) and the Lua of the redis backend.
 COPIES = {
-    "fence": ["backends/jobtable/sql.py", "backends/redis/scripts/leasing.lua"],
+    "fence": [
+        "backends/jobtable/sql.py",
+        "backends/redis/scripts/leasing.lua",
+        "backends/jobtable/checkpoints.py",
+        "backends/redis/scripts/checkpoint.lua",
+    ],
     "cancel-wins": ["backends/jobtable/sql.py", "backends/redis/scripts/leasing.lua"],
     "rescue": [
         "core/lifecycle.py",

@@ -21,6 +21,7 @@ from ...core.states import TERMINAL, State
 from ...records import Ack, AckResult, Claimed, EnqueuedJob, NewJob, RescueReport
 from ..jobtable import sql
 from ..jobtable.acks import Acks
+from ..jobtable.checkpoints import Checkpoints
 from ..jobtable.control import ControlRows
 from ..jobtable.dag import DagRelease
 from ..jobtable.effects import InTransaction
@@ -39,6 +40,7 @@ class DatabaseBackend(
     LocalBase,
     Inserts,
     Leases,
+    Checkpoints,
     InTransaction,
     Acks,
     Listing,

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
+from ... import checkpoints
 from ...records import Claimed, JobInfo
 from ...serializers import Encoded, decode
 from ..readback import FieldReader
@@ -59,6 +60,7 @@ def claimed_from_row(row: Sequence[Any]) -> Claimed:
         flow_mode,
         flow_depth,
         stalls,
+        checkpoint,
         concurrency_key,
         snoozes,
     ) = row
@@ -88,6 +90,7 @@ def claimed_from_row(row: Sequence[Any]) -> Claimed:
         flow_mode=read.text("flow_mode", flow_mode),
         flow_depth=read.integer("flow_depth", flow_depth or 0, 0),
         stalls=read.integer("stalls", stalls or 0, 0),
+        checkpoint=read.text("checkpoint", checkpoint),
         concurrency_key=read.text("concurrency_key", concurrency_key),
         snoozes=read.integer("snoozes", snoozes or 0, 0),
         problem=read.problem,  # last: every field above was read
@@ -145,4 +148,12 @@ def info_from_model(
         snoozes=job.snoozes,
         about=job.about,
         origin=job.origin,
+        checkpoint=_checkpoint(job.checkpoint),
     )
+
+
+def _checkpoint(text: str | None) -> Any:
+    try:
+        return checkpoints.decode(text)
+    except ValueError:  # written by hand: still inspectable
+        return text

@@ -21,7 +21,7 @@ CLAIM_COLUMNS = (
     "id, queue, name, payload, content_type, content_encoding, lease_token, attempts, "
     "max_attempts, lease_expires_at, priority, timeout, trace_id, classification, flow_id, "
     "parent_id, available_at, created_at, flow_phase, flow_mode, flow_depth, stalls, "
-    "concurrency_key, snoozes"
+    "checkpoint, concurrency_key, snoozes"
 )
 #: A queue whose control row says ``limited`` (paused, or live limits set) is left to the
 #: limited claim (``limited.py``): the unlimited claim skips it (rule: paused), so a worker

@@ -194,6 +194,15 @@ class RedisBackend(Operations, Flows, Control):
             audit.record([event], using=self.audit_db)
         return changed
 
+    def save_checkpoints(
+        self, items: Sequence[tuple[str, str, str]], now: datetime | None = None
+    ) -> frozenset[str]:
+        if not items:
+            return frozenset()
+        latest = {job_id: (token, text) for job_id, token, text in items}
+        spec = [[job_id, token, text] for job_id, (token, text) in latest.items()]
+        return frozenset(lua.text(x) for x in self._run("checkpoint", spec, now=now).result)
+
     def renew_leases(
         self, leases: Sequence[tuple[str, str]], seconds: float, now: datetime | None = None
     ) -> frozenset[str]:

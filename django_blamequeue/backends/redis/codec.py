@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ... import wire
+from ... import checkpoints, wire
 from ...controls import ControlState, QueueLimits
 from ...records import Ack, ChildSpec, Claimed, JobInfo, NewJob, Report
 from ...serializers import Encoded, decode
@@ -141,6 +141,7 @@ def _claimed(row: list[Any], payload: bytes) -> Claimed:
         flow_mode,
         flow_depth,
         stalls,
+        checkpoint,
         ckey,
         snoozes,
     ) = row
@@ -170,6 +171,7 @@ def _claimed(row: list[Any], payload: bytes) -> Claimed:
         flow_mode=read.text("flow_mode", flow_mode) or None,
         flow_depth=read.integer("flow_depth", flow_depth or 0, 0),
         stalls=read.integer("stalls", stalls or 0, 0),
+        checkpoint=read.text("checkpoint", checkpoint),
         concurrency_key=read.text("ckey", ckey) or None,
         snoozes=read.integer("snoozes", snoozes or 0, 0),
         problem=read.problem,  # last: every field above was read
@@ -244,6 +246,7 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         snoozes=n("snoozes"),
         about=s("about"),
         origin=json.loads(h["origin"]) if h.get("origin") else None,
+        checkpoint=_checkpoint(s("checkpoint")),
     )
 
 
@@ -294,3 +297,10 @@ def control_from(queue: str, raw: Sequence[Any]) -> ControlState:
         live=live,
         version=int(h.get("v") or 0),
     )
+
+
+def _checkpoint(text: str | None) -> Any:
+    try:
+        return checkpoints.decode(text)
+    except ValueError:  # written by hand: still inspectable
+        return text

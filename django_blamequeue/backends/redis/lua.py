@@ -32,6 +32,7 @@ NAMES = (
     "renew",
     "extend",
     "progress",
+    "checkpoint",
     "rescue",
     "alone",
     "cancel",

@@ -25,6 +25,7 @@ from ...core.states import TERMINAL, State
 from ...models import FlowDependency
 from ...records import Ack, AckResult, EffectsFence, EnqueuedJob, NewJob, RescueReport
 from ..jobtable.acks import Acks
+from ..jobtable.checkpoints import Checkpoints
 from ..jobtable.control import ControlRows
 from ..jobtable.dag import DagRelease
 from ..jobtable.effects import InTransaction, answer
@@ -49,6 +50,7 @@ class SqsBackend(
     Receive,
     Inserts,
     Leases,
+    Checkpoints,
     InTransaction,
     Acks,
     Listing,

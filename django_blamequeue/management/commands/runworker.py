@@ -262,6 +262,7 @@ class Command(BaseCommand):
                 if consumer.options.rate_limit
                 else "none",
             ),
+            ("async jobs", _async_row(queues, consumer.options.concurrency)),
             ("shutdown grace", f"{grace:g} s"),
             ("sweeper", "on" if sweeping else "off (--no-sweep)"),
             ("mode", _mode(consumer.options)),
@@ -304,3 +305,18 @@ def _control_rows(consumer: Any) -> list[tuple[str, str]]:
             ("waiting", f"{total:,} job(s) wait for a handler no running worker has: {names}")
         )
     return rows
+
+
+def _async_row(queues: list[str], concurrency: int) -> str:
+    """What the banner says of ``async def`` handlers: they run on an event loop thread,
+    inside the same ``--concurrency`` slots as threaded ones."""
+    names = sorted(
+        d.name for d in registry.registered().values() if d.queue in queues and d.is_async
+    )
+    if not names:
+        return "none registered here (an event loop starts with the first one)"
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (
+        f"{len(names)} async def job{'s' if len(names) != 1 else ''} ({shown}) run on one "
+        f"event loop, sharing the {concurrency} slots"
+    )

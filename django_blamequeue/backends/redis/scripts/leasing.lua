@@ -12,11 +12,11 @@ end
 
 local CLAIMED = {'id', 'queue', 'name', 'ctype', 'cenc', 'attempts', 'max_attempts',
                  'priority', 'timeout', 'trace_id', 'classification', 'flow_id', 'parent_id',
-                 'avail', 'created', 'flow_phase', 'flow_mode', 'flow_depth', 'stalls', 'ckey',
-                 'snoozes',
+                 'avail', 'created', 'flow_phase', 'flow_mode', 'flow_depth', 'stalls',
+                 'checkpoint', 'ckey', 'snoozes',
                  'payload'}
 local NCLAIMED = #CLAIMED
-local CKEY = 20
+local CKEY = 21
 
 -- Lease up to `limit` jobs over `queues`: priority desc, then available_at, then id, across
 -- the queues. The i-th job's lease token is `nonce` (28 random hex digits, one per call)

@@ -1,0 +1,1 @@
+"""The async benchmark's jobs, as an installed app so ``runworker`` autodiscovers them."""
