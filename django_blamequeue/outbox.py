@@ -26,7 +26,8 @@ from django.db import connections, transaction
 
 from . import metrics, routing
 from .backends import all_backends, get_backend
-from .backends.base import Backend, install_hooks
+from .backends.base import Backend
+from .backends.hooks import install_hooks
 from .core.lifecycle import describe
 from .models import OutboxEntry
 from .records import OutboxItem
