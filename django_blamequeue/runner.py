@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.db import close_old_connections, connections
 
-from . import calls, registry, tracing
+from . import calls, registry, slot_connections, tracing
 from .backends.base import Backend
 from .conf import get_settings
 from .context import JobContext, _current
@@ -74,7 +73,7 @@ class Run:
     #: only counts it, it sends no ack of its own.
     settled: AckResult | None = None
     # A parent leased for ``collect``: its children's state, read with the claim by the
-    # worker's own connection (a slot thread's would be opened and closed per job).
+    # worker's own connection (one query for the batch instead of one per parent).
     flow_state: Any = None
 
     def abandon(self, exc_type: type[JobInterrupted]) -> bool:
@@ -298,6 +297,7 @@ def transition_for(
 
 def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]) -> None:
     """The slot thread's part: run, then report unless the worker already decided."""
+    slot_connections.before_job()
     token = _current.set(run.ctx)
     outcome: lifecycle.Outcome | None = None
     try:
@@ -318,33 +318,12 @@ def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]
         pass
     finally:
         _current.reset(token)
-    if outcome is None or run.abandoned:
-        _drop_connections()
-    else:
-        try:
-            close_old_connections()
-        except Exception:
-            logger.debug("closing a handler's connections failed", exc_info=True)
+    slot_connections.after_job(interrupted=outcome is None or run.abandoned)
     with run.lock:
         if run.abandoned or outcome is None:
             return
         run.outcome = outcome
     report(run)
-
-
-def _drop_connections() -> None:
-    """Close this thread's connections after an interrupt (it can no longer land here).
-
-    The interrupt may have hit the handler anywhere, database code included: say between a
-    ``BEGIN`` and Django's note of it. Such a connection keeps its transaction open (SQLite's
-    write lock, PostgreSQL's row locks) until it is garbage-collected, which stalls every other
-    connection; closing it ends the transaction now.
-    """
-    for connection in connections.all(initialized_only=True):
-        try:
-            connection.close()
-        except Exception:
-            logger.debug("closing an interrupted handler's connection failed", exc_info=True)
 
 
 class SlotPool:
@@ -400,11 +379,13 @@ class SlotPool:
                 self._idle -= 1
                 if self._stopped and not self._work:
                     self._live -= 1
+                    slot_connections.drop_all()
                     return
                 run = self._work.popleft()
             try:
                 run_in_slot(run, self.handler, self.report)
             except Exception:  # a slot thread must never die: the worker would lose the slot
                 logger.exception("slot thread error after job %s", run.claimed.job_id)
-            if run.abandoned:
-                return  # no longer counted (replace_one); the next run starts a thread
+            if run.abandoned:  # no longer counted (replace_one); the next run starts a thread
+                slot_connections.drop_all()
+                return
