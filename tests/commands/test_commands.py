@@ -81,6 +81,37 @@ def test_runworker_says_it_runs_an_event_loop_for_async_jobs(jobs: dict[str, Any
     assert queue.get_job(job_id).result == "x"  # type: ignore[union-attr]
 
 
+def test_runworker_without_concurrency_runs_the_default_slots_and_bounds_its_connections(
+    jobs: dict[str, Any],
+) -> None:
+    """Issue 16 item 3: the default is not 1; the banner says it and the connection bound."""
+    out = run("runworker", "cmd", "--burst", "--no-sweep")
+    assert re.search(r"^  concurrency +10 \(default; --concurrency N to change\)$", out, re.M), out
+    row = re.search(r"^  db connections +≤ (\d+) per database \(10 slots \+ (.+)\)$", out, re.M)
+    assert row is not None, out
+    threads = row.group(2).split(", ")
+    assert {"consumer", "registry"} <= set(threads) and "sweeper" not in threads
+    assert int(row.group(1)) == 10 + len(threads)
+    out = run("runworker", "cmd", "--burst", "--concurrency", "3")
+    assert re.search(r"^  concurrency +3 \(--concurrency\)$", out, re.M), out
+    assert "(3 slots + consumer, registry, outbox relay, sweeper)" in out
+
+
+def test_runworker_serving_atomic_jobs_on_sqlite_defaults_to_one_slot(
+    jobs: dict[str, Any],
+) -> None:
+    @job(queue="cmd", name="tests.cmd.atomic", atomic=True)
+    def write(payload: Any) -> None:
+        pass
+
+    try:
+        out = run("runworker", "cmd", "--burst", "--no-sweep")
+    finally:
+        registry.unregister("tests.cmd.atomic")
+    assert "concurrency     1 (default for atomic jobs on SQLite: one writer at a time)" in out
+    assert "W020" not in out
+
+
 def test_runworker_refuses_a_bad_rate_limit() -> None:
     with pytest.raises(CommandError, match="rate"):
         call_command("runworker", "cmd", "--rate-limit", "0/1")

@@ -15,11 +15,13 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ... import fleet, metrics, registry
 from ...api import queue
+from ...backends import get_backend
 from ...checks import check_atomic_on_sqlite
 from ...conf import get_settings
 from ...console import ProgressLine, banner, worker_identity
 from ...exceptions import QueueError
 from ...records import Backlog
+from ...sizing import DEFAULT_CONCURRENCY, Concurrency, connection_bound, default_concurrency
 from ...sweeper import Sweeper, services_for
 from ...validation import MAX_SECONDS, parse_rate_limit
 from ..render import span
@@ -97,12 +99,19 @@ class Command(BaseCommand):
         "grace period, a second signal stops at once."
     )
 
+    _sizing: Concurrency | None = None
+
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("queues", nargs="*", metavar="QUEUE")
         parser.add_argument(
             "--backend", default=None, help="backend alias (default: DEFAULT_BACKEND)"
         )
-        parser.add_argument("--concurrency", type=positive_int, default=1, help="handler slots")
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=None,
+            help=f"handler slots (default {DEFAULT_CONCURRENCY}; 1 for atomic jobs on SQLite)",
+        )
         parser.add_argument("--lease", type=positive_float, default=None, help="lease seconds")
         parser.add_argument("--poll", type=positive_float, default=1.0, help="idle poll seconds")
         parser.add_argument("--fast-poll", type=positive_float, default=0.05)
@@ -151,10 +160,15 @@ class Command(BaseCommand):
         # again and again while jobs allocate.
         gc.freeze()
         try:
+            concurrency = options["concurrency"]
+            self._sizing = None
+            if concurrency is None:
+                self._sizing = default_concurrency(get_backend(options["backend"]), queues)
+                concurrency = self._sizing.slots
             consumer = queue.consume(
                 queues,
                 None,
-                concurrency=options["concurrency"],
+                concurrency=concurrency,
                 lease=options["lease"],
                 poll_interval=options["poll"],
                 fast_poll=options["fast_poll"],
@@ -196,7 +210,7 @@ class Command(BaseCommand):
         line = ProgressLine(
             self.stdout._out,  # type: ignore[arg-type]  # the real stream, so a TTY is detected
             lambda: consumer.counters,
-            lambda: f"{consumer.in_flight}/{options['concurrency']}",
+            lambda: f"{consumer.in_flight}/{concurrency}",
             notes=lambda: _notes(consumer),
             **({"log_interval": interval} if interval else {}),
         )
@@ -222,6 +236,11 @@ class Command(BaseCommand):
         if how == "burst finished" and consumer.left is not None and consumer.left.delayed:
             self.stdout.write(_delayed_left(consumer.left))
         sys.stdout.flush()
+
+    def _concurrency_row(self, slots: int) -> str:
+        if self._sizing is None:
+            return f"{slots} (--concurrency)"
+        return f"{slots} ({self._sizing.why})"
 
     def _serve_metrics(self, port: int | None, address: str) -> Any:
         if port is None:
@@ -250,7 +269,11 @@ class Command(BaseCommand):
             ("worker", worker_identity()),
             ("backend", f"{b.alias} ({b.protocol}, {vendor})"),
             ("queues", ", ".join(queues)),
-            ("concurrency", str(consumer.options.concurrency)),
+            ("concurrency", self._concurrency_row(opts.concurrency)),
+            (
+                "db connections",
+                connection_bound(b, queues, opts.concurrency, sweeping=sweeping).describe(),
+            ),
             (
                 "lease",
                 f"{consumer.options.lease:g} s (renewed every {consumer.options.lease / 2:g} s)",
