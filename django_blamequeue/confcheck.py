@@ -8,15 +8,10 @@ never renumbered or reused.
 
 from __future__ import annotations
 
-import difflib
-import math
 import re
-import zoneinfo
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, TypeGuard
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
-from kombu.exceptions import SerializerNotInstalled
-from kombu.serialization import dumps as _kombu_dumps
 from kombu.serialization import registry
 
 from .confschema import (
@@ -25,7 +20,6 @@ from .confschema import (
     PROTOCOLS,
     QUEUE_KEYS,
     RETENTION_KEYS,
-    SCHEDULE_KEYS,
     SETTINGS_WHERE,
     TOP_KEYS,
     UNAVAILABLE,
@@ -34,13 +28,24 @@ from .confschema import (
     Where,
     content_type_of,
 )
+from .confvalues import (
+    COUNT_1,
+    NUMERIC_OPTIONS,
+    RATE,
+    SCALARS,
+    SQS_NUMBERS,
+    can_encode,
+    closest,
+    is_int,
+    is_names,
+    is_number,
+    kind,
+    schedule_errors,
+)
 from .exceptions import QueueError
-from .schedules import cron_error
-from .validation import MAX_INT, MAX_SECONDS, MIN_INTERVAL, json_problem, limits
+from .validation import limits
 
 __all__ = ["validate"]
-
-_dumps: Callable[..., tuple[str, str, str | bytes]] = _kombu_dumps  # kombu is untyped
 
 
 def validate(
@@ -93,7 +98,7 @@ class _Validator:
     ) -> None:
         for key in raw:
             if key not in known:
-                message = f"{self.where(*at, key)} is not a known key{of}.{_closest(key, known)}"
+                message = f"{self.where(*at, key)} is not a known key{of}.{closest(key, known)}"
                 self.add("E001", message, "Known keys: " + ", ".join(known) + ".")
 
     def backends(self, raw: Mapping[str, Any]) -> None:
@@ -109,7 +114,7 @@ class _Validator:
                     "E012", f"{self.where('BACKENDS', alias)}: an alias must be a non-empty str"
                 )
             elif not isinstance(entry, Mapping):
-                message = f"{self.where('BACKENDS', alias)} must be a dict, not {_kind(entry)}"
+                message = f"{self.where('BACKENDS', alias)} must be a dict, not {kind(entry)}"
                 self.add("E012", message, 'For example {"PROTOCOL": "local"}.')
             else:
                 self.backend(("BACKENDS", alias), entry)
@@ -127,19 +132,19 @@ class _Validator:
         if protocol not in PROTOCOLS:
             what = "is missing" if protocol is None else f"is {protocol!r}, not a known protocol"
             message = f"{where(*at, 'PROTOCOL')} {what}."
-            self.add("E003", message + _closest(protocol, PROTOCOLS), _HINT_PROTOCOL)
+            self.add("E003", message + closest(protocol, PROTOCOLS), _HINT_PROTOCOL)
             return
         defaults = BACKEND_DEFAULTS[protocol]
         self.unknown_keys(entry, ("PROTOCOL", "QUEUES", *defaults), *at, of=f" for {protocol}")
         options = {**defaults, **{k: v for k, v in entry.items() if k in defaults}}
         for key, value in options.items():
-            if key in _NUMERIC_OPTIONS:
+            if key in NUMERIC_OPTIONS:
                 continue  # checked with their ranges by the protocol's method
             expected = bool if key in ("TLS", "LISTEN") else str
             if not (isinstance(value, expected) or (value is None and defaults[key] is None)):
                 self.add("E012", f"{where(*at, key)} is {value!r}; expected a {expected.__name__}")
         queues = entry.get("QUEUES")
-        if queues is not None and not _is_names(queues):
+        if queues is not None and not is_names(queues):
             message = f"{where(*at, 'QUEUES')} is {queues!r}; expected a list of queue names"
             self.add("E012", message, "Omit QUEUES to allow any queue name.")
         {"local": self.local, "redis": self.redis, "sqs": self.sqs}[protocol](at, options)
@@ -201,13 +206,13 @@ class _Validator:
         if isinstance(endpoint, str) and not re.match(r"https?://", endpoint):
             message = f"{where(*at, 'ENDPOINT_URL')} is {endpoint!r}; expected an http(s):// URL"
             self.add("E012", message)
-        for key, (valid, expected) in _SQS_NUMBERS.items():
+        for key, (valid, expected) in SQS_NUMBERS.items():
             if not valid(options[key]):
                 self.add("E012", f"{where(*at, key)} is {options[key]!r}; expected {expected}")
 
     def content(self, raw: Mapping[str, Any]) -> None:
         accept, where = raw.get("ACCEPT_CONTENT", ["json"]), self.where
-        if not _is_names(accept) or not accept:
+        if not is_names(accept) or not accept:
             message = f"{where('ACCEPT_CONTENT')} is {accept!r}; expected a non-empty list"
             self.add("E008", message, 'For example ["json"].')
             return
@@ -223,7 +228,7 @@ class _Validator:
                     "W001", message, f"Remove {name!r} unless every producer is trusted.", "warning"
                 )
         serializer = raw.get("SERIALIZER", "json")
-        if not _can_encode(serializer):
+        if not can_encode(serializer):
             message = f"{where('SERIALIZER')} is {serializer!r}, which kombu cannot encode with"
             self.add("E008", message, "Use a kombu serializer name such as 'json'.")
         elif registry.name_to_type[serializer] not in types:
@@ -232,18 +237,18 @@ class _Validator:
 
     def scalars(self, raw: Mapping[str, Any]) -> None:
         size = raw.get("MAX_PAYLOAD_BYTES", 1)
-        if not _is_int(size) or size <= 0:
+        if not is_int(size) or size <= 0:
             message = f"{self.where('MAX_PAYLOAD_BYTES')} is {size!r}; expected a positive int"
             self.add("E009", message, "It counts bytes; the default is 1048576 (1 MiB).")
         audit = raw.get("AUDIT", "operations")
         if audit not in AUDIT_LEVELS:
             message = f"{self.where('AUDIT')} is {audit!r}; expected one of all, operations, off"
             self.add("E010", message, 'The default is "operations".')
-        for key, (valid, expected) in _SCALARS.items():
+        for key, (valid, expected) in SCALARS.items():
             if key in raw and not valid(raw[key]):
                 self.add("E012", f"{self.where(key)} is {raw[key]!r}; expected {expected}")
         base, top = raw.get("BACKOFF_BASE", 1.0), raw.get("BACKOFF_MAX", 300.0)
-        if _is_number(base) and _is_number(top) and top < base:
+        if is_number(base) and is_number(top) and top < base:
             message = f"{self.where('BACKOFF_MAX')} is {top!r}, below BACKOFF_BASE ({base!r})"
             self.add("E012", message, "BACKOFF_MAX caps the delay; make it >= BACKOFF_BASE.")
 
@@ -255,7 +260,7 @@ class _Validator:
         self.unknown_keys(retention, RETENTION_KEYS, "RETENTION")
         for key in RETENTION_KEYS:
             value = retention.get(key)
-            if value is not None and not (_is_number(value) and value > 0):
+            if value is not None and not (is_number(value) and value > 0):
                 message = f"{self.where('RETENTION', key)} is {value!r}; expected seconds > 0"
                 self.add("E012", message, "Use None to keep rows forever.")
 
@@ -269,9 +274,9 @@ class _Validator:
             if not isinstance(name, str) or not name:
                 self.add("E011", f"{at}: a schedule name must be a non-empty str")
             elif not isinstance(entry, Mapping):
-                self.add("E011", f"{at} must be a dict, not {_kind(entry)}", _HINT_SCHEDULE)
+                self.add("E011", f"{at} must be a dict, not {kind(entry)}", _HINT_SCHEDULE)
             else:
-                for why in _schedule_errors(entry):
+                for why in schedule_errors(entry):
                     self.add("E011", f"{at}: {why}", _HINT_SCHEDULE)
 
     def queues(self, queues: object) -> None:
@@ -288,124 +293,16 @@ class _Validator:
             if not isinstance(name, str) or not name.strip():
                 self.add("E013", f"{at}: a queue name must be a non-empty str", hint)
             elif not isinstance(entry, Mapping):
-                self.add("E013", f"{at} must be a dict, not {_kind(entry)}", hint)
+                self.add("E013", f"{at} must be a dict, not {kind(entry)}", hint)
             else:
                 for key in entry:
                     if key not in QUEUE_KEYS:
-                        why = f"{key!r} is not a queue key.{_closest(key, QUEUE_KEYS)}"
+                        why = f"{key!r} is not a queue key.{closest(key, QUEUE_KEYS)}"
                         self.add("E013", f"{at}: {why}", "Known keys: " + ", ".join(QUEUE_KEYS))
                 for key in QUEUE_KEYS:
                     try:
                         limits(**{key.lower(): entry.get(key)})
                     except QueueError:
-                        expected = _RATE if key.endswith("RATE_LIMIT") else _COUNT_1
+                        expected = RATE if key.endswith("RATE_LIMIT") else COUNT_1
                         message = f'{at}["{key}"] is {entry[key]!r}; expected {expected} or None'
                         self.add("E013", message, hint)
-
-
-def _schedule_errors(entry: Mapping[str, Any]) -> list[str]:
-    errors = [
-        f"{key!r} is not a schedule key.{_closest(key, SCHEDULE_KEYS)}"
-        for key in entry
-        if key not in SCHEDULE_KEYS
-    ]
-    if not isinstance(entry.get("job"), str) or not entry["job"]:
-        errors.append(f'"job" is {entry.get("job")!r}; expected a job name')
-    cron, interval = entry.get("cron"), entry.get("interval")
-    if (cron is None) == (interval is None):
-        errors.append('give exactly one of "cron" and "interval"')
-    elif cron is not None:
-        if why := cron_error(cron) if isinstance(cron, str) else "is not a str":
-            errors.append(f'"cron" {cron!r} {why}')
-    elif not (_is_number(interval) and MIN_INTERVAL <= interval <= MAX_SECONDS):
-        errors.append(f'"interval" is {interval!r}; expected {MIN_INTERVAL:g} to {MAX_SECONDS:,} s')
-    if (why := json_problem(entry.get("payload"))) is not None:
-        errors.append(f'"payload" {why}')
-    tz = entry.get("timezone")
-    if tz is not None and not _is_zone(tz):
-        errors.append(f'"timezone" is {tz!r}, not an IANA time zone such as "Europe/Paris"')
-    queue = entry.get("queue")
-    if queue is not None and (not isinstance(queue, str) or not queue):
-        errors.append(f'"queue" is {queue!r}; expected a non-empty queue name')
-    return errors
-
-
-def _closest(word: object, choices: Iterable[str]) -> str:
-    """' Did you mean "X"?' for the nearest choice (case-insensitive), or ""."""
-    by_upper = {c.upper(): c for c in choices}
-    found = difflib.get_close_matches(str(word).upper(), list(by_upper), n=1)
-    return f' Did you mean "{by_upper[found[0]]}"?' if found else ""
-
-
-def _kind(value: object) -> str:
-    return type(value).__name__
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_names(value: object) -> bool:
-    """A list or tuple of non-empty strings (a bare string is not)."""
-    return isinstance(value, list | tuple) and all(isinstance(v, str) and v for v in value)
-
-
-def _can_encode(name: object) -> bool:
-    """Whether kombu has an encoder installed under ``name`` (yaml/msgpack may be missing)."""
-    if not isinstance(name, str) or name not in registry.name_to_type:
-        return False
-    try:
-        _dumps(None, serializer=name)
-    except SerializerNotInstalled:
-        return False
-    except Exception:  # installed, but a custom encoder may refuse None: still usable
-        return True
-    return True
-
-
-def _is_zone(name: object) -> bool:
-    if not isinstance(name, str):
-        return False
-    try:
-        zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return False
-    return True
-
-
-_SECONDS = f"seconds > 0 (at most {MAX_SECONDS:,})"
-_SECONDS_0 = f"seconds >= 0 (at most {MAX_SECONDS:,})"
-_COUNT_1 = f"an int from 1 to {MAX_INT:,}"
-_COUNT_0 = f"an int from 0 to {MAX_INT:,}"
-_RATE = f"(max, per_seconds): max {_COUNT_1}, per_seconds {_SECONDS}"
-
-#: sqs options that are numbers: key -> (validates, what it should be); a failure is E012.
-_SQS_NUMBERS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
-    "MAX_RECEIVE_COUNT": (lambda v: _is_int(v) and 1 <= v <= 1000, "an int from 1 to 1000"),
-    "WAIT_TIME_SECONDS": (lambda v: _is_int(v) and 0 <= v <= 20, "an int from 0 to 20"),
-    "SEND_GRACE": (lambda v: _is_number(v) and v > 0, "seconds > 0"),
-}
-_NUMERIC_OPTIONS = frozenset(_SQS_NUMBERS)
-
-#: key -> (validates, what it should be); a failure is E012. Seconds and counts stop where the
-#: API's arguments do (``validation.MAX_SECONDS``, ``MAX_INT``): every engine stores them.
-_SCALARS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
-    "DEFAULT_LEASE": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
-    "DEFAULT_MAX_ATTEMPTS": (lambda v: _is_int(v) and 1 <= v <= MAX_INT, _COUNT_1),
-    "MAX_STALLED_COUNT": (lambda v: _is_int(v) and 0 <= v <= MAX_INT, _COUNT_0),
-    "BACKOFF_BASE": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
-    "BACKOFF_MAX": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
-    "BACKOFF_JITTER": (lambda v: isinstance(v, bool), "True or False"),
-    "PROGRESS_THROTTLE": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
-    "SWEEP_INTERVAL": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
-    "FLOW_SWEEP_INTERVAL": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
-    "SHUTDOWN_GRACE": (lambda v: _is_number(v) and 0 <= v <= MAX_SECONDS, _SECONDS_0),
-    "MAX_FLOW_DEPTH": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
-    "MAX_SNOOZES": (lambda v: _is_int(v) and 0 <= v <= MAX_INT, _COUNT_0),
-    "MISSING_HANDLER_TIMEOUT": (lambda v: _is_number(v) and 0 < v <= MAX_SECONDS, _SECONDS),
-    "ORIGIN_SITE": (lambda v: isinstance(v, bool), "True or False"),
-}
