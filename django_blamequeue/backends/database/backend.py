@@ -131,8 +131,8 @@ class DatabaseBackend(
         claimed = self._claim_limited(limited, limit, lease_s, now, limits or {}) if limited else []
         limit -= len(claimed)
         if qs and limit > 0 and self.is_postgres:
-            params = [qs, self.alias, now, limit, limit, now, float(lease_s), now, now]
-            rows = self._fetch(sql.claim_postgresql(), params, generic=True)
+            params = [qs, self.alias, now, now, float(lease_s), now, now]
+            rows = self._fetch(sql.claim_postgresql(limit), params, generic=True)
             claimed += [claimed_from_pg_row(r) for r in rows]
         elif qs and limit > 0:
             t = self._now(now)

@@ -40,14 +40,19 @@ _UNLIMITED = (
 
 
 @cache
-def claim_postgresql() -> str:
-    """Params: queues (a list), the backend's alias, now, limit, limit, now, lease_seconds,
-    now, now. Answers ``CLAIM_COLUMNS``, the times as epoch seconds (``rows.claimed_from_pg_row``).
+def claim_postgresql(limit: int) -> str:
+    """Params: queues (a list), the backend's alias, now, now, lease_seconds, now, now.
+    Answers ``CLAIM_COLUMNS``, the times as epoch seconds (``rows.claimed_from_pg_row``).
 
     One ordered index scan per queue (``LATERAL``): ``queue IN (…)`` over several queues
     cannot use the claim index's order and sorts every ready row. Each queue locks at most
     ``limit`` rows; the best ``limit`` of them are claimed, and the other locks end with the
     transaction (with one queue, exactly ``limit`` rows are locked).
+
+    ``limit`` is written into the text (one statement per limit a worker asks for: its free
+    slots), not bound: the statement is prepared (``prepared.py``) and planned once, and a
+    plan made for an unknown ``LIMIT`` sorts every ready row instead of reading the index in
+    order.
     """
     return f"""
 WITH picked AS (
@@ -59,11 +64,11 @@ WITH picked AS (
         WHERE state = 'pending' AND queue = q.name
           AND available_at <= COALESCE(%s, statement_timestamp())
         ORDER BY priority DESC, available_at, id
-        LIMIT %s
+        LIMIT {int(limit)}
         FOR UPDATE SKIP LOCKED
     ) AS c
     ORDER BY c.priority DESC, c.available_at, c.id
-    LIMIT %s
+    LIMIT {int(limit)}
 )
 UPDATE {JOB} AS j
 SET state = 'inflight',
