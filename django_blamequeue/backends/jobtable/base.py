@@ -43,8 +43,9 @@ class LedgerBase(Backend):
         database = settings.DATABASES.get(self.db, {})
         self.is_postgres = "postgresql" in str(database.get("ENGINE", ""))
         #: Run the hot statements (enqueue, claim, ack) prepared (``prepared.py``).
-        wanted = prepared.wanted(config.options.get("PREPARE"), database)
-        self.prepares = self.is_postgres and wanted
+        self.prepares = self.is_postgres and prepared.wanted(
+            config.options.get("PREPARE"), database
+        )
 
     # -- helpers ---------------------------------------------------------------------------
     @property

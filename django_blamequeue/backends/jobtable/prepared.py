@@ -40,14 +40,26 @@ _NEVER = sys.maxsize  # a prepare_threshold that never prepares by count alone
 
 
 def wanted(option: Any, database: Mapping[str, Any]) -> bool:
-    """Whether a backend prepares its hot statements: its ``PREPARE`` option, or (None) on
-    unless the Django database is set up for a transaction-mode pooler."""
+    """Whether a backend on a PostgreSQL database prepares its hot statements: its
+    ``PREPARE`` option, or (None) on unless the Django database is set up for a
+    transaction-mode pooler. Never with psycopg2 (what Django uses when psycopg 3 is
+    missing), which has no prepared statements."""
+    if not _psycopg3():
+        return False
     if option is not None:
         return bool(option)
     options = database.get("OPTIONS") or {}
     if "prepare_threshold" in options and options["prepare_threshold"] is None:
         return False
     return not database.get("DISABLE_SERVER_SIDE_CURSORS", False)
+
+
+def _psycopg3() -> bool:
+    try:
+        from django.db.backends.postgresql.psycopg_any import is_psycopg3
+    except ImportError:  # neither driver: Django's backend will say so
+        return False
+    return bool(is_psycopg3)
 
 
 def fetch(
