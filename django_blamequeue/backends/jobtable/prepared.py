@@ -106,6 +106,7 @@ def _preparing_cursor() -> type[Any]:
 
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             kwargs.setdefault("prepare", True)
+            kwargs.setdefault("binary", True)
             return super().execute(query, params, **kwargs)
 
         def _send_query_prepared(self, name: bytes, pgq: Any, **kwargs: Any) -> None:
