@@ -144,3 +144,21 @@ def test_a_single_enqueue_recovers_from_a_prepared_statement_the_server_lost() -
         queue.enqueue("prep", {"i": 2}, backend="postgres")
     queue.enqueue("prep", {"i": 3}, backend="postgres")
     assert queue.size("prep", backend="postgres") == 2
+
+
+def test_a_stale_statement_caught_in_a_savepoint_is_prepared_afresh_after_the_commit() -> None:
+    """No ROLLBACK clears psycopg's record when the caller rolls back to a savepoint and
+    commits: the failed call itself forgets the connection's prepared statements."""
+    need_server("postgres")
+    queue.enqueue_many("prep", [{"i": i} for i in range(6)], backend="postgres")
+    _claimed_and_done("postgres", 2)
+    with connections["postgres"].cursor() as cur:
+        cur.execute("ALTER TABLE blamequeue_job ALTER COLUMN name TYPE varchar(300)")
+    try:
+        stale = pytest.raises(DatabaseError, match="cached plan must not change result type")
+        with transaction.atomic(using="postgres"), stale:
+            get_backend("postgres").claim(["prep"], 2, 30)  # a savepoint of the outer one
+        _claimed_and_done("postgres", 2)
+    finally:
+        with connections["postgres"].cursor() as cur:
+            cur.execute("ALTER TABLE blamequeue_job ALTER COLUMN name TYPE varchar(255)")

@@ -16,9 +16,8 @@ prepared statements (PgBouncer before 1.21, or ``max_prepared_statements = 0``) 
 Django database says the connection is pooled that way: ``OPTIONS["prepare_threshold"]``
 set to None explicitly, or ``DISABLE_SERVER_SIDE_CURSORS``. A statement whose prepared form
 the server lost or can no longer run (``prepared statement … does not exist``, ``cached plan
-must not change result type`` after a migration changed a column it returns) fails once;
-psycopg forgets its prepared statements at the rollback, and outside a transaction they are
-forgotten here, so the next call prepares afresh.
+must not change result type`` after a migration changed a column it returns) fails once:
+the connection's prepared statements are then forgotten, so the next call prepares afresh.
 
 The claim also runs under ``plan_cache_mode = force_generic_plan`` (``SET LOCAL``: its own
 transaction only): left to choose, PostgreSQL keeps planning it anew at every call (its
@@ -119,12 +118,12 @@ def _preparing_cursor() -> type[Any]:
 
 
 def _forget_if_stale(connection: Any, exc: BaseException) -> None:
-    """After a prepared statement the server cannot run, outside a transaction (nothing
-    will roll back and clear psycopg's record of it): forget every prepared statement of
-    this connection, on both sides."""
+    """After a prepared statement the server cannot run, forget every prepared statement
+    of this connection, on both sides: psycopg does so itself at a ROLLBACK, but not in
+    autocommit, nor when the caller rolls back to a savepoint and commits."""
     cause = exc.__cause__ if exc.__cause__ is not None else exc
-    if getattr(cause, "sqlstate", None) not in _STALE or connection.in_atomic_block:
+    if getattr(cause, "sqlstate", None) not in _STALE:
         return
     raw = connection.connection
     if raw is not None and not raw.closed:
-        raw._prepared.clear()  # psycopg's record; DEALLOCATE ALL at its next statement
+        raw._prepared.clear()  # psycopg's record; DEALLOCATE ALL after its next statement
