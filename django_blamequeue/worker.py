@@ -31,15 +31,8 @@ from .heartbeat import Heartbeat
 from .outbox import RelayReport, settle_pending
 from .probation import Probation
 from .records import AckResult, Backlog, Claimed
-from .runner import (
-    Handler,
-    Run,
-    SlotPool,
-    is_async,
-    new_run,
-    read_flow_states,
-    transition_for,
-)
+from .runner import Handler, Run, is_async, new_run, read_flow_states, transition_for
+from .slots import SlotPool
 
 logger = logging.getLogger("django_blamequeue.worker")
 
