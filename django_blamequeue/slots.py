@@ -56,56 +56,51 @@ def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]
     report(run)
 
 
-#: What an idle thread's queue receives to exit (``SlotPool.stop``).
-_STOP = None
-
-
 class SlotPool:
     """Up to ``size`` threads running sync runs, each started when a run finds no idle one
     (async runs take slots but no thread, so a worker of async jobs starts none). The thread
     of an abandoned run no longer counts (``replace_one``): it exits when its handler
-    returns, and the next run that needs a thread gets a new one."""
+    returns, and the next run that needs a thread gets a new one.
+
+    Runs wait in one queue; a thread that finishes a run takes the next before it parks. A
+    parked thread waits on its own ``SimpleQueue`` (a C lock: no Python loop, no lock
+    allocated per wait) and is woken in a chain, one by the one before, while runs are left."""
 
     def __init__(self, size: int, handler: Handler | None, report: Callable[[Run], None]) -> None:
         self.size = size
         self.handler = handler
         self.report = report
-        self._lock = threading.Lock()  # guards the three below and ``_live``
-        self._idle: list[SimpleQueue[Run | None]] = []  # last in, first woken: warm threads
-        self._backlog: deque[Run] = deque()  # runs no thread was free for, in order
+        self._lock = threading.Lock()  # guards the four below
+        self._work: deque[Run] = deque()
+        self._parked: list[SimpleQueue[bool]] = []  # last parked, first woken: warm threads
         self._stopped = False
         self._live = 0  # threads counted against ``size``
 
     @property
     def live(self) -> int:
-        """Threads counted against ``size`` (running a run or idle)."""
+        """Threads counted against ``size`` (running a run or parked)."""
         return self._live
 
     def submit(self, run: Run) -> None:
         self.submit_many([run])
 
     def submit_many(self, runs: list[Run]) -> None:
-        """Each run to an idle thread, else to a new thread while fewer than ``size`` are
-        counted, else to the backlog; wakes one thread per run at most."""
+        """Queue ``runs``, start the threads they lack while fewer than ``size`` are counted,
+        and wake one parked thread: it wakes the next if runs are still queued when it takes
+        its own (so a batch costs this thread one wake-up, and threads that a busy one beats
+        to the runs are never woken for nothing)."""
         if not runs:
             return
-        wake: list[tuple[SimpleQueue[Run | None], Run]] = []
-        spawn: list[Run] = []
         with self._lock:
-            for run in runs:
-                if self._idle:
-                    wake.append((self._idle.pop(), run))
-                elif self._live < self.size:
-                    self._live += 1
-                    spawn.append(run)
-                else:
-                    self._backlog.append(run)
-        for inbox, run in wake:
-            inbox.put(run)
-        for run in spawn:
-            threading.Thread(
-                target=self._serve, args=(run,), name="blamequeue-slot", daemon=True
-            ).start()
+            self._work.extend(runs)
+            spawn = min(len(self._work) - len(self._parked), self.size - self._live)
+            if spawn > 0:
+                self._live += spawn
+            woken = self._parked.pop() if self._parked else None
+        if woken is not None:
+            woken.put(True)
+        for _ in range(spawn):
+            threading.Thread(target=self._serve, name="blamequeue-slot", daemon=True).start()
 
     def replace_one(self) -> None:
         """The thread running an abandoned job exits when it returns: stop counting it."""
@@ -113,37 +108,45 @@ class SlotPool:
             self._live -= 1
 
     def stop(self) -> None:
-        """Idle threads exit now, busy ones after their run (and what is left queued)."""
+        """Parked threads exit now, busy ones once no run is left queued."""
         with self._lock:
             self._stopped = True
-            idle, self._idle = self._idle, []
-        for inbox in idle:
-            inbox.put(_STOP)
+            parked, self._parked = self._parked, []
+        for inbox in parked:
+            inbox.put(False)
 
-    def _serve(self, first: Run) -> None:
-        inbox: SimpleQueue[Run | None] = SimpleQueue()
-        run: Run | None = first
-        while run is not None:
+    def _serve(self) -> None:
+        inbox: SimpleQueue[bool] = SimpleQueue()
+        while (run := self._next(inbox)) is not None:
             try:
                 run_in_slot(run, self.handler, self.report)
             except Exception:  # a slot thread must never die: the worker would lose the slot
                 logger.exception("slot thread error after job %s", run.claimed.job_id)
             if run.abandoned:  # no longer counted (replace_one); the next run starts a thread
                 break
-            run = self._next(inbox)
         slot_connections.drop_all()
 
-    def _next(self, inbox: SimpleQueue[Run | None]) -> Run | None:
-        """The next run for this thread, waiting idle for one; None: exit (uncounted)."""
-        with self._lock:
-            if self._backlog:
-                return self._backlog.popleft()
-            if self._stopped:
-                self._live -= 1
-                return None
-            self._idle.append(inbox)
-        run = inbox.get()
-        if run is None:
+    def _next(self, inbox: SimpleQueue[bool]) -> Run | None:
+        """The next queued run, parked until there is one; None: exit (no longer counted).
+        Taking a run with more queued behind it wakes a parked thread for those."""
+        while True:
+            woken = None
             with self._lock:
-                self._live -= 1
-        return run
+                if self._work:
+                    run = self._work.popleft()
+                    if self._work and self._parked:
+                        woken = self._parked.pop()
+                elif self._stopped:
+                    self._live -= 1
+                    return None
+                else:
+                    self._parked.append(inbox)
+                    run = None
+            if run is not None:
+                if woken is not None:
+                    woken.put(True)
+                return run
+            if not inbox.get():  # False: stopped
+                with self._lock:
+                    self._live -= 1
+                return None

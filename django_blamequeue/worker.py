@@ -27,6 +27,7 @@ from .controlview import ControlView
 from .core import lifecycle
 from .counters import Counters, StartWindow
 from .exceptions import ErrorCode, QueueError, WorkerShutdown
+from .gather import Gather
 from .heartbeat import Heartbeat
 from .outbox import RelayReport, settle_pending
 from .probation import Probation
@@ -64,6 +65,7 @@ class Consumer:
         self._running: dict[str, Run] = {}
         self._acks = PendingAcks()
         self._probation = Probation(self._settings.max_stalled_count)
+        self._gather = Gather(options.concurrency)
         #: Burst mode: what was left when the worker last looked (delayed jobs it leaves).
         self.left: Backlog | None = None
         #: The exception that ended the main loop, if one did (runworker exits non-zero).
@@ -194,6 +196,10 @@ class Consumer:
         self._start_alone()
         claimed_full = False
         free = 0 if self._stopping or self._probation.busy(self._running) else self._free_slots()
+        hold = self._gather.hold(free, len(self._running), time.monotonic())
+        if hold > 0:  # more runs are about to finish: one round trip for them all
+            self._wake.wait(min(hold, self._wait_time()))
+            return False
         if free > 0:
             if self.backend.supports_apply_and_claim and not self._acks.isolating:
                 got = self._flush_and_claim(free)
