@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,8 @@ class Run:
     renew_at: float
     lease_until: float
     definition: registry.JobDefinition | None
+    #: The worker's lease length (seconds): renewals keep half of it ahead.
+    lease: float = 30.0
     guard: Guard = field(default_factory=Guard)
     lock: threading.Lock = field(default_factory=threading.Lock)
     outcome: lifecycle.Outcome | None = None
@@ -75,6 +78,13 @@ class Run:
     # A parent leased for ``collect``: its children's state, read with the claim by the
     # worker's own connection (one query for the batch instead of one per parent).
     flow_state: Any = None
+
+    def extended(self, seconds: float) -> None:
+        """The handler extended its lease by ``seconds`` (``JobContext.on_extend``): renew
+        from there, half a lease before it ends."""
+        now = time.monotonic()
+        self.lease_until = max(self.lease_until, now + seconds)
+        self.renew_at = max(self.renew_at, self.lease_until - self.lease / 2)
 
     def abandon(self, exc_type: type[JobInterrupted]) -> bool:
         """Claim the decision for the worker; False if the handler already finished."""
@@ -123,6 +133,7 @@ def new_run(c: Claimed, backend: Backend, now: float, lease: float, throttle: fl
         renew_at=now + lease / 2,
         lease_until=now + lease,
         definition=definition,
+        lease=lease,
     )
 
 
@@ -150,7 +161,7 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
         return call
     try:
         result = call()
-        if inspect.isawaitable(result):
+        if type(result) not in _PLAIN and inspect.isawaitable(result):
             result = async_to_sync(_awaited)(result)
     except JobInterrupted as exc:
         if run.abandoned:  # the worker's own interrupt
@@ -165,12 +176,31 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
+#: Results that cannot be awaitable (what most handlers return), answered without asking
+#: ``inspect.isawaitable``'s ABC check.
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes, dict, list, tuple})
+
+#: ``is_async``'s answers: id(handler or definition) → (it, answer), checked by identity.
+_asyncs: dict[int, tuple[object, bool]] = {}
+
+
 def is_async(run: Run, handler: Handler | None) -> bool:
     """Whether the run's handler is an ``async def`` (it then runs on the event loop)."""
+    key: object = handler if handler is not None else run.definition
+    if key is None:
+        return False
+    cached = _asyncs.get(id(key))
+    if cached is not None and cached[0] is key:
+        return cached[1]
     if handler is not None:
-        return inspect.iscoroutinefunction(handler)
-    d = run.definition
-    return d is not None and d.flow is None and inspect.iscoroutinefunction(d.func)
+        answer = inspect.iscoroutinefunction(handler)
+    else:
+        d = run.definition
+        answer = d is not None and d.flow is None and inspect.iscoroutinefunction(d.func)
+    if len(_asyncs) >= 1024:
+        _asyncs.clear()
+    _asyncs[id(key)] = (key, answer)
+    return answer
 
 
 def prepare(run: Run, handler: Handler | None) -> lifecycle.Outcome | Callable[[], Any]:

@@ -117,7 +117,9 @@ class SlotPool:
 
     def _serve(self) -> None:
         inbox: SimpleQueue[bool] = SimpleQueue()
-        while (run := self._next(inbox)) is not None:
+        fresh = True  # just started
+        while (run := self._next(inbox, fresh)) is not None:
+            fresh = False
             try:
                 run_in_slot(run, self.handler, self.report)
             except Exception:  # a slot thread must never die: the worker would lose the slot
@@ -126,15 +128,18 @@ class SlotPool:
                 break
         slot_connections.drop_all()
 
-    def _next(self, inbox: SimpleQueue[bool]) -> Run | None:
+    def _next(self, inbox: SimpleQueue[bool], fresh: bool) -> Run | None:
         """The next queued run, parked until there is one; None: exit (no longer counted).
-        Taking a run with more queued behind it wakes a parked thread for those."""
+
+        A thread just started or woken that takes a run with more queued behind it wakes one
+        parked thread for those (the chain); a thread back from a run does not: it takes the
+        next run itself, and short runs cost no wake-ups at all."""
         while True:
             woken = None
             with self._lock:
                 if self._work:
                     run = self._work.popleft()
-                    if self._work and self._parked:
+                    if fresh and self._work and self._parked:
                         woken = self._parked.pop()
                 elif self._stopped:
                     self._live -= 1
@@ -150,3 +155,4 @@ class SlotPool:
                 with self._lock:
                     self._live -= 1
                 return None
+            fresh = True

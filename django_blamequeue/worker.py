@@ -315,7 +315,7 @@ class Consumer:
     def _dispatch(self, run: Run, now: float) -> Run:
         """Track a claimed job as running; the caller hands the run to the pool."""
         c = run.claimed
-        run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)
+        run.ctx.on_extend = run.extended
         if run.definition is not None and run.definition.atomic and self.handler is None:
             effects.prepare(run)
             run.ctx.atomic = True  # no checkpoints: its writes roll back with a failure
@@ -325,11 +325,6 @@ class Consumer:
             metrics.run_started(self.backend.alias, c, self.options.lease)
         self._starts.started(now)
         return run
-
-    def _extended(self, run: Run, seconds: float) -> None:
-        now = time.monotonic()
-        run.lease_until = max(run.lease_until, now + seconds)
-        run.renew_at = max(run.renew_at, run.lease_until - self.options.lease / 2)
 
     def _start_alone(self) -> None:
         """A held probation run starts once it is alone here, its lease marked so."""

@@ -14,6 +14,7 @@ from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import lifecycle
 from django_blamequeue.core.states import Reason, State
 from django_blamequeue.exceptions import ErrorCode, QueueError
+from django_blamequeue.gather import Gather
 from django_blamequeue.probation import Probation
 from django_blamequeue.records import AckResult, Claimed, Transition
 from django_blamequeue.runner import Run, new_run
@@ -173,3 +174,21 @@ def test_current_job_retry_raises_retry() -> None:
     with pytest.raises(Retry) as caught:
         call_directly(handler, (), {}, name="unit.job", queue="q")
     assert caught.value.delay == 30.0
+
+
+# -- gathering finished runs for one round trip ------------------------------------------------
+def test_the_round_trip_waits_at_most_the_window_while_few_slots_are_free() -> None:
+    g = Gather(10, window=0.002)
+    assert g.hold(free=1, running=9, now=100.0) == pytest.approx(0.002)
+    assert g.hold(free=2, running=8, now=100.0015) == pytest.approx(0.0005)  # from the first
+    assert g.hold(free=3, running=7, now=100.002) == 0.0  # the window is over: go
+    assert g.hold(free=1, running=9, now=100.003) == pytest.approx(0.002)  # a new window
+
+
+def test_no_wait_with_half_the_slots_free_nothing_running_or_nothing_free() -> None:
+    g = Gather(10)
+    assert g.hold(free=5, running=5, now=1.0) == 0.0
+    assert g.hold(free=3, running=0, now=1.0) == 0.0  # nothing more will finish
+    assert g.hold(free=0, running=10, now=1.0) == 0.0  # no round trip to hold
+    assert Gather(1).hold(free=1, running=0, now=1.0) == 0.0
+    assert Gather(2).hold(free=1, running=1, now=1.0) == 0.0  # one slot of two is enough
