@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
+from pytest_django import Settings as SettingsWrapper
 
 from django_blamequeue import Retry, current_job
 from django_blamequeue.acking import MAX_REFUSALS, PendingAcks
@@ -17,7 +18,8 @@ from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.gather import Gather
 from django_blamequeue.probation import Probation
 from django_blamequeue.records import AckResult, Claimed, Transition
-from django_blamequeue.runner import Run, new_run
+from django_blamequeue.registry import JobDefinition
+from django_blamequeue.runner import Run, new_run, policy_for
 from django_blamequeue.serializers import Encoded
 from django_blamequeue.texts import MAX_ERROR, MAX_TRACEBACK, storable
 
@@ -192,3 +194,17 @@ def test_no_wait_with_half_the_slots_free_nothing_running_or_nothing_free() -> N
     assert g.hold(free=0, running=10, now=1.0) == 0.0  # no round trip to hold
     assert Gather(1).hold(free=1, running=0, now=1.0) == 0.0
     assert Gather(2).hold(free=1, running=1, now=1.0) == 0.0  # one slot of two is enough
+
+
+# -- the retry policy, built once per definition and settings --------------------------------
+def test_the_retry_policy_is_reused_until_the_settings_or_the_definition_change(
+    settings: SettingsWrapper,
+) -> None:
+    first = policy_for(None)
+    assert policy_for(None) is first
+    settings.BLAMEQUEUE = {"BACKOFF_BASE": 7}
+    assert policy_for(None).backoff_base == 7.0
+    own = JobDefinition(func=lambda: None, name="unit.own", queue="q", backoff_base=2.0)
+    assert policy_for(own).backoff_base == 2.0
+    again = JobDefinition(func=lambda: None, name="unit.own", queue="q", backoff_max=9.0)
+    assert (policy_for(again).backoff_base, policy_for(again).backoff_max) == (7.0, 9.0)
