@@ -91,12 +91,11 @@ def account(
 ) -> None:
     """Count an applied ack, time it, and say what became of the job."""
     c = run.claimed
-    extra = {"job_id": c.job_id, "queue": c.queue, "attempt": c.attempt}
     if not res.ok:
         logger.warning(
             "ack refused for job %s: %s (another worker took it over)",
             *(c.job_id, ErrorCode.LOCK_LOST),
-            extra=extra,
+            extra={"job_id": c.job_id, "queue": c.queue, "attempt": c.attempt},
         )
     else:
         if metrics.enabled:

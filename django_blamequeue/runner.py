@@ -1,7 +1,8 @@
-"""Runs one claimed job in a slot thread: decode, dispatch, catch, report the outcome.
+"""One claimed job as a run: decode, dispatch, catch, and the outcome it ends with.
 
 The worker's main thread owns the decisions (acks, timeouts, cancels); this module only turns
-a handler call into a ``core.lifecycle`` outcome and hands it back.
+a handler call into a ``core.lifecycle`` outcome (``slots.py`` and ``aio.py`` run it and hand
+it back) and that outcome into a transition.
 """
 
 from __future__ import annotations
@@ -9,17 +10,17 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-from collections import deque
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from . import calls, registry, slot_connections, tracing
+from . import calls, registry
 from .backends.base import Backend
 from .conf import get_settings
-from .context import JobContext, _current
+from .context import JobContext
 from .core import lifecycle
 from .exceptions import ErrorCode, JobInterrupted, QueueError, Snooze
 from .fanout import build_children
@@ -61,6 +62,8 @@ class Run:
     renew_at: float
     lease_until: float
     definition: registry.JobDefinition | None
+    #: The worker's lease length (seconds): renewals keep half of it ahead.
+    lease: float = 30.0
     guard: Guard = field(default_factory=Guard)
     lock: threading.Lock = field(default_factory=threading.Lock)
     outcome: lifecycle.Outcome | None = None
@@ -75,6 +78,13 @@ class Run:
     # A parent leased for ``collect``: its children's state, read with the claim by the
     # worker's own connection (one query for the batch instead of one per parent).
     flow_state: Any = None
+
+    def extended(self, seconds: float) -> None:
+        """The handler extended its lease by ``seconds`` (``JobContext.on_extend``): renew
+        from there, half a lease before it ends."""
+        now = time.monotonic()
+        self.lease_until = max(self.lease_until, now + seconds)
+        self.renew_at = max(self.renew_at, self.lease_until - self.lease / 2)
 
     def abandon(self, exc_type: type[JobInterrupted]) -> bool:
         """Claim the decision for the worker; False if the handler already finished."""
@@ -123,6 +133,7 @@ def new_run(c: Claimed, backend: Backend, now: float, lease: float, throttle: fl
         renew_at=now + lease / 2,
         lease_until=now + lease,
         definition=definition,
+        lease=lease,
     )
 
 
@@ -150,7 +161,7 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
         return call
     try:
         result = call()
-        if inspect.isawaitable(result):
+        if type(result) not in _PLAIN and inspect.isawaitable(result):
             result = async_to_sync(_awaited)(result)
     except JobInterrupted as exc:
         if run.abandoned:  # the worker's own interrupt
@@ -165,12 +176,31 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
+#: Results that cannot be awaitable (what most handlers return), answered without asking
+#: ``inspect.isawaitable``'s ABC check.
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes, dict, list, tuple})
+
+#: ``is_async``'s answers: id(handler or definition) → (it, answer), checked by identity.
+_asyncs: dict[int, tuple[object, bool]] = {}
+
+
 def is_async(run: Run, handler: Handler | None) -> bool:
     """Whether the run's handler is an ``async def`` (it then runs on the event loop)."""
+    key: object = handler if handler is not None else run.definition
+    if key is None:
+        return False
+    cached = _asyncs.get(id(key))
+    if cached is not None and cached[0] is key:
+        return cached[1]
     if handler is not None:
-        return inspect.iscoroutinefunction(handler)
-    d = run.definition
-    return d is not None and d.flow is None and inspect.iscoroutinefunction(d.func)
+        answer = inspect.iscoroutinefunction(handler)
+    else:
+        d = run.definition
+        answer = d is not None and d.flow is None and inspect.iscoroutinefunction(d.func)
+    if len(_asyncs) >= 1024:
+        _asyncs.clear()
+    _asyncs[id(key)] = (key, answer)
+    return answer
 
 
 def prepare(run: Run, handler: Handler | None) -> lifecycle.Outcome | Callable[[], Any]:
@@ -276,16 +306,7 @@ def transition_for(
     that raised ``Snooze`` (in a thread, on the event loop, in a flow phase) snoozes."""
     if isinstance(outcome, lifecycle.Raised) and isinstance(outcome.exc, Snooze):
         outcome = snoozed(outcome.exc)
-    settings = get_settings()
-    d = definition
-    policy = lifecycle.Policy(  # the job's own backoff options win over the settings'
-        backoff_base=d.backoff_base if d and d.backoff_base is not None else settings.backoff_base,
-        backoff_max=d.backoff_max if d and d.backoff_max is not None else settings.backoff_max,
-        backoff_jitter=d.jitter if d and d.jitter is not None else settings.backoff_jitter,
-        retryable=d.retryable if d else None,
-        max_snoozes=settings.max_snoozes,
-        missing_handler_timeout=settings.missing_handler_timeout,
-    )
+    policy = policy_for(definition)
     return lifecycle.decide(
         outcome,
         attempt=claimed.attempt,
@@ -295,97 +316,29 @@ def transition_for(
     )
 
 
-def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]) -> None:
-    """The slot thread's part: run, then report unless the worker already decided."""
-    slot_connections.before_job()
-    token = _current.set(run.ctx)
-    outcome: lifecycle.Outcome | None = None
-    try:
-        run.guard.enter()
-        try:
-            if not run.ctx.cancelled:
-                call = run.invoker or invoke
-                outcome = (
-                    tracing.traced_run(run, handler, call)
-                    if tracing.enabled
-                    else call(run, handler)
-                )
-        except JobInterrupted:
-            outcome = None
-        finally:
-            run.guard.leave()
-    except JobInterrupted:  # landed between the handler's end and leave()
-        pass
-    finally:
-        _current.reset(token)
-    slot_connections.after_job(interrupted=outcome is None or run.abandoned)
-    with run.lock:
-        if run.abandoned or outcome is None:
-            return
-        run.outcome = outcome
-    report(run)
+#: ``policy_for``'s answers: id(definition) → (definition, settings, policy). Checked by
+#: identity, so a definition registered again or new settings (``override_settings``) get a
+#: new policy; bounded, since tests may register many definitions.
+_policies: dict[int, tuple[registry.JobDefinition | None, object, lifecycle.Policy]] = {}
 
 
-class SlotPool:
-    """Up to ``size`` threads pulling sync runs, each started when a run finds no idle one
-    (async runs take slots but no thread, so a worker of async jobs starts none). The thread
-    of an abandoned run no longer counts: it exits when its handler returns, and the next
-    run that needs a thread gets a new one."""
-
-    def __init__(self, size: int, handler: Handler | None, report: Callable[[Run], None]) -> None:
-        self.size = size
-        self.handler = handler
-        self.report = report
-        self._work: deque[Run] = deque()
-        self._cond = threading.Condition()
-        self._stopped = False
-        self._live = 0  # threads counted against ``size``
-        self._idle = 0  # of those, waiting for work
-
-    def _spawn(self) -> None:
-        """Under ``_cond``."""
-        self._live += 1
-        threading.Thread(target=self._loop, name="blamequeue-slot", daemon=True).start()
-
-    def submit(self, run: Run) -> None:
-        self.submit_many([run])
-
-    def submit_many(self, runs: list[Run]) -> None:
-        """Queue ``runs``, start the threads they lack, wake idle ones (one lock round)."""
-        if not runs:
-            return
-        with self._cond:
-            self._work.extend(runs)
-            for _ in range(min(len(self._work) - self._idle, self.size - self._live)):
-                self._spawn()
-            self._cond.notify(len(runs))
-
-    def replace_one(self) -> None:
-        """The thread running an abandoned job exits when it returns: stop counting it."""
-        with self._cond:
-            self._live -= 1
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                self._idle += 1
-                while not self._work and not self._stopped:
-                    self._cond.wait()
-                self._idle -= 1
-                if self._stopped and not self._work:
-                    self._live -= 1
-                    slot_connections.drop_all()
-                    return
-                run = self._work.popleft()
-            try:
-                run_in_slot(run, self.handler, self.report)
-            except Exception:  # a slot thread must never die: the worker would lose the slot
-                logger.exception("slot thread error after job %s", run.claimed.job_id)
-            if run.abandoned:  # no longer counted (replace_one); the next run starts a thread
-                slot_connections.drop_all()
-                return
+def policy_for(definition: registry.JobDefinition | None) -> lifecycle.Policy:
+    """The retry policy of a job: its own backoff options, else the settings' (built once per
+    definition and settings object, not once per attempt)."""
+    settings = get_settings()
+    cached = _policies.get(id(definition))
+    if cached is not None and cached[0] is definition and cached[1] is settings:
+        return cached[2]
+    d = definition
+    policy = lifecycle.Policy(  # the job's own backoff options win over the settings'
+        backoff_base=d.backoff_base if d and d.backoff_base is not None else settings.backoff_base,
+        backoff_max=d.backoff_max if d and d.backoff_max is not None else settings.backoff_max,
+        backoff_jitter=d.jitter if d and d.jitter is not None else settings.backoff_jitter,
+        retryable=d.retryable if d else None,
+        max_snoozes=settings.max_snoozes,
+        missing_handler_timeout=settings.missing_handler_timeout,
+    )
+    if len(_policies) >= 1024:
+        _policies.clear()
+    _policies[id(definition)] = (definition, settings, policy)
+    return policy

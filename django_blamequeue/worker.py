@@ -1,9 +1,11 @@
-"""The consumer: claims into free slots, renews leases, enforces timeouts, batches acks.
+"""The consumer: claims into free slots and starts runs; its main loop, and its control.
 
 One main thread talks to the backend (claims, acks, heartbeats, checkpoints) and decides every
-transition; slot threads run sync handlers, one event loop (``aio``) runs ``async def`` ones.
-Finished attempts queue up while the main thread is busy and go out together in one
-``apply_many``, so acks batch under load without any added latency.
+transition; slot threads (``slots``) run sync handlers, one event loop (``aio``) runs
+``async def`` ones. Finished attempts queue up while the main thread is busy, and while few
+slots are free it waits a moment for more (``gather``, at most 2 ms): their acks go out with
+the next claim, one round trip and one commit for the batch. Ending attempts — reaping,
+interrupting, deciding, acking, the shutdown grace — is ``outcomes.Outcomes``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from datetime import timedelta
 from django.db import connections
 
 from . import effects, fleet, metrics, registry, wakeup
-from .acking import PendingAcks, account
+from .acking import PendingAcks
 from .aio import EventLoop
 from .backends.base import Backend
 from .checkpointer import Checkpointer
@@ -26,20 +28,14 @@ from .conf import get_settings
 from .controlview import ControlView
 from .core import lifecycle
 from .counters import Counters, StartWindow
-from .exceptions import ErrorCode, QueueError, WorkerShutdown
+from .gather import Gather
 from .heartbeat import Heartbeat
 from .outbox import RelayReport, settle_pending
+from .outcomes import Outcomes, unavailable
 from .probation import Probation
-from .records import AckResult, Backlog, Claimed
-from .runner import (
-    Handler,
-    Run,
-    SlotPool,
-    is_async,
-    new_run,
-    read_flow_states,
-    transition_for,
-)
+from .records import Backlog, Claimed
+from .runner import Handler, Run, is_async, new_run, read_flow_states, transition_for
+from .slots import SlotPool
 
 logger = logging.getLogger("django_blamequeue.worker")
 
@@ -57,7 +53,10 @@ class WorkerOptions:
     register: bool = True  # in the worker registry (queue.workers())
 
 
-class Consumer:
+class Consumer(Outcomes):
+    """A worker: claims into free slots and starts runs (this module); ends them and acks
+    (``outcomes.Outcomes``)."""
+
     def __init__(self, backend: Backend, options: WorkerOptions, handler: Handler | None = None):
         self.backend = backend
         self.options = options
@@ -71,6 +70,7 @@ class Consumer:
         self._running: dict[str, Run] = {}
         self._acks = PendingAcks()
         self._probation = Probation(self._settings.max_stalled_count)
+        self._gather = Gather(options.concurrency)
         #: Burst mode: what was left when the worker last looked (delayed jobs it leaves).
         self.left: Backlog | None = None
         #: The exception that ended the main loop, if one did (runworker exits non-zero).
@@ -201,6 +201,10 @@ class Consumer:
         self._start_alone()
         claimed_full = False
         free = 0 if self._stopping or self._probation.busy(self._running) else self._free_slots()
+        hold = self._gather.hold(free, len(self._running), time.monotonic())
+        if hold > 0:  # more runs are about to finish: one round trip for them all
+            self._wake.wait(min(hold, self._wait_time()))
+            return False
         if free > 0:
             if self.backend.supports_apply_and_claim and not self._acks.isolating:
                 got = self._flush_and_claim(free)
@@ -272,7 +276,7 @@ class Consumer:
             )
         except Exception as exc:  # keep the acks; a re-sent ack is fenced, so retrying is safe
             self._failed("ack and claim", exc)
-            if not _unavailable(exc):
+            if not unavailable(exc):
                 self._flush()  # the acks alone: tells a refused ack from a failing claim
             return 0
         self._error_delay = 0.0
@@ -316,7 +320,7 @@ class Consumer:
     def _dispatch(self, run: Run, now: float) -> Run:
         """Track a claimed job as running; the caller hands the run to the pool."""
         c = run.claimed
-        run.ctx.on_extend = lambda seconds, run=run: self._extended(run, seconds)
+        run.ctx.on_extend = run.extended
         if run.definition is not None and run.definition.atomic and self.handler is None:
             effects.prepare(run)
             run.ctx.atomic = True  # no checkpoints: its writes roll back with a failure
@@ -326,11 +330,6 @@ class Consumer:
             metrics.run_started(self.backend.alias, c, self.options.lease)
         self._starts.started(now)
         return run
-
-    def _extended(self, run: Run, seconds: float) -> None:
-        now = time.monotonic()
-        run.lease_until = max(run.lease_until, now + seconds)
-        run.renew_at = max(run.renew_at, run.lease_until - self.options.lease / 2)
 
     def _start_alone(self) -> None:
         """A held probation run starts once it is alone here, its lease marked so."""
@@ -377,160 +376,3 @@ class Consumer:
             return False
         self.left = left
         return left.due == 0 and not (self.options.wait_delayed and left.delayed)
-
-    # -- outcomes --------------------------------------------------------------------------
-    def _report(self, run: Run) -> None:
-        """Called from a slot thread when a handler finished (and was not abandoned)."""
-        self._finished.append(run)
-        if not self._wake.is_set():  # set already: the main thread reaps this run too
-            self._wake.set()
-
-    def _reap(self) -> None:
-        while self._finished:
-            run = self._finished.popleft()
-            assert run.outcome is not None
-            if run.settled is not None:  # an atomic run acked (or lost) in its own transaction
-                self._running.pop(run.claimed.job_id, None)
-                self.checkpointer.end(run, keep=False)  # acked already: nothing to resume
-                account(self.counters, self.backend.alias, run, effects.SETTLED, run.settled)
-                continue
-            self._decide(run, run.outcome)
-
-    def _decide(self, run: Run, outcome: lifecycle.Outcome) -> None:
-        transition = transition_for(run.claimed, run.definition, outcome)
-        self._running.pop(run.claimed.job_id, None)
-        self.checkpointer.end(run, keep=True)  # stored before the ack (``_flush``)
-        self._acks.add(run, transition)
-
-    def _interrupt(
-        self,
-        run: Run,
-        exc_type: type[Exception] | type[BaseException],
-        outcome: lifecycle.Outcome | None,
-    ) -> None:
-        """Take the decision away from the handler thread, free the slot, ack ``outcome``."""
-        if self._probation.discard(run):
-            pass  # held to run alone: it never started, no thread to interrupt
-        elif not run.abandon(exc_type):  # type: ignore[arg-type]
-            return  # it finished first; its outcome is already queued
-        elif not is_async(run, self.handler):  # an async run's task was cancelled instead
-            self.pool.replace_one()
-        if outcome is None:  # lease lost: someone else owns the job; nothing to ack
-            self._running.pop(run.claimed.job_id, None)
-            self.checkpointer.end(run, keep=False)
-            self.counters.lock_lost += 1
-            if run.invoker is not None:
-                effects.abandoned(run)  # its transaction rolls back: audit its LOCK_LOST
-            if metrics.enabled:
-                metrics.lease_lost(self.backend.alias, run.claimed.queue)
-            logger.warning(
-                "lost the lease of job %s; its run was abandoned",
-                run.claimed.job_id,
-                extra=_extra(run),
-            )
-            return
-        self._decide(run, outcome)
-
-    def _check_deadlines(self) -> None:
-        for stop in self.heartbeat.deadlines(self._running, time.monotonic()):
-            self.counters.timed_out += 1
-            run = stop.run
-            logger.warning(
-                "job %s timed out after %.3g s",
-                run.claimed.job_id,
-                run.deadline - run.started if run.deadline else 0.0,
-                extra=_extra(run),
-            )
-            self._interrupt(run, stop.exc_type, stop.outcome)
-
-    def _heartbeat(self) -> None:
-        if not self._running:
-            return
-        now = time.monotonic()
-        try:
-            for step in (self.heartbeat.renew, self.heartbeat.signals, self.checkpointer.write_due):
-                for stop in step(self._running, now):
-                    if stop.run.claimed.job_id in self._running:
-                        self._interrupt(stop.run, stop.exc_type, stop.outcome)
-        except Exception as exc:
-            self._failed("heartbeat", exc)
-
-    def _store_checkpoints(self) -> bool:
-        """The last checkpoints of ended attempts, stored before their acks may go."""
-        try:
-            self.checkpointer.flush_final()
-        except Exception as exc:  # keep the acks too: acked first, a value would be lost
-            self._failed("storing checkpoints", exc)
-            return False
-        return True
-
-    def _flush(self) -> None:
-        if not self._acks or not self._store_checkpoints():
-            return
-        assert self.backend.resilience is not None
-        acks = self._acks.batch()
-        try:
-            results = self.backend.resilience.call(lambda: self.backend.apply_many(acks))
-        except Exception as exc:  # keep the acks; a re-sent ack is fenced, so retrying is safe
-            self._failed("ack", exc)
-            if not _unavailable(exc):
-                for run, _ in self._acks.refused(acks, exc):
-                    logger.error(
-                        "gave up the ack of job %s after refusals; its lease will expire and "
-                        "the rescuer re-pend it",
-                        *(run.claimed.job_id,),
-                        extra=_extra(run),
-                    )
-            return
-        self._error_delay = 0.0
-        self._settle(results)
-
-    def _settle(self, results: list[AckResult]) -> None:
-        for run, transition, res in self._acks.applied(results):
-            account(self.counters, self.backend.alias, run, transition, res)
-
-    def _failed(self, what: str, exc: BaseException) -> None:
-        """A backend call (or a whole round) failed: log it and back off (0.1 s doubling
-        to 5 s); the caller keeps what it must send again."""
-        self._error_delay = min(max(self._error_delay * 2, 0.1), 5.0)
-        if _unavailable(exc):
-            logger.warning(
-                "backend %r: %s; retrying in %.1f s", self.backend.alias, exc, self._error_delay
-            )
-        else:
-            logger.error(
-                "%s failed on backend %r; retrying in %.1f s",
-                *(what, self.backend.alias, self._error_delay),
-                exc_info=exc,
-            )
-
-    # -- shutdown --------------------------------------------------------------------------
-    def _shutdown_step(self) -> bool:
-        """While stopping: wait for handlers until the grace ends, then release the rest."""
-        for held in self._probation.release_all():  # never started: give them back now
-            self._decide(held, lifecycle.Released())
-        now = time.monotonic()
-        if self._running and self._grace_until is not None and now >= self._grace_until:
-            for run in list(self._running.values()):
-                self._interrupt(run, WorkerShutdown, lifecycle.Released())
-        if self._running:
-            self._check_deadlines()
-            self._heartbeat()
-            self._flush()
-            return False
-        for _ in range(3):
-            self._flush()
-            if not self._acks:
-                break
-            time.sleep(self._error_delay or 0.1)
-        return True
-
-
-def _unavailable(exc: BaseException) -> bool:
-    """The engine could not be reached (send again later), as opposed to a refusal."""
-    return isinstance(exc, QueueError) and exc.code == ErrorCode.BACKEND_UNAVAILABLE
-
-
-def _extra(run: Run) -> dict[str, object]:
-    c = run.claimed
-    return {"job_id": c.job_id, "queue": c.queue, "attempt": c.attempt}

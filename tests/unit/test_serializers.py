@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pickle
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -156,3 +159,87 @@ def test_encoded_is_a_frozen_value() -> None:
     with pytest.raises(AttributeError):
         encoded.body = b"2"  # type: ignore[misc]
     assert encoded == Encoded("application/json", "utf-8", b"1")
+
+
+# -- the JSON fast path decodes exactly what kombu's registry decodes --------------------------
+def _kombu_dumps(obj: Any) -> bytes:
+    from kombu.utils.json import dumps
+
+    return str(dumps(obj)).encode()
+
+
+KOMBU_JSON_BODIES = [
+    b"{}",
+    b"[]",
+    b"null",
+    b'{"a": [1, 2.5, -0.0, 1e308, true, false, null], "b": {"c": "d"}}',
+    '{"é": "☃ \\u00e9 \\ud83d\\ude00", "k": "\\u0000"}'.encode(),
+    b"12345678901234567890123456789",
+    b'"just a string"',
+    b'{"__type__": "datetime", "__value__": "2026-12-04T15:45:11.123456+00:00"}',
+    b'{"__type__": "decimal", "__value__": "3.14159265358979323846"}',
+    _kombu_dumps(
+        {
+            "id": uuid.UUID("0b6fd7a2-7d1b-4f83-a0e4-38c6bda6a9ab"),
+            "at": datetime(2026, 12, 4, 15, 45, tzinfo=UTC),
+            "amount": Decimal("10.10"),
+            "day": date(2026, 12, 4),
+        }
+    ),
+    b'[{"__type__": "date", "__value__": "2026-12-04"},'
+    b' {"__type__": "bytes", "__value__": "eA=="}]',
+    b'{"__type__": "time", "__value__": "15:45:11"}',
+    b'{"__type__": "datetime", "__value__": "x", "other": 1}',  # not a tagged value: a dict
+]
+KOMBU_JSON_FAILURES = [
+    b"{",
+    b"\xff\xfe{}",  # not UTF-8 (json.loads of the bytes would take it as UTF-16)
+    b"\xef\xbb\xbf{}",  # a UTF-8 byte order mark
+    b"NaN-ish",
+    b'{"__type__": "no-such-type", "__value__": 1}',
+    b'{"__type__": "uuid", "__value__": "0b6fd7a2-7d1b-4f83-a0e4-38c6bda6a9ab"}',
+    b"[" * 100_000 + b"]" * 100_000,
+]
+
+
+def _kombu(body: bytes, encoding: str = "utf-8") -> Any:
+    from kombu.serialization import loads
+
+    return loads(body, "application/json", encoding, accept={"application/json"})
+
+
+@pytest.mark.parametrize("body", KOMBU_JSON_BODIES)
+@pytest.mark.parametrize("encoding", ["utf-8", "utf8", ""])
+def test_json_decodes_to_exactly_what_kombu_decodes(body: bytes, encoding: str) -> None:
+    ours, theirs = decode("application/json", encoding, body), _kombu(body)
+    assert ours == theirs and type(ours) is type(theirs)
+    assert repr(ours) == repr(theirs)
+
+
+@pytest.mark.parametrize("body", KOMBU_JSON_FAILURES)
+def test_json_refuses_what_kombu_refuses_with_its_message(body: bytes) -> None:
+    from kombu.exceptions import DecodeError
+
+    with pytest.raises(DecodeError) as theirs:
+        _kombu(body)
+    with pytest.raises(QueueError) as ours:
+        decode("application/json", "utf-8", body)
+    assert ours.value.code == ErrorCode.BAD_PAYLOAD
+    cause = theirs.value.__cause__ or theirs.value
+    expected = f"cannot decode a application/json payload of {len(body)} bytes: {cause}"
+    assert ours.value.message == expected
+
+
+def test_an_empty_json_body_decodes_as_kombu_does() -> None:
+    assert decode("application/json", "utf-8", b"") == _kombu(b"")
+
+
+def test_a_json_decoder_a_project_registered_is_used_instead_of_the_fast_path() -> None:
+    from kombu.serialization import register, register_json
+
+    register("json", lambda o: "x", lambda s: ("mine", s), content_type="application/json")
+    try:
+        assert decode("application/json", "utf-8", b"{}") == ("mine", b"{}")
+    finally:
+        register_json()
+    assert decode("application/json", "utf-8", b"{}") == {}

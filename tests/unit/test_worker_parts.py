@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
+from pytest_django import Settings as SettingsWrapper
 
 from django_blamequeue import Retry, current_job
 from django_blamequeue.acking import MAX_REFUSALS, PendingAcks
@@ -14,9 +15,11 @@ from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import lifecycle
 from django_blamequeue.core.states import Reason, State
 from django_blamequeue.exceptions import ErrorCode, QueueError
+from django_blamequeue.gather import Gather
 from django_blamequeue.probation import Probation
 from django_blamequeue.records import AckResult, Claimed, Transition
-from django_blamequeue.runner import Run, new_run
+from django_blamequeue.registry import JobDefinition
+from django_blamequeue.runner import Run, new_run, policy_for
 from django_blamequeue.serializers import Encoded
 from django_blamequeue.texts import MAX_ERROR, MAX_TRACEBACK, storable
 
@@ -173,3 +176,35 @@ def test_current_job_retry_raises_retry() -> None:
     with pytest.raises(Retry) as caught:
         call_directly(handler, (), {}, name="unit.job", queue="q")
     assert caught.value.delay == 30.0
+
+
+# -- gathering finished runs for one round trip ------------------------------------------------
+def test_the_round_trip_waits_at_most_the_window_while_few_slots_are_free() -> None:
+    g = Gather(10, window=0.002)
+    assert g.hold(free=1, running=9, now=100.0) == pytest.approx(0.002)
+    assert g.hold(free=2, running=8, now=100.0015) == pytest.approx(0.0005)  # from the first
+    assert g.hold(free=3, running=7, now=100.002) == 0.0  # the window is over: go
+    assert g.hold(free=1, running=9, now=100.003) == pytest.approx(0.002)  # a new window
+
+
+def test_no_wait_with_half_the_slots_free_nothing_running_or_nothing_free() -> None:
+    g = Gather(10)
+    assert g.hold(free=5, running=5, now=1.0) == 0.0
+    assert g.hold(free=3, running=0, now=1.0) == 0.0  # nothing more will finish
+    assert g.hold(free=0, running=10, now=1.0) == 0.0  # no round trip to hold
+    assert Gather(1).hold(free=1, running=0, now=1.0) == 0.0
+    assert Gather(2).hold(free=1, running=1, now=1.0) == 0.0  # one slot of two is enough
+
+
+# -- the retry policy, built once per definition and settings --------------------------------
+def test_the_retry_policy_is_reused_until_the_settings_or_the_definition_change(
+    settings: SettingsWrapper,
+) -> None:
+    first = policy_for(None)
+    assert policy_for(None) is first
+    settings.BLAMEQUEUE = {"BACKOFF_BASE": 7}
+    assert policy_for(None).backoff_base == 7.0
+    own = JobDefinition(func=lambda: None, name="unit.own", queue="q", backoff_base=2.0)
+    assert policy_for(own).backoff_base == 2.0
+    again = JobDefinition(func=lambda: None, name="unit.own", queue="q", backoff_max=9.0)
+    assert (policy_for(again).backoff_base, policy_for(again).backoff_max) == (7.0, 9.0)
