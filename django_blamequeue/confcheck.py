@@ -140,7 +140,7 @@ class _Validator:
         for key, value in options.items():
             if key in NUMERIC_OPTIONS:
                 continue  # checked with their ranges by the protocol's method
-            expected = bool if key in ("TLS", "LISTEN") else str
+            expected = bool if key in ("TLS", "LISTEN", "PREPARE") else str
             if not (isinstance(value, expected) or (value is None and defaults[key] is None)):
                 self.add("E012", f"{where(*at, key)} is {value!r}; expected a {expected.__name__}")
         queues = entry.get("QUEUES")

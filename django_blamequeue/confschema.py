@@ -14,7 +14,9 @@ PROTOCOLS = ("local", "redis", "sqs")
 UNAVAILABLE = {"amqp": "AMQP 0-9-1 (RabbitMQ etc.)", "nats": "NATS JetStream"}
 #: Keys a backend entry may hold besides PROTOCOL and QUEUES, with their defaults.
 BACKEND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
-    "local": {"DATABASE": "default", "LISTEN": True},
+    # PREPARE: the hot statements prepared on PostgreSQL (None: unless the database is set
+    # up for a transaction-mode pooler; backends/jobtable/prepared.py)
+    "local": {"DATABASE": "default", "LISTEN": True, "PREPARE": None},
     "redis": {
         "CONNECTION": None,
         "URL": None,
@@ -26,6 +28,7 @@ BACKEND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     },
     "sqs": {
         "DATABASE": "default",  # the Django database that holds the job records (ledger)
+        "PREPARE": None,  # as the local backend's
         "REGION": None,
         "ENDPOINT_URL": None,
         "QUEUE_PREFIX": "",

@@ -23,7 +23,7 @@ from django.views.decorators.http import require_POST
 from ..api import queue
 from ..core.states import TERMINAL
 from ..exceptions import ErrorCode, QueueError
-from ..models import AuditEvent, Job
+from ..models import AuditEvent, Job, traced
 from ..records import JobInfo
 from . import display, operations, provenance
 from .base import (
@@ -107,8 +107,7 @@ class JobAdmin(ReadOnlyAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        for field in ("id", "trace_id"):
-            found = queryset.filter(**{field: term})
+        for found in (queryset.filter(id=term), queryset.filter(traced(term))):
             if found.exists():
                 return found, False
         about = provenance.about_search(queryset, term)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import DatabaseError, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_blamequeue import queue
 from django_blamequeue.backends import get_backend
+from django_blamequeue.backends.jobtable import prepared
+from django_blamequeue.core.states import State
+from django_blamequeue.records import Ack, Transition
+from tests.conftest import need_server
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -27,3 +32,133 @@ def test_enqueue_many_is_one_insert_statement_per_batch(backend: str) -> None:
         f"{len(inserts)} insert into blamequeue_job"
     )
     assert len(inserts) == 1
+
+
+# -- prepared hot statements (PostgreSQL) --------------------------------------------------
+
+
+def _prepared(db: str) -> list[str]:
+    with connections[db].cursor() as cur:
+        cur.execute("SELECT statement FROM pg_prepared_statements")
+        return [" ".join(r[0].split()) for r in cur.fetchall()]
+
+
+def _claimed_and_done(alias: str, n: int) -> None:
+    backend = get_backend(alias)
+    claimed = backend.claim(["prep"], n, 30)
+    assert len(claimed) == n
+    done = Transition(state=State.DONE)
+    acks = [Ack(job_id=c.job_id, token=c.token, transition=done) for c in claimed]
+    assert all(r.ok for r in backend.apply_many(acks))
+
+
+def test_hot_statements_are_prepared_once_per_connection() -> None:
+    """Enqueue, claim and ack run prepared on Django's own connection: the second round
+    prepares nothing new, and the claim's plan is generic (planned once)."""
+    need_server("postgres")
+    queue.enqueue_many("prep", [{"i": i} for i in range(6)], backend="postgres")
+    for _ in range(2):
+        queue.enqueue("prep", {"one": True}, backend="postgres")
+        _claimed_and_done("postgres", 3)
+    statements = _prepared("postgres")
+    assert sum(s.startswith("INSERT INTO blamequeue_job") for s in statements) == 2  # batch, one
+    assert sum(s.startswith("WITH picked AS") for s in statements) == 1
+    assert sum(s.startswith("UPDATE blamequeue_job SET state = CASE") for s in statements) == 1
+    with connections["postgres"].cursor() as cur:
+        cur.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%WITH picked AS%%'"
+        )
+        assert cur.fetchone() == (2, 0)
+
+
+def test_an_enqueue_inside_atomic_is_still_a_row_of_the_callers_transaction() -> None:
+    need_server("postgres")
+    with pytest.raises(RuntimeError), transaction.atomic(using="postgres"):
+        queue.enqueue("prep", {"rolled": "back"}, backend="postgres")
+        raise RuntimeError
+    assert queue.size("prep", backend="postgres") == 0
+    assert _prepared("postgres") == []  # the rollback forgot them, on both sides
+    queue.enqueue("prep", {"kept": True}, backend="postgres")
+    assert queue.size("prep", backend="postgres") == 1
+
+
+def test_prepare_false_sends_the_statements_as_django_does(settings: Any) -> None:
+    need_server("postgres")
+    options = {**settings.BLAMEQUEUE["BACKENDS"]["postgres"], "PREPARE": False}
+    settings.BLAMEQUEUE = {
+        **settings.BLAMEQUEUE,
+        "BACKENDS": {**settings.BLAMEQUEUE["BACKENDS"], "postgres": options},
+    }
+    assert get_backend("postgres").prepares is False
+    queue.enqueue_many("prep", [{"i": i} for i in range(3)], backend="postgres")
+    _claimed_and_done("postgres", 3)
+    assert _prepared("postgres") == []
+
+
+@pytest.mark.parametrize(
+    ("option", "database", "expected"),
+    [
+        (None, {}, True),
+        (False, {}, False),
+        (True, {"DISABLE_SERVER_SIDE_CURSORS": True}, True),
+        (None, {"DISABLE_SERVER_SIDE_CURSORS": True}, False),
+        (None, {"OPTIONS": {"prepare_threshold": None}}, False),
+        (None, {"OPTIONS": {"prepare_threshold": 5}}, True),
+    ],
+)
+def test_prepare_is_on_unless_the_database_is_pooled_per_transaction(
+    option: bool | None, database: dict[str, Any], expected: bool
+) -> None:
+    assert prepared.wanted(option, database) is expected
+
+
+def test_a_claim_whose_prepared_result_type_changed_fails_once_then_prepares_afresh() -> None:
+    """``cached plan must not change result type`` after a migration altered a column the
+    claim returns: that claim fails (its transaction rolls back, nothing leased), the next
+    one prepares the statement again."""
+    need_server("postgres")
+    queue.enqueue_many("prep", [{"i": i} for i in range(6)], backend="postgres")
+    _claimed_and_done("postgres", 2)
+    with connections["postgres"].cursor() as cur:
+        cur.execute("ALTER TABLE blamequeue_job ALTER COLUMN name TYPE varchar(300)")
+    try:
+        with pytest.raises(DatabaseError, match="cached plan must not change result type"):
+            _claimed_and_done("postgres", 2)
+        assert queue.size("prep", backend="postgres") == 4  # nothing was leased
+        _claimed_and_done("postgres", 2)
+        _claimed_and_done("postgres", 2)
+    finally:
+        with connections["postgres"].cursor() as cur:
+            cur.execute("ALTER TABLE blamequeue_job ALTER COLUMN name TYPE varchar(255)")
+
+
+def test_a_single_enqueue_recovers_from_a_prepared_statement_the_server_lost() -> None:
+    """Autocommit (no rollback to clear psycopg's record): the lost statement fails one
+    enqueue, and the next prepares it again."""
+    need_server("postgres")
+    queue.enqueue("prep", {"i": 1}, backend="postgres")
+    with connections["postgres"].cursor() as cur:
+        cur.execute("DEALLOCATE ALL")  # as a pooler's other server session would look
+    with pytest.raises(DatabaseError, match="does not exist"):
+        queue.enqueue("prep", {"i": 2}, backend="postgres")
+    queue.enqueue("prep", {"i": 3}, backend="postgres")
+    assert queue.size("prep", backend="postgres") == 2
+
+
+def test_a_stale_statement_caught_in_a_savepoint_is_prepared_afresh_after_the_commit() -> None:
+    """No ROLLBACK clears psycopg's record when the caller rolls back to a savepoint and
+    commits: the failed call itself forgets the connection's prepared statements."""
+    need_server("postgres")
+    queue.enqueue_many("prep", [{"i": i} for i in range(6)], backend="postgres")
+    _claimed_and_done("postgres", 2)
+    with connections["postgres"].cursor() as cur:
+        cur.execute("ALTER TABLE blamequeue_job ALTER COLUMN name TYPE varchar(300)")
+    try:
+        stale = pytest.raises(DatabaseError, match="cached plan must not change result type")
+        with transaction.atomic(using="postgres"), stale:
+            get_backend("postgres").claim(["prep"], 2, 30)  # a savepoint of the outer one
+        _claimed_and_done("postgres", 2)
+    finally:
+        with connections["postgres"].cursor() as cur:
+            cur.execute("ALTER TABLE blamequeue_job ALTER COLUMN name TYPE varchar(255)")

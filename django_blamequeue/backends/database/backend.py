@@ -31,7 +31,7 @@ from ..jobtable.limited import LimitedClaims
 from ..jobtable.listing import Listing
 from ..jobtable.manifests import Manifests
 from ..jobtable.reports import ChildReports
-from ..jobtable.rows import claimed_from_row, to_dt
+from ..jobtable.rows import claimed_from_pg_row, claimed_from_row, to_dt
 from .base import CHANNEL, CONTROL_CHANNEL, LocalBase
 from .listen import PgListener
 
@@ -130,23 +130,21 @@ class DatabaseBackend(
         qs = [q for q in queues if not (limits and q in limits)]
         claimed = self._claim_limited(limited, limit, lease_s, now, limits or {}) if limited else []
         limit -= len(claimed)
-        with self.connection.cursor() as cur:
-            if qs and limit > 0 and self.is_postgres:
-                params = [qs, self.alias, now, limit, limit, now, lease_s, now, now]
-                cur.execute(sql.claim_postgresql(), params)
-            elif qs and limit > 0:
-                t = self._now(now)
-                expires = t + timedelta(seconds=lease_s)
-                a = self._adapt
-                params = [a(expires), a(t), a(t), *qs, self.alias, a(t), limit]
+        if qs and limit > 0 and self.is_postgres:
+            params = [qs, self.alias, now, now, float(lease_s), now, now]
+            rows = self._fetch(sql.claim_postgresql(limit), params, generic=True)
+            claimed += [claimed_from_pg_row(r) for r in rows]
+        elif qs and limit > 0:
+            t = self._now(now)
+            expires = t + timedelta(seconds=lease_s)
+            a = self._adapt
+            params = [a(expires), a(t), a(t), *qs, self.alias, a(t), limit]
+            with self.connection.cursor() as cur:
                 cur.execute(sql.claim_sqlite(len(qs)), params)
-            rows = cur.fetchall() if qs and limit > 0 else []
-            claimed += [claimed_from_row(r) for r in rows]
-            claimed.sort(
-                key=lambda c: (-c.priority, c.available_at or c.lease_expires_at, c.job_id)
-            )
-            if claimed:
-                audit.record(audit.start_events(claimed, self.alias), using=self.db)
+                claimed += [claimed_from_row(r) for r in cur.fetchall()]
+        claimed.sort(key=lambda c: (-c.priority, c.available_at or c.lease_expires_at, c.job_id))
+        if claimed:
+            audit.record(audit.start_events(claimed, self.alias), using=self.db)
         return claimed
 
     def apply_many(self, acks: Sequence[Ack], now: datetime | None = None) -> list[AckResult]:

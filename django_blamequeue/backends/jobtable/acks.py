@@ -57,21 +57,22 @@ class Acks(LedgerBase):
             fanned = self.apply_fan_outs(fan_outs, now)
         for start in range(0, len(plain), ACK_CHUNK):
             chunk = plain[start : start + ACK_CHUNK]
-            with self.connection.cursor() as cur:
-                if self.is_postgres:
-                    varying, params = sql.unnest_params(
-                        list(zip(*map(_ack_row_pg, chunk), strict=False))
-                    )
-                    cur.execute(sql.ack_many_postgresql(varying, self.table), [*params, now])
-                else:
-                    assert now is not None
-                    stamp = self._adapt(now)
-                    params = [p for a in chunk for p in self._ack_params(a, now, stamp)]
-                    cur.execute(
-                        sql.ack_many(self.connection.vendor, len(chunk), self.table), params
-                    )
-                for row in cur.fetchall():
-                    applied[row[0]] = tuple(row)
+            if self.is_postgres:
+                varying, params = sql.unnest_params(
+                    list(zip(*map(_ack_row_pg, chunk), strict=False))
+                )
+                statement = sql.ack_many_postgresql(varying, self.table)
+                found = self._fetch(statement, [*params, now])
+            else:
+                assert now is not None
+                stamp = self._adapt(now)
+                params = [p for a in chunk for p in self._ack_params(a, now, stamp)]
+                statement = sql.ack_many(self.connection.vendor, len(chunk), self.table)
+                with self.connection.cursor() as cur:
+                    cur.execute(statement, params)
+                    found = cur.fetchall()
+            for r in found:
+                applied[r[0]] = tuple(r)
         self._after_acks(plain, applied, now)
         answer = []
         for a in acks:

@@ -20,6 +20,7 @@ from ...core.states import State
 from ...models import Job, JobFields, OutboxEntry
 from ...records import Ack
 from ..base import Backend
+from . import prepared
 
 CHANNEL = "blamequeue"
 #: NOTIFY channel of control changes (pause, resume, limits): listening workers re-read them.
@@ -39,8 +40,12 @@ class LedgerBase(Backend):
         self.table: str = self.model._meta.db_table
         from django.conf import settings
 
-        engine = str(settings.DATABASES.get(self.db, {}).get("ENGINE", ""))
-        self.is_postgres = "postgresql" in engine
+        database = settings.DATABASES.get(self.db, {})
+        self.is_postgres = "postgresql" in str(database.get("ENGINE", ""))
+        #: Run the hot statements (enqueue, claim, ack) prepared (``prepared.py``).
+        self.prepares = self.is_postgres and prepared.wanted(
+            config.options.get("PREPARE"), database
+        )
 
     # -- helpers ---------------------------------------------------------------------------
     @property
@@ -63,6 +68,18 @@ class LedgerBase(Backend):
                 value: datetime = cur.fetchone()[0]
                 return value
         return timezone.now()
+
+    def _fetch(
+        self, statement: str, params: Sequence[Any], *, generic: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """A hot statement's rows: prepared on PostgreSQL unless ``PREPARE`` is off
+        (``prepared.fetch``), else through a Django cursor as any other statement."""
+        if self.prepares:
+            return prepared.fetch(self.connection, statement, params, generic=generic)
+        with self.connection.cursor() as cur:
+            cur.execute(statement, params)
+            rows: list[tuple[Any, ...]] = cur.fetchall()
+            return rows
 
     def _adapt(self, value: datetime | None) -> Any:
         if value is None:

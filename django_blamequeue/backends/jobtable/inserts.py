@@ -160,14 +160,14 @@ class Inserts(LedgerBase):
         """
         columns, defaults = _insert_layout(self.connection, self.model)
         inserted: set[str] = set()
+        if self.is_postgres:
+            rows = [(*self._values(j, None), *defaults, float(j.delay or 0.0)) for j in jobs]
+            varying, arrays = sql.unnest_params(list(zip(*rows, strict=True)))
+            statement = sql.insert_jobs_postgresql(columns, varying, len(notify), self.table)
+            head = [now, *(a for q in notify for a in (CHANNEL, q))]
+            inserted.update(r[0] for r in self._fetch(statement, [*head, *arrays]))
+            return inserted
         with self.connection.cursor() as cur:
-            if self.is_postgres:
-                rows = [(*self._values(j, None), *defaults, j.delay or 0.0) for j in jobs]
-                varying, arrays = sql.unnest_params(list(zip(*rows, strict=True)))
-                statement = sql.insert_jobs_postgresql(columns, varying, len(notify), self.table)
-                cur.execute(statement, [now, *(a for q in notify for a in (CHANNEL, q)), *arrays])
-                inserted.update(r[0] for r in cur.fetchall())
-                return inserted
             clock = self._now(now)
             rows = [self._values(j, clock) + defaults for j in jobs]
             names = [c for c, _ in columns]

@@ -60,7 +60,10 @@ class Listing(LedgerBase):
         return [info_from_model(j, self.alias) for j in rows]
 
     def size(self, queue: str) -> int:
-        n: int = self.jobs().filter(queue=queue, state__in=[State.PENDING, State.INFLIGHT]).count()
+        # An OR, not ``state IN``: pending rows are ``bq_job_queue_state``'s, inflight rows
+        # ``bq_job_inflight_key``'s (a BitmapOr of the two on PostgreSQL).
+        live = Q(queue=queue, state=State.PENDING) | Q(queue=queue, state=State.INFLIGHT)
+        n: int = self.jobs().filter(live).count()
         return n
 
     def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
@@ -117,9 +120,9 @@ class Listing(LedgerBase):
         later = Q(state=State.PENDING, available_at__gt=t)
         found = (
             self.jobs()
-            .filter(
-                queue__in=list(queues),
-                state__in=[State.PENDING, State.INFLIGHT, State.WAITING_CHILDREN],
+            .filter(  # an OR per state: each on its own partial index (see ``size``)
+                Q(queue__in=list(queues), state=State.INFLIGHT)
+                | Q(queue__in=list(queues), state__in=[State.PENDING, State.WAITING_CHILDREN])
             )
             .aggregate(
                 due=Count("id", filter=~later), delayed=Count("id", filter=later),

@@ -19,6 +19,8 @@ def to_dt(value: Any) -> datetime | None:
     datetime when the column's declared type has a converter. Always answers aware (UTC)."""
     if value is None:
         return None
+    if isinstance(value, float):  # seconds since the epoch (the PostgreSQL claim's)
+        return datetime.fromtimestamp(value, UTC)
     parsed = value if isinstance(value, datetime) else parse_datetime(str(value))
     if parsed is None:
         raise ValueError(f"not a datetime: {value!r}")
@@ -94,6 +96,72 @@ def claimed_from_row(row: Sequence[Any]) -> Claimed:
         concurrency_key=read.text("concurrency_key", concurrency_key),
         snoozes=read.integer("snoozes", snoozes or 0, 0),
         problem=read.problem,  # last: every field above was read
+    )
+
+
+def claimed_from_pg_row(row: Sequence[Any]) -> Claimed:
+    """A row of the PostgreSQL claim (``sql.claim_postgresql``: the times as epoch seconds)
+    as a ``Claimed``, without reading each field on its own: PostgreSQL keeps every column
+    to its type, so only what the types allow but the API never writes (a timeout that is
+    not a positive number of seconds) goes through :func:`claimed_from_row`, which notes it."""
+    (
+        job_id,
+        queue,
+        name,
+        payload,
+        ctype,
+        cenc,
+        token,
+        attempts,
+        max_attempts,
+        expires,
+        priority,
+        timeout,
+        trace_id,
+        classification,
+        flow_id,
+        parent_id,
+        available_at,
+        created_at,
+        flow_phase,
+        flow_mode,
+        flow_depth,
+        stalls,
+        checkpoint,
+        concurrency_key,
+        snoozes,
+    ) = row
+    if timeout is not None and not 0 < timeout < 1e10:
+        return claimed_from_row(row)
+    stamp = datetime.fromtimestamp
+    return Claimed(
+        job_id=job_id,
+        queue=queue,
+        name=name,
+        payload=Encoded(
+            ctype or "application/json",
+            cenc or "utf-8",
+            payload if type(payload) is bytes else to_bytes(payload),
+        ),
+        token=token,
+        attempt=attempts,
+        max_attempts=max_attempts,
+        lease_expires_at=stamp(expires, UTC),
+        priority=priority,
+        timeout=timeout,
+        trace_id=trace_id,
+        classification=classification,
+        flow_id=flow_id,
+        parent_id=parent_id,
+        available_at=None if available_at is None else stamp(available_at, UTC),
+        created_at=None if created_at is None else stamp(created_at, UTC),
+        flow_phase=flow_phase,
+        flow_mode=flow_mode,
+        flow_depth=flow_depth or 0,
+        stalls=stalls or 0,
+        checkpoint=checkpoint,
+        concurrency_key=concurrency_key,
+        snoozes=snoozes or 0,
     )
 
 

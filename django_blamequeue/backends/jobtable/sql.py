@@ -23,6 +23,14 @@ CLAIM_COLUMNS = (
     "parent_id, available_at, created_at, flow_phase, flow_mode, flow_depth, stalls, "
     "checkpoint, concurrency_key, snoozes"
 )
+#: The PostgreSQL claim's RETURNING: ``CLAIM_COLUMNS``, with the three times as seconds since
+#: the epoch (float8: exact to the microsecond for centuries), which the worker turns into
+#: datetimes far more cheaply than the driver's time zone-aware loader (``rows.py``).
+_EPOCH_COLUMNS = frozenset({"lease_expires_at", "available_at", "created_at"})
+_PG_CLAIM_RETURNING = ", ".join(
+    f"extract(epoch FROM j.{c})::float8" if c in _EPOCH_COLUMNS else f"j.{c}"
+    for c in (c.strip() for c in CLAIM_COLUMNS.split(","))
+)
 #: A queue whose control row says ``limited`` (paused, or live limits set) is left to the
 #: limited claim (``limited.py``): the unlimited claim skips it (rule: paused), so a worker
 #: whose cached control state is stale never claims past a pause or a new limit.
@@ -31,14 +39,20 @@ _UNLIMITED = (
 )
 
 
-def claim_postgresql() -> str:
-    """Params: queues (a list), the backend's alias, now, limit, limit, now, lease_seconds,
-    now, now.
+@cache
+def claim_postgresql(limit: int) -> str:
+    """Params: queues (a list), the backend's alias, now, now, lease_seconds, now, now.
+    Answers ``CLAIM_COLUMNS``, the times as epoch seconds (``rows.claimed_from_pg_row``).
 
     One ordered index scan per queue (``LATERAL``): ``queue IN (…)`` over several queues
     cannot use the claim index's order and sorts every ready row. Each queue locks at most
     ``limit`` rows; the best ``limit`` of them are claimed, and the other locks end with the
     transaction (with one queue, exactly ``limit`` rows are locked).
+
+    ``limit`` is written into the text (one statement per limit a worker asks for: its free
+    slots), not bound: the statement is prepared (``prepared.py``) and planned once, and a
+    plan made for an unknown ``LIMIT`` sorts every ready row instead of reading the index in
+    order.
     """
     return f"""
 WITH picked AS (
@@ -50,11 +64,11 @@ WITH picked AS (
         WHERE state = 'pending' AND queue = q.name
           AND available_at <= COALESCE(%s, statement_timestamp())
         ORDER BY priority DESC, available_at, id
-        LIMIT %s
+        LIMIT {int(limit)}
         FOR UPDATE SKIP LOCKED
     ) AS c
     ORDER BY c.priority DESC, c.available_at, c.id
-    LIMIT %s
+    LIMIT {int(limit)}
 )
 UPDATE {JOB} AS j
 SET state = 'inflight',
@@ -64,7 +78,7 @@ SET state = 'inflight',
     started_at = COALESCE(%s, statement_timestamp()),
     updated_at = COALESCE(%s, statement_timestamp())
 FROM picked WHERE j.id = picked.id
-RETURNING {", ".join("j." + c.strip() for c in CLAIM_COLUMNS.split(","))}
+RETURNING {_PG_CLAIM_RETURNING}
 """
 
 
@@ -87,15 +101,16 @@ def unnest_rows(names: Sequence[str], db_types: Sequence[str], varying: Sequence
     )
 
 
-def unnest_params(columns: Sequence[tuple[Any, ...]]) -> tuple[list[bool], list[Any]]:
+def unnest_params(columns: Sequence[tuple[Any, ...]]) -> tuple[tuple[bool, ...], list[Any]]:
     """``varying`` and the params of :func:`unnest_rows` for column-wise values."""
-    varying = [col.count(col[0]) != len(col) for col in columns]
-    varying[0] = True  # at least one array: it sets the number of rows
+    varying = (True, *(len(col) > 1 and col.count(col[0]) != len(col) for col in columns[1:]))
+    # the first column is always an array: it sets the number of rows
     scalars = [col[0] for col, varies in zip(columns, varying, strict=False) if not varies]
     arrays = [list(col) for col, varies in zip(columns, varying, strict=False) if varies]
     return varying, scalars + arrays
 
 
+@cache
 def insert_jobs_postgresql(
     columns: Sequence[tuple[str, str]], varying: Sequence[bool], notifies: int, table: str = JOB
 ) -> str:
@@ -105,7 +120,8 @@ def insert_jobs_postgresql(
     column ``bq_delay`` (seconds); the clock fills ``created_at``, ``updated_at`` and a
     delayed ``available_at``. Conflicts (id, dedupe key) insert nothing; RETURNING answers
     the ids inserted. Params: ``now`` (NULL: ``statement_timestamp()``), a (channel, queue)
-    pair per NOTIFY, then :func:`unnest_params` of the rows."""
+    pair per NOTIFY, then :func:`unnest_params` of the rows. Cached per shape (``columns``
+    and ``varying`` are tuples), so the hot path does not rebuild the text."""
     names = [c for c, _ in columns]
     rows = unnest_rows([*names, "bq_delay"], [*(t for _, t in columns), "float8"], varying)
     picked = [
@@ -203,12 +219,13 @@ SET state = CASE WHEN v.column11 = 1 AND {table}.cancel_requested THEN 'cancelle
 """
 
 
+@cache
 def ack_many_postgresql(varying: Sequence[bool], table: str = JOB) -> str:
     """``ack_many`` for PostgreSQL with the rows as one ``unnest`` source (:func:`unnest_rows`):
     the same statement text for any batch size, and the clock read by the statement itself
     (no round trip for it). Column 8 carries the retry delay in seconds (NULL: leave
     ``available_at``), column 9 is the clock. Params: :func:`unnest_params`, then ``now``
-    (NULL: ``statement_timestamp()``)."""
+    (NULL: ``statement_timestamp()``). Cached per shape (``varying`` is a tuple)."""
     names = [f"column{i}" for i in range(1, ACK_COLUMNS + 1)]
     casts = [*_PG_CASTS[:7], "float8", *_PG_CASTS[8:]]
     picked = [

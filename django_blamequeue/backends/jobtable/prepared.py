@@ -1,0 +1,129 @@
+"""The hot statements on PostgreSQL, bound on the server and prepared once per connection.
+
+Django binds parameters on the client (``server_side_binding`` is off by default) and sends
+each statement as new text, which PostgreSQL parses, analyses and plans at every call: 85 µs
+of planning for a single enqueue's INSERT, ≈ 270 µs for a claim (docs/perf-notes.md). The
+enqueue's INSERT, the claim and the batched ack run here instead: on a psycopg cursor of
+Django's own connection (same session, same transaction: an enqueue inside
+``transaction.atomic()`` is still a row of the caller's transaction) that binds on the server
+and prepares the statement the first time this connection runs it. Each statement's text
+depends only on its shape (the number of NOTIFYs, which columns vary across a batch), never
+on its values, so a connection holds a handful of them.
+
+Preparing is per server session. Behind a pooler in transaction mode that does not track
+prepared statements (PgBouncer before 1.21, or ``max_prepared_statements = 0``) turn it off:
+``BLAMEQUEUE["BACKENDS"][alias]["PREPARE"] = False``. Left unset (None), it is on unless the
+Django database says the connection is pooled that way: ``OPTIONS["prepare_threshold"]``
+set to None explicitly, or ``DISABLE_SERVER_SIDE_CURSORS``. A statement whose prepared form
+the server lost or can no longer run (``prepared statement … does not exist``, ``cached plan
+must not change result type`` after a migration changed a column it returns) fails once:
+the connection's prepared statements are then forgotten, so the next call prepares afresh.
+
+The claim also runs under ``plan_cache_mode = force_generic_plan`` (``SET LOCAL``: its own
+transaction only): left to choose, PostgreSQL keeps planning it anew at every call (its
+generic plan is costed higher than a custom one, though the plan is the same: one ordered
+scan of the claim index per queue).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+#: SQLSTATEs after which a prepared statement is dropped: invalid_sql_statement_name (the
+#: pooler's other session never saw it), feature_not_supported (its result type changed).
+_STALE = frozenset({"26000", "0A000"})
+_NEVER = sys.maxsize  # a prepare_threshold that never prepares by count alone
+
+
+def wanted(option: Any, database: Mapping[str, Any]) -> bool:
+    """Whether a backend on a PostgreSQL database prepares its hot statements: its
+    ``PREPARE`` option, or (None) on unless the Django database is set up for a
+    transaction-mode pooler. Never with psycopg2 (what Django uses when psycopg 3 is
+    missing), which has no prepared statements."""
+    if not _psycopg3():
+        return False
+    if option is not None:
+        return bool(option)
+    options = database.get("OPTIONS") or {}
+    if "prepare_threshold" in options and options["prepare_threshold"] is None:
+        return False
+    return not database.get("DISABLE_SERVER_SIDE_CURSORS", False)
+
+
+def _psycopg3() -> bool:
+    try:
+        from django.db.backends.postgresql.psycopg_any import is_psycopg3
+    except ImportError:  # neither driver: Django's backend will say so
+        return False
+    return bool(is_psycopg3)
+
+
+def fetch(
+    connection: Any, statement: str, params: Sequence[Any], *, generic: bool = False
+) -> list[tuple[Any, ...]]:
+    """Run ``statement`` (``%s`` placeholders) prepared on ``connection`` (Django's
+    PostgreSQL connection, psycopg 3) and answer its rows. ``generic``: plan it once for
+    every call (``SET LOCAL``, so only inside a transaction)."""
+    cursor = _cursor(connection)
+    raw = connection.connection
+    saved = raw.prepare_threshold
+    if saved is None:  # Django's default: psycopg prepares nothing, not even when asked
+        raw.prepare_threshold = _NEVER
+    try:
+        with cursor:
+            if generic and connection.in_atomic_block:
+                cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            try:
+                cursor.execute(statement, params)
+            except Exception as exc:
+                _forget_if_stale(connection, exc)
+                raise
+            rows: list[tuple[Any, ...]] = cursor.fetchall()
+            return rows
+    finally:
+        if saved is None:
+            raw.prepare_threshold = None
+
+
+def _cursor(connection: Any) -> Any:
+    """A Django cursor wrapper (thread check, error mapping, query log, execute wrappers)
+    around a server-binding psycopg cursor that prepares what it runs."""
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        return connection._prepare_cursor(_preparing_cursor()(connection.connection))
+
+
+@cache
+def _preparing_cursor() -> type[Any]:
+    import psycopg  # only PostgreSQL gets here: SQLite-only projects need not install it
+
+    class PreparingCursor(psycopg.Cursor[Any]):
+        """Binds on the server; prepares every statement unless told otherwise."""
+
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            kwargs.setdefault("prepare", True)
+            kwargs.setdefault("binary", True)
+            return super().execute(query, params, **kwargs)
+
+        def _send_query_prepared(self, name: bytes, pgq: Any, **kwargs: Any) -> None:
+            # psycopg records the query it sent only when it is not prepared; Django's query
+            # log (``last_executed_query``) reads that record.
+            self._query = pgq
+            super()._send_query_prepared(name, pgq, **kwargs)
+
+    return PreparingCursor
+
+
+def _forget_if_stale(connection: Any, exc: BaseException) -> None:
+    """After a prepared statement the server cannot run, forget every prepared statement
+    of this connection, on both sides: psycopg does so itself at a ROLLBACK, but not in
+    autocommit, nor when the caller rolls back to a savepoint and commits."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    if getattr(cause, "sqlstate", None) not in _STALE:
+        return
+    raw = connection.connection
+    if raw is not None and not raw.closed:
+        raw._prepared.clear()  # psycopg's record; DEALLOCATE ALL after its next statement

@@ -1,0 +1,32 @@
+"""Tables of the local backend, plus the outbox and the audit log every backend uses.
+
+One module per concern; every model is importable from here (``from django_blamequeue.models
+import Job``), which is also where Django finds them. State changes go through the lifecycle
+(``backends.database``), never through ``save()`` on these models: the admin shows them
+read-only.
+"""
+
+from .control import QueueControl, RateStart, Schedule, WorkerRecord
+from .flows import FlowDependency, OutboxEntry, OutboxQuerySet
+from .jobs import ACTIVE_STATES, STATE_CHOICES, Job, JobFields, JobQuerySet, SqsJob, traced
+from .trail import AuditEvent, EffectMark, TaskAttempt
+
+__all__ = [
+    "ACTIVE_STATES",
+    "STATE_CHOICES",
+    "AuditEvent",
+    "EffectMark",
+    "FlowDependency",
+    "Job",
+    "JobFields",
+    "JobQuerySet",
+    "OutboxEntry",
+    "OutboxQuerySet",
+    "QueueControl",
+    "RateStart",
+    "Schedule",
+    "SqsJob",
+    "TaskAttempt",
+    "WorkerRecord",
+    "traced",
+]
