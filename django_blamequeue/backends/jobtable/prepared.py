@@ -125,5 +125,9 @@ def _forget_if_stale(connection: Any, exc: BaseException) -> None:
     if getattr(cause, "sqlstate", None) not in _STALE:
         return
     raw = connection.connection
-    if raw is not None and not raw.closed:
+    if raw is None or raw.closed:
+        return
+    try:
         raw._prepared.clear()  # psycopg's record; DEALLOCATE ALL after its next statement
+    except AttributeError:  # a psycopg that keeps it elsewhere: start a new session instead
+        connection.close()
