@@ -7,31 +7,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
-from django_blamequeue.backends.base import Backend
 from django_blamequeue.exceptions import JobTimeout
-from django_blamequeue.records import Claimed
-from django_blamequeue.runner import Run, new_run
-from django_blamequeue.serializers import Encoded
+from django_blamequeue.runner import Run
 from django_blamequeue.slots import SlotPool
+from tests.unit.test_worker_parts import run
 
 WAIT = 10.0
-
-
-def run(job_id: str) -> Run:
-    c = Claimed(
-        job_id=job_id,
-        queue="q",
-        name="unit.job",
-        payload=Encoded("application/json", "utf-8", b"{}"),
-        token=f"t-{job_id}",
-        attempt=1,
-        max_attempts=3,
-        lease_expires_at=datetime.now(UTC),
-    )
-    return new_run(c, cast(Backend, None), 0.0, 30.0, 0.25)
 
 
 class Reports:
