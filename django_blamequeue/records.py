@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -269,6 +269,14 @@ class Backlog:
     due: int = 0
     delayed: int = 0
     next_due_at: datetime | None = None
+
+    def finished(self, clock: Callable[[], datetime], *, wait_delayed: bool = False) -> bool:
+        """Nothing left to wait for. ``clock`` (the engine's, read only when it matters, after
+        the backlog) catches a job counted delayed that came due while it was read: a settle
+        or a retry committed between the count's clock reading and its snapshot."""
+        if self.due or (wait_delayed and self.delayed):
+            return False
+        return self.next_due_at is None or self.next_due_at > clock()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -371,8 +371,11 @@ class Consumer(Outcomes):
                 waits = b.resilience.call(lambda: b.handler_waits(queues), idempotent=True)
                 mine = sum(w.count for w in waits if registry.get(w.name) is None)
                 left = replace(left, delayed=max(0, left.delayed - mine))
+            self.left = left
+            return left.finished(
+                lambda: b.resilience.call(b.now, idempotent=True),
+                wait_delayed=self.options.wait_delayed,
+            )
         except Exception as exc:
             self._failed("reading the backlog", exc)
             return False
-        self.left = left
-        return left.due == 0 and not (self.options.wait_delayed and left.delayed)
