@@ -45,8 +45,8 @@ class Checkpointer:
         self._final: list[Taken] = []
 
     def attach(self, run: Run) -> None:
-        """Give the run's context a slot whose values this checkpointer writes."""
-        run.ctx.checkpoints = CheckpointSlot(notify=lambda _slot, wait: self._note(run, wait))
+        """Have the run's first checkpoint make a slot whose values this checkpointer writes."""
+        run.ctx.on_checkpoint = lambda _slot, wait: self._note(run, wait)
 
     def _note(self, run: Run, urgent: bool) -> None:
         """From a handler: a value to write (``urgent``: someone waits for it)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_blamequeue.worker")
 
+_SLOT_MADE = threading.Lock()
 _current: ContextVar[JobContext | None] = ContextVar("blamequeue_job", default=None)
 
 
@@ -72,9 +74,11 @@ class JobContext:
     detached: Callable[[Callable[[], bool]], bool] | None = None
     #: The checkpoint the previous attempt saved, as stored (JSON text), read with the lease.
     previous_checkpoint: str | None = None
-    #: Where ``checkpoint()`` leaves values: the worker's main thread writes them. None: a
-    #: context made outside a worker, which writes each value at once.
+    #: Where ``checkpoint()`` leaves values, made at the first one (most jobs take none).
     checkpoints: CheckpointSlot | None = None
+    #: A worker's: its slot tells the main thread, which writes the values. None: a context
+    #: made outside a worker, which writes each value at once.
+    on_checkpoint: Callable[[CheckpointSlot, bool], None] | None = None
     #: An ``@job(atomic=True)`` run: its writes roll back with a failed attempt, so it takes
     #: no checkpoint (the next attempt would skip work that was undone).
     atomic: bool = False
@@ -204,9 +208,15 @@ class JobContext:
         return checkpoints.encode(value)
 
     def _slot(self) -> CheckpointSlot:
-        if self.checkpoints is None:
-            self.checkpoints = CheckpointSlot(writer=self._store_checkpoint)
-        return self.checkpoints
+        if self.checkpoints is not None:
+            return self.checkpoints
+        with _SLOT_MADE:  # a handler's own threads may take the first checkpoint together
+            if self.checkpoints is None:
+                if self.on_checkpoint is not None:
+                    self.checkpoints = CheckpointSlot(notify=self.on_checkpoint)
+                else:
+                    self.checkpoints = CheckpointSlot(writer=self._store_checkpoint)
+            return self.checkpoints
 
     def _store_checkpoint(self, text: str) -> bool:
         def store() -> bool:

@@ -59,7 +59,7 @@ class Acks(LedgerBase):
             chunk = plain[start : start + ACK_CHUNK]
             if self.is_postgres:
                 varying, params = sql.unnest_params(
-                    list(zip(*map(_ack_row_pg, chunk), strict=False))
+                    list(zip(*map(_ack_row_pg, chunk), strict=False)), joined=2
                 )
                 statement = sql.ack_many_postgresql(varying, self.table)
                 found = self._fetch(statement, [*params, now])

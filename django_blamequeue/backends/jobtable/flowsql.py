@@ -216,7 +216,7 @@ _MANIFEST_COLUMNS = (
 )
 
 
-def insert_manifest_postgresql(varying: Sequence[bool]) -> str:
+def insert_manifest_postgresql(varying: Sequence[bool | str]) -> str:
     """Manifest rows from :func:`unnest_params`; a repeated (parent, child) is ignored."""
     names = [c for c, _ in _MANIFEST_COLUMNS]
     rows = unnest_rows(names, [t for _, t in _MANIFEST_COLUMNS], varying)

@@ -82,7 +82,14 @@ RETURNING {_PG_CLAIM_RETURNING}
 """
 
 
-def unnest_rows(names: Sequence[str], db_types: Sequence[str], varying: Sequence[bool]) -> str:
+#: ``varying`` of a column sent as one text of comma-separated values (ids, lease tokens):
+#: psycopg dumps a list element by element in Python, a ``str`` in C.
+JOINED = "joined"
+
+
+def unnest_rows(
+    names: Sequence[str], db_types: Sequence[str], varying: Sequence[bool | str]
+) -> str:
     """A batch of rows as one row source of constant size (PostgreSQL): one array parameter
     per column whose value varies across the batch, unnested, and one scalar parameter per
     column that is the same in every row. Params: the scalars, then the arrays, each in
@@ -90,7 +97,11 @@ def unnest_rows(names: Sequence[str], db_types: Sequence[str], varying: Sequence
     size, and the driver converts a handful of parameters instead of rows × columns."""
     select, arrays, aliases = [], [], []
     for i, (name, db_type, varies) in enumerate(zip(names, db_types, varying, strict=True)):
-        if varies:
+        if varies == JOINED:
+            arrays.append(f"string_to_array(%s::text, ',')::{db_type}[]")
+            aliases.append(f"c{i}")
+            select.append(f"u.c{i} AS {name}")
+        elif varies:
             arrays.append(f"%s::{db_type}[]")
             aliases.append(f"c{i}")
             select.append(f"u.c{i} AS {name}")
@@ -101,18 +112,38 @@ def unnest_rows(names: Sequence[str], db_types: Sequence[str], varying: Sequence
     )
 
 
-def unnest_params(columns: Sequence[tuple[Any, ...]]) -> tuple[tuple[bool, ...], list[Any]]:
-    """``varying`` and the params of :func:`unnest_rows` for column-wise values."""
-    varying = (True, *(len(col) > 1 and col.count(col[0]) != len(col) for col in columns[1:]))
-    # the first column is always an array: it sets the number of rows
+def unnest_params(
+    columns: Sequence[tuple[Any, ...]], joined: int = 0
+) -> tuple[tuple[bool | str, ...], list[Any]]:
+    """``varying`` and the params of :func:`unnest_rows` for column-wise values. The first
+    ``joined`` columns, when they vary and are strings without a comma, go as one text."""
+    varying: list[bool | str] = [True]  # the first column is always an array: the row count
+    varying += [len(col) > 1 and col.count(col[0]) != len(col) for col in columns[1:]]
+    texts: dict[int, str] = {}
+    for i in range(joined):
+        if not varying[i]:
+            continue
+        try:
+            text = ",".join(columns[i])
+        except TypeError:  # a value that is not a string (None): an array
+            continue
+        if text.count(",") == len(columns[i]) - 1:  # no value has a comma of its own
+            texts[i], varying[i] = text, JOINED
     scalars = [col[0] for col, varies in zip(columns, varying, strict=False) if not varies]
-    arrays = [list(col) for col, varies in zip(columns, varying, strict=False) if varies]
-    return varying, scalars + arrays
+    arrays = [
+        texts[i] if varies == JOINED else list(col)
+        for i, (col, varies) in enumerate(zip(columns, varying, strict=False))
+        if varies
+    ]
+    return tuple(varying), scalars + arrays
 
 
 @cache
 def insert_jobs_postgresql(
-    columns: Sequence[tuple[str, str]], varying: Sequence[bool], notifies: int, table: str = JOB
+    columns: Sequence[tuple[str, str]],
+    varying: Sequence[bool | str],
+    notifies: int,
+    table: str = JOB,
 ) -> str:
     """One INSERT per batch of any size (see :func:`unnest_rows`) that also reads the clock
     and sends ``notifies`` NOTIFYs (delivered at commit), so an enqueue in autocommit mode is
@@ -220,7 +251,7 @@ SET state = CASE WHEN v.column11 = 1 AND {table}.cancel_requested THEN 'cancelle
 
 
 @cache
-def ack_many_postgresql(varying: Sequence[bool], table: str = JOB) -> str:
+def ack_many_postgresql(varying: Sequence[bool | str], table: str = JOB) -> str:
     """``ack_many`` for PostgreSQL with the rows as one ``unnest`` source (:func:`unnest_rows`):
     the same statement text for any batch size, and the clock read by the statement itself
     (no round trip for it). Column 8 carries the retry delay in seconds (NULL: leave
