@@ -74,8 +74,8 @@ class BlameQueue(Contender):
                 Variant("orm-default", "2 × `runworker` (default concurrency)", 2, {}),
             )
         self.orm_method = (
-            "`@job` calling `read_write(i)` in a slot thread; Django's `close_old_connections()` "
-            "after each job (runner.py)"
+            "`@job` calling `read_write(i)` in a slot thread, which keeps its database "
+            "connection from job to job (`slot_connections.py`, whatever `CONN_MAX_AGE` says)"
         )
 
     def reset(self) -> None:
