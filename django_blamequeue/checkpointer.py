@@ -114,7 +114,7 @@ class Checkpointer:
     def end(self, run: Run, *, keep: bool) -> None:
         """The attempt is over (later values are dropped). ``keep``: its last value goes in
         the final batch, stored before its ack; otherwise (lease lost) it is dropped."""
-        slot = run.ctx.checkpoints
+        slot = run.ctx.end_checkpoints()
         if slot is None:
             return
         taken = slot.take(close=True)

@@ -218,6 +218,16 @@ class JobContext:
                     self.checkpoints = CheckpointSlot(writer=self._store_checkpoint)
             return self.checkpoints
 
+    def end_checkpoints(self) -> CheckpointSlot | None:
+        """The attempt is over: its slot, or None if it took no checkpoint, in which case a
+        closed slot now drops what a handler still running (abandoned) would put."""
+        with _SLOT_MADE:
+            if self.checkpoints is not None:
+                return self.checkpoints
+            self.checkpoints = CheckpointSlot()
+            self.checkpoints.closed = True
+            return None
+
     def _store_checkpoint(self, text: str) -> bool:
         def store() -> bool:
             refused = self.backend.save_checkpoints([(self.job_id, self.token, text)])

@@ -110,3 +110,33 @@ def test_an_async_def_job_cannot_be_atomic() -> None:
         job(queue="q", name="tests.unit.async_atomic", atomic=True)(fetch)
     assert caught.value.code == ErrorCode.INVALID_HANDLER
     assert "atomic=True needs a sync handler" in caught.value.message
+
+
+def test_a_worker_run_gets_its_slot_at_its_first_checkpoint_and_none_after_its_end() -> None:
+    """Most jobs take no checkpoint: no slot is made for them. One made at the first value
+    tells the checkpointer; an attempt that ended without one drops later values (a handler
+    still running after its run was abandoned), answering a waiter False at once."""
+    import threading
+    from typing import cast
+
+    from django_blamequeue.backends.base import Backend
+    from django_blamequeue.checkpointer import Checkpointer
+    from tests.unit.test_worker_parts import run
+
+    wake = threading.Event()
+    checkpointer = Checkpointer(cast(Backend, None), 1.0, wake)
+    taking, silent = run("taking"), run("silent")
+    checkpointer.attach(taking)
+    checkpointer.attach(silent)
+    assert taking.ctx.checkpoints is None and silent.ctx.checkpoints is None
+
+    taking.ctx._slot().put("first")
+    assert wake.is_set() and taking.ctx.checkpoints is not None
+    checkpointer.end(taking, keep=True)
+    assert [(r.claimed.job_id, text) for r, text, _ in checkpointer._final] == [("taking", "first")]
+
+    wake.clear()
+    checkpointer.end(silent, keep=False)
+    waiter = silent.ctx._slot().put("late", wait=True)
+    assert waiter is not None and waiter.result(timeout=0) is False
+    assert not wake.is_set()
