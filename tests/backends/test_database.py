@@ -134,16 +134,22 @@ def test_a_claim_whose_prepared_result_type_changed_fails_once_then_prepares_afr
 
 
 def test_a_single_enqueue_recovers_from_a_prepared_statement_the_server_lost() -> None:
-    """Autocommit (no rollback to clear psycopg's record): the lost statement fails one
-    enqueue, and the next prepares it again."""
+    """Autocommit (no rollback to clear psycopg's record): the enqueue that meets the lost
+    statement prepares it afresh and runs again at once, and every later one goes through
+    (psycopg's own queued ``DEALLOCATE ALL`` would drop the fresh one and fail every other
+    call)."""
     need_server("postgres")
-    queue.enqueue("prep", {"i": 1}, backend="postgres")
+    queue.enqueue("prep", {"i": 0}, backend="postgres")
     with connections["postgres"].cursor() as cur:
         cur.execute("DEALLOCATE ALL")  # as a pooler's other server session would look
-    with pytest.raises(DatabaseError, match="does not exist"):
-        queue.enqueue("prep", {"i": 2}, backend="postgres")
-    queue.enqueue("prep", {"i": 3}, backend="postgres")
-    assert queue.size("prep", backend="postgres") == 2
+    with CaptureQueriesContext(connections["postgres"]) as queries:
+        queue.enqueue("prep", {"i": 1}, backend="postgres")
+    assert sum(bool(INSERT_JOB.match(q["sql"])) for q in queries.captured_queries) == 2
+    with CaptureQueriesContext(connections["postgres"]) as queries:
+        for i in range(2, 7):
+            queue.enqueue("prep", {"i": i}, backend="postgres")
+    assert sum(bool(INSERT_JOB.match(q["sql"])) for q in queries.captured_queries) == 5
+    assert queue.size("prep", backend="postgres") == 7
 
 
 def test_a_stale_statement_caught_in_a_savepoint_is_prepared_afresh_after_the_commit() -> None:
@@ -159,6 +165,7 @@ def test_a_stale_statement_caught_in_a_savepoint_is_prepared_afresh_after_the_co
         with transaction.atomic(using="postgres"), stale:
             get_backend("postgres").claim(["prep"], 2, 30)  # a savepoint of the outer one
         _claimed_and_done("postgres", 2)
+        _claimed_and_done("postgres", 2)  # and the statement prepared afresh stays prepared
     finally:
         with connections["postgres"].cursor() as cur:
             cur.execute("ALTER TABLE blamequeue_job ALTER COLUMN name TYPE varchar(255)")

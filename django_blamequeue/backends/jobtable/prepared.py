@@ -16,8 +16,10 @@ prepared statements (PgBouncer before 1.21, or ``max_prepared_statements = 0``) 
 Django database says the connection is pooled that way: ``OPTIONS["prepare_threshold"]``
 set to None explicitly, or ``DISABLE_SERVER_SIDE_CURSORS``. A statement whose prepared form
 the server lost or can no longer run (``prepared statement … does not exist``, ``cached plan
-must not change result type`` after a migration changed a column it returns) fails once:
-the connection's prepared statements are then forgotten, so the next call prepares afresh.
+must not change result type`` after a migration changed a column it returns) is then
+forgotten with every other one of the connection: in autocommit the call runs again at
+once, prepared afresh; inside a transaction it fails (the transaction is aborted) and the
+next call prepares afresh.
 
 The claim also runs under ``plan_cache_mode = force_generic_plan`` (``SET LOCAL``: its own
 transaction only): left to choose, PostgreSQL keeps planning it anew at every call (its
@@ -79,8 +81,10 @@ def fetch(
             try:
                 cursor.execute(statement, params)
             except Exception as exc:
-                _forget_if_stale(connection, exc)
-                raise
+                if not (_forget_if_stale(connection, exc) and connection.get_autocommit()):
+                    raise
+                # Autocommit: the failed statement changed nothing; prepared afresh, once.
+                cursor.execute(statement, params)
             rows: list[tuple[Any, ...]] = cursor.fetchall()
             return rows
     finally:
@@ -117,17 +121,27 @@ def _preparing_cursor() -> type[Any]:
     return PreparingCursor
 
 
-def _forget_if_stale(connection: Any, exc: BaseException) -> None:
-    """After a prepared statement the server cannot run, forget every prepared statement
-    of this connection, on both sides: psycopg does so itself at a ROLLBACK, but not in
-    autocommit, nor when the caller rolls back to a savepoint and commits."""
+def _forget_if_stale(connection: Any, exc: BaseException) -> bool:
+    """After a prepared statement the server cannot run, make psycopg forget every prepared
+    statement of this connection (it does so itself at a ROLLBACK, but not in autocommit,
+    nor when the caller rolls back to a savepoint and commits). True: forgotten, the session
+    goes on; False: not a stale statement, or the session was closed instead.
+
+    Only psycopg's record is cleared: the ``DEALLOCATE ALL`` that ``clear()`` queues would run
+    right *after* the next statement and drop the one that statement just prepared afresh,
+    so every other call would fail. What the server still holds (a plan whose result type
+    changed) stays unused until the session ends; a lost statement holds nothing."""
     cause = exc.__cause__ if exc.__cause__ is not None else exc
     if getattr(cause, "sqlstate", None) not in _STALE:
-        return
+        return False
     raw = connection.connection
     if raw is None or raw.closed:
-        return
+        return False
     try:
-        raw._prepared.clear()  # psycopg's record; DEALLOCATE ALL after its next statement
+        record = raw._prepared  # psycopg's private record of the session's statements
+        record.clear()
+        record._to_flush.clear()
     except AttributeError:  # a psycopg that keeps it elsewhere: start a new session instead
         connection.close()
+        return False
+    return True
