@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -50,6 +52,18 @@ def _claimed_and_done(alias: str, n: int) -> None:
     done = Transition(state=State.DONE)
     acks = [Ack(job_id=c.job_id, token=c.token, transition=done) for c in claimed]
     assert all(r.ok for r in backend.apply_many(acks))
+
+
+@contextlib.contextmanager
+def _claim_result_type_changed() -> Iterator[None]:
+    """A column the claim returns changes type (as a migration would), and back after."""
+    with connections["postgres"].cursor() as cur:
+        cur.execute("ALTER TABLE blamequeue_job ALTER COLUMN name TYPE varchar(300)")
+    try:
+        yield
+    finally:
+        with connections["postgres"].cursor() as cur:
+            cur.execute("ALTER TABLE blamequeue_job ALTER COLUMN name TYPE varchar(255)")
 
 
 def test_hot_statements_are_prepared_once_per_connection() -> None:
@@ -120,17 +134,12 @@ def test_a_claim_whose_prepared_result_type_changed_fails_once_then_prepares_afr
     need_server("postgres")
     queue.enqueue_many("prep", [{"i": i} for i in range(6)], backend="postgres")
     _claimed_and_done("postgres", 2)
-    with connections["postgres"].cursor() as cur:
-        cur.execute("ALTER TABLE blamequeue_job ALTER COLUMN name TYPE varchar(300)")
-    try:
+    with _claim_result_type_changed():
         with pytest.raises(DatabaseError, match="cached plan must not change result type"):
             _claimed_and_done("postgres", 2)
         assert queue.size("prep", backend="postgres") == 4  # nothing was leased
         _claimed_and_done("postgres", 2)
         _claimed_and_done("postgres", 2)
-    finally:
-        with connections["postgres"].cursor() as cur:
-            cur.execute("ALTER TABLE blamequeue_job ALTER COLUMN name TYPE varchar(255)")
 
 
 def test_a_single_enqueue_recovers_from_a_prepared_statement_the_server_lost() -> None:
@@ -158,14 +167,9 @@ def test_a_stale_statement_caught_in_a_savepoint_is_prepared_afresh_after_the_co
     need_server("postgres")
     queue.enqueue_many("prep", [{"i": i} for i in range(6)], backend="postgres")
     _claimed_and_done("postgres", 2)
-    with connections["postgres"].cursor() as cur:
-        cur.execute("ALTER TABLE blamequeue_job ALTER COLUMN name TYPE varchar(300)")
-    try:
+    with _claim_result_type_changed():
         stale = pytest.raises(DatabaseError, match="cached plan must not change result type")
         with transaction.atomic(using="postgres"), stale:
             get_backend("postgres").claim(["prep"], 2, 30)  # a savepoint of the outer one
         _claimed_and_done("postgres", 2)
         _claimed_and_done("postgres", 2)  # and the statement prepared afresh stays prepared
-    finally:
-        with connections["postgres"].cursor() as cur:
-            cur.execute("ALTER TABLE blamequeue_job ALTER COLUMN name TYPE varchar(255)")

@@ -97,12 +97,9 @@ def unnest_rows(
     size, and the driver converts a handful of parameters instead of rows × columns."""
     select, arrays, aliases = [], [], []
     for i, (name, db_type, varies) in enumerate(zip(names, db_types, varying, strict=True)):
-        if varies == JOINED:
-            arrays.append(f"string_to_array(%s::text, ',')::{db_type}[]")
-            aliases.append(f"c{i}")
-            select.append(f"u.c{i} AS {name}")
-        elif varies:
-            arrays.append(f"%s::{db_type}[]")
+        if varies:
+            source = "string_to_array(%s::text, ',')" if varies == JOINED else "%s"
+            arrays.append(f"{source}::{db_type}[]")
             aliases.append(f"c{i}")
             select.append(f"u.c{i} AS {name}")
         else:
