@@ -272,12 +272,12 @@ class Bench:
         from django.db import transaction
 
         from bench.flowapp.jobs import CHILDREN, PARENTS, Fan
-        from django_blamequeue import outbox
         from django_blamequeue.backends import get_backend
         from django_blamequeue.core import lifecycle
+        from django_blamequeue.core.records import Ack, Transition
         from django_blamequeue.core.states import State
-        from django_blamequeue.fanout import build_children
-        from django_blamequeue.records import Ack, Transition
+        from django_blamequeue.jobs.flows import build_children
+        from django_blamequeue.relay import outbox
 
         self.reset()
         outbox.nudge = lambda **_: None  # type: ignore[assignment]

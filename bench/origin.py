@@ -55,7 +55,8 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     from django.core.management import call_command
     from django.db import connection
 
-    from django_blamequeue import conf, origin, queue
+    from django_blamequeue import conf, queue
+    from django_blamequeue.jobs import origin
 
     call_command("migrate", verbosity=0)
     # The two configurations, built (and validated) once; switching is one assignment, so

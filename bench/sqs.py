@@ -94,8 +94,8 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
     from bench.jobs import NOOP, QUEUE
     from django_blamequeue import queue
     from django_blamequeue.backends import get_backend
+    from django_blamequeue.core.records import Ack, Transition
     from django_blamequeue.core.states import State
-    from django_blamequeue.records import Ack, Transition
 
     call_command("migrate", verbosity=0)
     backend: Any = get_backend()

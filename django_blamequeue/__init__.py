@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import (
+from django_blamequeue.exceptions import (
     ErrorCode,
     JobFailed,
     JobWasCancelled,
@@ -38,34 +38,52 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .api import queue
-    from .context import current_job
-    from .controls import QueueLimits, WorkerInfo
-    from .fanout import Child, flow
-    from .origin import ABOUT, about_key
-    from .records import EnqueuedJob, JobInfo
-    from .registry import job
+    from django_blamequeue.api import queue
+    from django_blamequeue.context import current_job
+    from django_blamequeue.core.controls import QueueLimits, WorkerInfo
+    from django_blamequeue.core.records import EnqueuedJob, JobInfo
+    from django_blamequeue.jobs.flows import Child, flow
+    from django_blamequeue.jobs.origin import ABOUT, about_key
+    from django_blamequeue.jobs.registry import job
 
 _LAZY = {
     "queue": ("api", "queue"),
-    "job": ("registry", "job"),
+    "job": ("jobs.registry", "job"),
     "current_job": ("context", "current_job"),
-    "flow": ("fanout", "flow"),
-    "Child": ("fanout", "Child"),
-    "JobInfo": ("records", "JobInfo"),
-    "EnqueuedJob": ("records", "EnqueuedJob"),
-    "QueueLimits": ("controls", "QueueLimits"),
-    "WorkerInfo": ("controls", "WorkerInfo"),
-    "ABOUT": ("origin", "ABOUT"),
-    "about_key": ("origin", "about_key"),
+    "flow": ("jobs.flows", "flow"),
+    "Child": ("jobs.flows", "Child"),
+    "JobInfo": ("core.records", "JobInfo"),
+    "EnqueuedJob": ("core.records", "EnqueuedJob"),
+    "QueueLimits": ("core.controls", "QueueLimits"),
+    "WorkerInfo": ("core.controls", "WorkerInfo"),
+    "ABOUT": ("jobs.origin", "ABOUT"),
+    "about_key": ("jobs.origin", "about_key"),
+}
+
+
+#: Modules that moved into a feature package, by their old name: still importable with
+#: ``from django_blamequeue import metrics`` (with a ``DeprecationWarning``).
+_MOVED = {
+    "metrics": "observability.metrics",
+    "tracing": "observability.tracing",
+    "schedules": "core.schedules",
 }
 
 
 def __getattr__(name: str) -> Any:
     """Lazy so that ``import django_blamequeue`` works before Django is set up."""
-    if name in _LAZY:
-        from importlib import import_module
+    from importlib import import_module
 
+    if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(import_module(f".{module}", __name__), attr)
+    if name in _MOVED:
+        import warnings
+
+        warnings.warn(
+            f"django_blamequeue.{name} moved to django_blamequeue.{_MOVED[name]}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return import_module(f".{_MOVED[name]}", __name__)
     raise AttributeError(name)

@@ -20,9 +20,15 @@ class BlameQueueConfig(AppConfig):
     def ready(self) -> None:
         from django.core.signals import request_finished, request_started
 
-        from . import origin, outbox, waiting
-        from .checks import check_backends, check_handlers, check_queues_served, check_settings
-        from .context import JobContextFilter
+        from django_blamequeue.checks import (
+            check_backends,
+            check_handlers,
+            check_queues_served,
+            check_settings,
+        )
+        from django_blamequeue.context import JobContextFilter
+        from django_blamequeue.jobs import origin, waiting
+        from django_blamequeue.relay import outbox
 
         outbox.install()  # the backends' hooks: relay, settle and cascade through the services
         waiting.install()  # EnqueuedJob.info() / .wait() / .result() poll the backends

@@ -13,9 +13,9 @@ from typing import Any
 
 from django.db import transaction
 
-from .conf import get_settings
-from .models import AuditEvent
-from .signals import audit_event
+from django_blamequeue.conf import get_settings
+from django_blamequeue.models import AuditEvent
+from django_blamequeue.signals import audit_event
 
 logger = logging.getLogger("django_blamequeue.audit")
 

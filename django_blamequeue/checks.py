@@ -13,10 +13,12 @@ from typing import Any
 from django.apps import AppConfig
 from django.core import checks
 
-from . import conf, effects, registry
-from .backends import get_backend
-from .backends.base import Backend
-from .exceptions import QueueError
+from django_blamequeue import conf
+from django_blamequeue.backends import get_backend
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.exceptions import QueueError
+from django_blamequeue.jobs import registry
+from django_blamequeue.worker import atomic
 
 __all__ = [
     "check_atomic_on_sqlite",
@@ -76,8 +78,8 @@ def check_queues_served(
     worker is started for it by name. Schedules made in the admin are rows of the database,
     which a system check does not read.
     """
-    from django_blamequeue import registry
     from django_blamequeue.exceptions import QueueError
+    from django_blamequeue.jobs import registry
 
     try:
         current = conf.get_settings()
@@ -99,7 +101,7 @@ def _schedule_unserved(
     name: str, entry: Mapping[str, Any], default: str
 ) -> list[checks.CheckMessage]:
     """W007 for one ``SCHEDULES`` entry, resolved the way the scheduler resolves it."""
-    from django_blamequeue import registry
+    from django_blamequeue.jobs import registry
 
     definition = registry.registered().get(str(entry["job"]))
     queue = entry.get("queue") or (definition.queue if definition else None)
@@ -138,7 +140,7 @@ def check_handlers(
     deployed: a name it lacks would wait (workers hand it back) until it fails after
     ``MISSING_HANDLER_TIMEOUT``. Jobs named after their queue (enqueued without ``name=``, for
     a ``queue.consume(queue, handler)``) are not checked."""
-    from .models import Schedule
+    from django_blamequeue.models import Schedule
 
     try:
         current = conf.get_settings()
@@ -196,7 +198,7 @@ def check_atomic_on_sqlite(
     """W020: atomic jobs served on SQLite with ``concurrency`` > 1 (each holds the write lock
     while its handler runs). Only a worker knows its concurrency: ``runworker`` runs this
     at start and shows it in its banner; ``queue.consume`` logs the same text."""
-    contention = effects.sqlite_contention(backend, queues, concurrency)
+    contention = atomic.sqlite_contention(backend, queues, concurrency)
     if contention is None:
         return []
     hint = "Run atomic jobs with --concurrency 1 on SQLite, or use PostgreSQL."

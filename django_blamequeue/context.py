@@ -26,13 +26,12 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from asgiref.sync import sync_to_async
 
-from . import checkpoints, validation
-from .checkpoints import CheckpointSlot
-from .core import ids
-from .exceptions import ErrorCode, QueueError, Retry
+from django_blamequeue.core import checkpoints, ids, validation
+from django_blamequeue.core.checkpoints import CheckpointSlot
+from django_blamequeue.exceptions import ErrorCode, QueueError, Retry
 
 if TYPE_CHECKING:
-    from .backends.base import Backend
+    from django_blamequeue.backends.base import Backend
 
 logger = logging.getLogger("django_blamequeue.worker")
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
-from . import origin
+from django_blamequeue.jobs import origin
 
 
 class OriginMiddleware:

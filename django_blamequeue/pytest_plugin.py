@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from .testing import CHAOS_MODES, CapturedJobs, capture_jobs
+from django_blamequeue.testing import CHAOS_MODES, CapturedJobs, capture_jobs
 
 
 @pytest.fixture

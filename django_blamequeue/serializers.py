@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kombu.exceptions import ContentDisallowed, DecodeError, EncodeError, SerializerNotInstalled
@@ -19,10 +18,11 @@ from kombu.serialization import registry
 from kombu.utils import json as _kombu_json
 
 from django_blamequeue.conf import content_type_of, get_settings
+from django_blamequeue.core.payload import Encoded
+from django_blamequeue.core.validation import MAX_JSON_DEPTH, deeper_than
 from django_blamequeue.exceptions import ErrorCode, QueueError
-from django_blamequeue.validation import MAX_JSON_DEPTH, deeper_than
 
-__all__ = ["Encoded", "accepted_content_types", "decode", "encode", "encode_many", "size_of"]
+__all__ = ["accepted_content_types", "decode", "encode", "encode_many", "size_of"]
 
 # kombu's functions are untyped; these names give them the signatures used here.
 _dumps: Callable[..., tuple[str, str, str | bytes]] = _kombu_dumps
@@ -33,15 +33,6 @@ _UTF8 = frozenset({"utf-8", "utf8", ""})
 #: The function kombu's registry decodes JSON with (``kombu.utils.json.loads``: UTF-8, then
 #: ``json.loads`` with kombu's hook for its tagged types, datetimes, decimals, UUIDs...).
 _kombu_json_loads: Callable[[bytes], Any] = _kombu_json.loads
-
-
-@dataclass(frozen=True, slots=True)
-class Encoded:
-    """An encoded payload as it is stored or sent: kombu's triple, the body always bytes."""
-
-    content_type: str
-    content_encoding: str
-    body: bytes
 
 
 _accepted: tuple[object, int, frozenset[str]] | None = None

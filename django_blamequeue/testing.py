@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q
 
-from . import chaos
-from .audit import Event
-from .backends import get_backend
-from .core.states import ACTIVE, State
-from .exceptions import ErrorCode, QueueError
-from .outbox import Relay
-from .records import Claimed, JobInfo
-from .signals import audit_event
+from django_blamequeue.audit import Event
+from django_blamequeue.backends import get_backend
+from django_blamequeue.core.records import Claimed, JobInfo
+from django_blamequeue.core.states import ACTIVE, State
+from django_blamequeue.exceptions import ErrorCode, QueueError
+from django_blamequeue.relay.outbox import Relay
+from django_blamequeue.signals import audit_event
+from django_blamequeue.worker import chaos
 
 if TYPE_CHECKING:
-    from .runner import Handler
+    from django_blamequeue.worker.execution import Handler
 
 
 class CapturedEvents:

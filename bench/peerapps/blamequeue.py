@@ -75,7 +75,7 @@ class BlameQueue(Contender):
             )
         self.orm_method = (
             "`@job` calling `read_write(i)` in a slot thread, which keeps its database "
-            "connection from job to job (`slot_connections.py`, whatever `CONN_MAX_AGE` says)"
+            "connection from job to job (`worker/slot_db.py`, whatever `CONN_MAX_AGE` says)"
         )
 
     def reset(self) -> None:

@@ -11,11 +11,11 @@ Importing this package (Django's admin autodiscovery does) registers the model a
 
 from __future__ import annotations
 
-from .audit_log import AuditEventAdmin
-from .jobs import JobAdmin
-from .provenance import JobTimelineMixin
-from .schedules import ScheduleAdmin
-from .tables import FlowDependencyAdmin, OutboxEntryAdmin
+from django_blamequeue.admin.audit_log import AuditEventAdmin
+from django_blamequeue.admin.jobs import JobAdmin
+from django_blamequeue.admin.provenance import JobTimelineMixin
+from django_blamequeue.admin.schedules import ScheduleAdmin
+from django_blamequeue.admin.tables import FlowDependencyAdmin, OutboxEntryAdmin
 
 __all__ = [
     "AuditEventAdmin",

@@ -11,16 +11,16 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_POST
 
-from ..api import queue
-from ..backends.base import Backend
-from ..exceptions import QueueError
-from ..records import QueueStats
-from ..validation import identifier, queue_name
-from . import operations
-from .base import PURGE, RETRY, backend_or_404, require
+from django_blamequeue.admin import operations
+from django_blamequeue.admin.base import PURGE, RETRY, backend_or_404, require
+from django_blamequeue.api import queue
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.core.records import QueueStats
+from django_blamequeue.core.validation import identifier, queue_name
+from django_blamequeue.exceptions import QueueError
 
 if TYPE_CHECKING:
-    from .console import Console
+    from django_blamequeue.admin.overview import Console
 
 DLQ_PER_PAGE = 50
 OVERVIEW_STATES = (

@@ -12,11 +12,17 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from ..models import AuditEvent
-from . import display
-from .base import ReadOnlyAdmin, backend_database, selected_backend
-from .console import Console
-from .filters import ActionFilter, BackendFilter, JobIdFilter, QueueFilter, UserFilter
+from django_blamequeue.admin import display
+from django_blamequeue.admin.base import ReadOnlyAdmin, backend_database, selected_backend
+from django_blamequeue.admin.filters import (
+    ActionFilter,
+    BackendFilter,
+    JobIdFilter,
+    QueueFilter,
+    UserFilter,
+)
+from django_blamequeue.admin.overview import Console
+from django_blamequeue.models import AuditEvent
 
 DATA_CHARS = 160
 

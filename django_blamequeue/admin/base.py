@@ -15,9 +15,9 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ..backends import all_backends, get_backend
-from ..backends.base import Backend
-from ..conf import get_settings
+from django_blamequeue.backends import all_backends, get_backend
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.conf import get_settings
 
 APP = "django_blamequeue"
 VIEW = f"{APP}.view_job"

@@ -17,17 +17,17 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_POST
 
-from .. import fleet
-from ..api import queue
-from ..backends import all_backends
-from ..controls import QueueControl, QueueLimits, WorkerInfo
-from ..exceptions import ErrorCode, QueueError
-from ..validation import MAX_INT, limits, queue_name
-from . import display, operations
-from .base import VIEW, allowed, backend_or_404, require
+from django_blamequeue.admin import display, operations
+from django_blamequeue.admin.base import VIEW, allowed, backend_or_404, require
+from django_blamequeue.api import queue
+from django_blamequeue.backends import all_backends
+from django_blamequeue.core.controls import QueueControl, QueueLimits, WorkerInfo
+from django_blamequeue.core.validation import MAX_INT, limits, queue_name
+from django_blamequeue.exceptions import ErrorCode, QueueError
+from django_blamequeue.worker import fleet
 
 if TYPE_CHECKING:
-    from .console import Console
+    from django_blamequeue.admin.overview import Console
 
 PAUSE = "django_blamequeue.pause_queue"
 LIMITS = "django_blamequeue.change_queue_limits"

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from ..core.states import State
+from django_blamequeue.core.states import State
 
 
 @dataclass(frozen=True, slots=True)

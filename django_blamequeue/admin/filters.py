@@ -16,8 +16,13 @@ from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from .base import backend_database, local_backends, matching, selected_backend
-from .operations import known_actions
+from django_blamequeue.admin.base import (
+    backend_database,
+    local_backends,
+    matching,
+    selected_backend,
+)
+from django_blamequeue.admin.operations import known_actions
 
 #: How many of the newest rows a sampled filter reads to offer choices.
 SAMPLE_ROWS = 5_000

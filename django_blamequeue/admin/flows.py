@@ -10,17 +10,17 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from ..backends import all_backends
-from ..exceptions import QueueError
-from ..models import FlowDependency, Job
-from ..records import JobInfo
-from ..validation import identifier
-from . import graph
-from .base import backend_or_404
-from .display import STATE_STYLES, STATES, relative, state_badge
+from django_blamequeue.admin import graph
+from django_blamequeue.admin.base import backend_or_404
+from django_blamequeue.admin.display import STATE_STYLES, STATES, relative, state_badge
+from django_blamequeue.backends import all_backends
+from django_blamequeue.core.records import JobInfo
+from django_blamequeue.core.validation import identifier
+from django_blamequeue.exceptions import QueueError
+from django_blamequeue.models import FlowDependency, Job
 
 if TYPE_CHECKING:
-    from .console import Console
+    from django_blamequeue.admin.overview import Console
 
 MEMBERS_PER_PAGE = 400
 #: Flows up to this size also get a table of every job under the graph.

@@ -24,8 +24,8 @@ from itertools import pairwise
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from ..records import JobInfo
-from .display import STATES, style_of
+from django_blamequeue.admin.display import STATES, style_of
+from django_blamequeue.core.records import JobInfo
 
 MAX_PER_COLUMN = 40
 #: The most columns a graph draws; deeper graphs fold their middle columns into spans.

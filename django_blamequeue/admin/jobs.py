@@ -20,13 +20,8 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
-from ..api import queue
-from ..core.states import TERMINAL
-from ..exceptions import ErrorCode, QueueError
-from ..models import AuditEvent, Job, traced
-from ..records import JobInfo
-from . import display, operations, provenance
-from .base import (
+from django_blamequeue.admin import display, operations, provenance
+from django_blamequeue.admin.base import (
     CANCEL,
     RETRY,
     VIEW,
@@ -39,9 +34,19 @@ from .base import (
     require,
     selected_backend,
 )
-from .console import Console
-from .filters import BackendFilter, ClassificationFilter, NameFilter, QueueFilter
-from .provenance import AboutFilter, OriginFilter
+from django_blamequeue.admin.filters import (
+    BackendFilter,
+    ClassificationFilter,
+    NameFilter,
+    QueueFilter,
+)
+from django_blamequeue.admin.overview import Console
+from django_blamequeue.admin.provenance import AboutFilter, OriginFilter
+from django_blamequeue.api import queue
+from django_blamequeue.core.records import JobInfo
+from django_blamequeue.core.states import TERMINAL
+from django_blamequeue.exceptions import ErrorCode, QueueError
+from django_blamequeue.models import AuditEvent, Job, traced
 
 #: Columns never loaded for a list page (payloads may be up to 1 MiB each).
 HEAVY_FIELDS = ("payload", "result", "traceback", "lease_token", "checkpoint")

@@ -15,10 +15,10 @@ from typing import Any
 from django.db import transaction
 from django.http import HttpRequest
 
-from .. import audit
-from ..api import queue
-from ..backends.base import Backend
-from ..sweeper.scheduler import FIRE
+from django_blamequeue import audit
+from django_blamequeue.api import queue
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.sweeper.scheduler import FIRE
 
 ADMIN_RETRY = audit.ADMIN_PREFIX + "retry"
 ADMIN_RETRY_ALL = audit.ADMIN_PREFIX + "retry_all"

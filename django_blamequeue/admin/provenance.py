@@ -23,13 +23,13 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.http import urlencode
 
-from ..api import queue
-from ..exceptions import QueueError
-from ..origin import about_key, describe, split_about
-from ..records import JobInfo
-from . import display
-from .base import VIEW, allowed, matching
-from .filters import ValueFilter, newest_values
+from django_blamequeue.admin import display
+from django_blamequeue.admin.base import VIEW, allowed, matching
+from django_blamequeue.admin.filters import ValueFilter, newest_values
+from django_blamequeue.api import queue
+from django_blamequeue.core.records import JobInfo
+from django_blamequeue.exceptions import QueueError
+from django_blamequeue.jobs.origin import about_key, describe, split_about
 
 #: How far up the chain of parent jobs the job page follows.
 CHAIN_DEPTH = 10

@@ -19,12 +19,14 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from .. import audit, registry, schedules, validation
-from ..exceptions import QueueError
-from ..models import Schedule
-from ..schedules import cron_error
-from . import display
-from .console import Console
+from django_blamequeue import audit
+from django_blamequeue.admin import display
+from django_blamequeue.admin.overview import Console
+from django_blamequeue.core import schedules, validation
+from django_blamequeue.core.schedules import cron_error
+from django_blamequeue.exceptions import QueueError
+from django_blamequeue.jobs import registry
+from django_blamequeue.models import Schedule
 
 ADMIN_SCHEDULE = audit.ADMIN_PREFIX + "schedule."
 RULE_FIELDS = ("cron", "interval", "timezone")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from ..models import FlowDependency, OutboxEntry
-from .base import ReadOnlyAdmin
+from django_blamequeue.admin.base import ReadOnlyAdmin
+from django_blamequeue.models import FlowDependency, OutboxEntry
 
 
 @admin.register(FlowDependency)

@@ -7,10 +7,10 @@ from typing import Any
 
 from django.core.signals import setting_changed
 
-from ..conf import backend_config, get_settings
-from ..exceptions import ErrorCode, QueueError
-from .base import Backend
-from .unavailable import KNOWN, refuse
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.backends.unavailable import KNOWN, refuse
+from django_blamequeue.conf import backend_config, get_settings
+from django_blamequeue.exceptions import ErrorCode, QueueError
 
 _lock = threading.Lock()
 _backends: dict[str, Backend] = {}
@@ -22,15 +22,15 @@ def _build(alias: str) -> Backend:
         raise refuse(config.protocol, alias)
     backend: Backend
     if config.protocol == "local":
-        from .database import DatabaseBackend
+        from django_blamequeue.backends.database import DatabaseBackend
 
         backend = DatabaseBackend(config)
     elif config.protocol == "redis":
-        from .redis import RedisBackend
+        from django_blamequeue.backends.redis import RedisBackend
 
         backend = RedisBackend(config)
     elif config.protocol == "sqs":
-        from .sqs import SqsBackend
+        from django_blamequeue.backends.sqs import SqsBackend
 
         backend = SqsBackend(config)
     else:

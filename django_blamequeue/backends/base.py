@@ -13,10 +13,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..conf import BackendConfig
-from ..controls import ControlState, HandlerWait
-from ..core.limits import QueueLimits
-from ..records import (
+from django_blamequeue.backends import marks
+from django_blamequeue.backends.flow_verbs import FlowVerbs
+from django_blamequeue.backends.hooks import Hooks, current_hooks
+from django_blamequeue.backends.resilience import Resilience
+from django_blamequeue.conf import BackendConfig
+from django_blamequeue.core.controls import ControlState, HandlerWait
+from django_blamequeue.core.limits import QueueLimits
+from django_blamequeue.core.records import (
     Ack,
     AckResult,
     Backlog,
@@ -31,15 +35,11 @@ from ..records import (
     QueueStats,
     RescueReport,
 )
-from . import marks
-from .flow_verbs import FlowVerbs
-from .hooks import Hooks, current_hooks
-from .resilience import Resilience
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
 
-    from ..audit import Event
+    from django_blamequeue.audit import Event
 
 
 class Backend(FlowVerbs, metaclass=ABCMeta):

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..records import FlowState, OutboxItem, Report
+from django_blamequeue.core.records import FlowState, OutboxItem, Report
+from django_blamequeue.serializers import decode
 
 if TYPE_CHECKING:
-    from ..records import JobInfo
+    from django_blamequeue.core.records import JobInfo
 
 
 class FlowVerbs:
@@ -96,3 +97,32 @@ class FlowVerbs:
 
     def get(self, job_id: str) -> JobInfo | None:
         raise NotImplementedError  # declared by ``Backend`` (``child_states`` reads it)
+
+
+def state_from_rows(rows: list[dict[str, Any]]) -> FlowState:
+    """``FlowState`` from the parent's dependency rows (status, key, result, error)."""
+    tally = {"done": 0, "failed": 0, "cancelled": 0, "pending": 0}
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    states: dict[str, str] = {}
+    for row in rows:
+        status = row["status"]
+        tally[status if status in tally else "pending"] += 1
+        states[row["key"]] = status
+        if status == "done" and row["result"] is not None:
+            results[row["key"]] = decode(
+                row["result_type"] or "application/json", "utf-8", bytes(row["result"])
+            )
+        elif status == "done":
+            results[row["key"]] = None
+        if row["error"]:
+            errors[row["key"]] = row["error"]
+    return FlowState(
+        completed=tally["done"],
+        failed=tally["failed"],
+        cancelled=tally["cancelled"],
+        pending=tally["pending"],
+        results=results,
+        errors=errors,
+        states=states,
+    )

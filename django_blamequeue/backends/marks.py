@@ -19,9 +19,9 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
-from ..models import EffectMark
-from ..records import Ack, EffectsFence
-from ..serializers import Encoded
+from django_blamequeue.core.payload import Encoded
+from django_blamequeue.core.records import Ack, EffectsFence
+from django_blamequeue.models import EffectMark
 
 TABLE = EffectMark._meta.db_table
 _COLUMNS = "job_id, backend, attempt, token, result, content_type, content_encoding, created_at"

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.rules import STALLED_MESSAGE
+from django_blamequeue.core.rules import STALLED_MESSAGE
 
 logger = logging.getLogger("django_blamequeue.rescue")
 

@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from ..exceptions import ErrorCode, QueueError
+from django_blamequeue.exceptions import ErrorCode, QueueError
 
 if TYPE_CHECKING:
-    from .base import Backend
+    from django_blamequeue.backends.base import Backend
 
 logger = logging.getLogger("django_blamequeue.resilience")
 T = TypeVar("T")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..exceptions import ErrorCode, QueueError
+from django_blamequeue.exceptions import ErrorCode, QueueError
 
 KNOWN = {"amqp": "AMQP 0-9-1 (RabbitMQ etc.)", "nats": "NATS JetStream"}
 

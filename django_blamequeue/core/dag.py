@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..exceptions import ErrorCode, QueueError
-from ..validation import MAX_KEY, shown, storable
+from django_blamequeue.core.validation import MAX_KEY, shown, storable
+from django_blamequeue.exceptions import ErrorCode, QueueError
 
 CHILD_KEYS = frozenset(
     {

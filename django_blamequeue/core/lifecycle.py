@@ -12,12 +12,12 @@ import traceback as tb
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..exceptions import Retry, Unrecoverable
-from ..records import ChildSpec, Transition
-from ..serializers import Encoded
-from .backoff import backoff_seconds
-from .limits import handback_delay, handler_gone
-from .states import Reason, State, can_transition
+from django_blamequeue.core.backoff import backoff_seconds
+from django_blamequeue.core.limits import handback_delay, handler_gone
+from django_blamequeue.core.payload import Encoded
+from django_blamequeue.core.records import ChildSpec, Transition
+from django_blamequeue.core.states import Reason, State, can_transition
+from django_blamequeue.exceptions import Retry, Unrecoverable
 
 logger = logging.getLogger("django_blamequeue.lifecycle")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..controls import QueueLimits, RateLimit, rate_text
+from django_blamequeue.core.controls import QueueLimits, RateLimit, rate_text
 
 __all__ = ["QueueLimits", "RateLimit", "rate_text"]
 

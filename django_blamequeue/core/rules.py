@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .states import State
+from django_blamequeue.core.states import State
 
 #: The error a rescued job carries (an expired lease: the worker crashed or stalled).
 STALLED_MESSAGE = "the lease expired before the worker acked (worker crashed or stalled)"

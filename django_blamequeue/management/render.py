@@ -13,8 +13,8 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from ..controls import HandlerWait, QueueControl, WorkerInfo, rate_text
-from ..records import JobInfo, QueueStats
+from django_blamequeue.core.controls import HandlerWait, QueueControl, WorkerInfo, rate_text
+from django_blamequeue.core.records import JobInfo, QueueStats
 
 STATE_MARK = {
     "pending": "·",

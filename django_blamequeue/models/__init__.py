@@ -6,10 +6,18 @@ import Job``), which is also where Django finds them. State changes go through t
 read-only.
 """
 
-from .control import QueueControl, RateStart, Schedule, WorkerRecord
-from .flows import FlowDependency, OutboxEntry, OutboxQuerySet
-from .jobs import ACTIVE_STATES, STATE_CHOICES, Job, JobFields, JobQuerySet, SqsJob, traced
-from .trail import AuditEvent, EffectMark, TaskAttempt
+from django_blamequeue.models.control import QueueControl, RateStart, Schedule, WorkerRecord
+from django_blamequeue.models.flows import FlowDependency, OutboxEntry, OutboxQuerySet
+from django_blamequeue.models.jobs import (
+    ACTIVE_STATES,
+    STATE_CHOICES,
+    Job,
+    JobFields,
+    JobQuerySet,
+    SqsJob,
+    traced,
+)
+from django_blamequeue.models.trail import AuditEvent, EffectMark, TaskAttempt
 
 __all__ = [
     "ACTIVE_STATES",

@@ -14,7 +14,7 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
-from ..core.states import State
+from django_blamequeue.core.states import State
 
 STATE_CHOICES = [(s.value, s.value.replace("_", " ")) for s in State]
 ACTIVE_STATES = [s.value for s in State if s not in (State.DONE, State.FAILED, State.CANCELLED)]
@@ -99,7 +99,7 @@ class JobFields(models.Model):
     snoozes = models.PositiveIntegerField(default=0)  # times the handler raised Snooze
     # "app_label.model_name:pk" of the model object the job is about (``enqueue(about=obj)``)
     about = models.CharField(max_length=255, null=True, blank=True)
-    # where the job came from: site, request, user, parent_job, schedule, flow (``origin.py``)
+    # where the job came from: site, request, user, parent_job, schedule, flow (``jobs/origin.py``)
     origin = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()

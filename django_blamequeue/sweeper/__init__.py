@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..backends import all_backends
-from ..backends.base import Backend
-from ..conf import get_settings
-from ..outbox import Relay
-from .flow_repair import FlowRepair
-from .pruner import Pruner
-from .rescuer import Rescuer
-from .scheduler import Scheduler
+from django_blamequeue.backends import all_backends
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.conf import get_settings
+from django_blamequeue.relay.outbox import Relay
+from django_blamequeue.sweeper.flow_repair import FlowRepair
+from django_blamequeue.sweeper.pruner import Pruner
+from django_blamequeue.sweeper.rescuer import Rescuer
+from django_blamequeue.sweeper.scheduler import Scheduler
 
 logger = logging.getLogger("django_blamequeue.sweeper")
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 
-from .. import routing
-from ..backends.base import Backend
-from ..core.states import TERMINAL
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.core.states import TERMINAL
+from django_blamequeue.relay import routing
 
 logger = logging.getLogger("django_blamequeue.flows")
 _TERMINAL = frozenset(s.value for s in TERMINAL)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..backends import marks
-from ..backends.base import Backend
-from ..conf import Settings
-from ..models import AuditEvent, TaskAttempt
-from ..outbox import database_of
-from ..records import PruneReport
+from django_blamequeue.backends import marks
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.conf import Settings
+from django_blamequeue.core.records import PruneReport
+from django_blamequeue.models import AuditEvent, TaskAttempt
+from django_blamequeue.relay.outbox import database_of
 
 
 class Pruner:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..backends.base import Backend
-from ..records import RescueReport
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.core.records import RescueReport
 
 
 class Rescuer:

@@ -16,11 +16,12 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from .. import audit, enqueueing, registry
-from ..backends import get_backend
-from ..conf import get_settings
-from ..models import Schedule
-from ..schedules import latest_due
+from django_blamequeue import audit
+from django_blamequeue.backends import get_backend
+from django_blamequeue.conf import get_settings
+from django_blamequeue.core.schedules import latest_due
+from django_blamequeue.jobs import enqueueing, registry
+from django_blamequeue.models import Schedule
 
 logger = logging.getLogger("django_blamequeue.scheduler")
 FIRE = audit.SCHEDULE_FIRE

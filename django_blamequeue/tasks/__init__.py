@@ -32,13 +32,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.utils import timezone
 
-from .. import validation
-from ..api import queue
-from ..backends import get_backend
-from ..conf import backend_config
-from ..exceptions import ErrorCode, QueueError
-from . import attempts
-from .compat import (
+from django_blamequeue.api import queue
+from django_blamequeue.backends import get_backend
+from django_blamequeue.conf import backend_config
+from django_blamequeue.core import validation
+from django_blamequeue.exceptions import ErrorCode, QueueError
+from django_blamequeue.tasks import attempts
+from django_blamequeue.tasks.compat import (
     AVAILABLE,
     BaseTaskBackend,
     InvalidTask,
@@ -48,9 +48,9 @@ from .compat import (
     normalize_json,
     task_enqueued,
 )
-from .results import TaskNotRunnable, TaskStalled, _result, _send
-from .running import _register, _task_for
-from .task import TASK_OPTIONS, BlameQueueTask
+from django_blamequeue.tasks.results import TaskNotRunnable, TaskStalled, _result, _send
+from django_blamequeue.tasks.running import _register, _task_for
+from django_blamequeue.tasks.task import TASK_OPTIONS, BlameQueueTask
 
 logger = logging.getLogger("django_blamequeue.tasks")
 

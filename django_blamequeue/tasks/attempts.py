@@ -14,10 +14,10 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from ..backends import get_backend
-from ..models import TaskAttempt
-from ..outbox import database_of
-from .compat import TaskError
+from django_blamequeue.backends import get_backend
+from django_blamequeue.models import TaskAttempt
+from django_blamequeue.relay.outbox import database_of
+from django_blamequeue.tasks.compat import TaskError
 
 logger = logging.getLogger("django_blamequeue.tasks")
 

@@ -8,12 +8,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.lifecycle import format_traceback
-from ..core.states import State
-from ..exceptions import JobCancelled, JobTimeout
-from ..models import TaskAttempt
-from ..records import JobInfo
-from .compat import (
+from django_blamequeue.core.lifecycle import format_traceback
+from django_blamequeue.core.records import JobInfo
+from django_blamequeue.core.states import State
+from django_blamequeue.exceptions import JobCancelled, JobTimeout
+from django_blamequeue.models import TaskAttempt
+from django_blamequeue.tasks.compat import (
     Task,
     TaskError,
     TaskResult,

@@ -14,14 +14,13 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
-from .. import registry
-from ..console import worker_identity
-from ..context import current_job
-from ..core.lifecycle import is_retryable
-from ..exceptions import JobCancelled, JobInterrupted, JobTimeout, QueueError
-from ..records import JobInfo
-from . import attempts
-from .compat import (
+from django_blamequeue.context import current_job
+from django_blamequeue.core.lifecycle import is_retryable
+from django_blamequeue.core.records import JobInfo
+from django_blamequeue.exceptions import JobCancelled, JobInterrupted, JobTimeout, QueueError
+from django_blamequeue.jobs import registry
+from django_blamequeue.tasks import attempts
+from django_blamequeue.tasks.compat import (
     AVAILABLE,
     InvalidTask,
     Task,
@@ -34,8 +33,9 @@ from .compat import (
     task_finished,
     task_started,
 )
-from .results import TaskNotRunnable, _error_of, _result, _send
-from .task import TASK_OPTIONS, BlameQueueTask
+from django_blamequeue.tasks.results import TaskNotRunnable, _error_of, _result, _send
+from django_blamequeue.tasks.task import TASK_OPTIONS, BlameQueueTask
+from django_blamequeue.worker.progress import worker_identity
 
 logger = logging.getLogger("django_blamequeue.tasks")
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .compat import Task
+from django_blamequeue.tasks.compat import Task
 
 #: The job options a ``BlameQueueTask`` carries beyond Django's fields (stored with each run).
 TASK_OPTIONS = ("max_attempts", "timeout", "dedupe_key")

@@ -8,8 +8,8 @@ from typing import Any
 
 from django_blamequeue import queue
 from django_blamequeue.backends import get_backend
+from django_blamequeue.core.records import Ack, Transition
 from django_blamequeue.core.states import Reason, State
-from django_blamequeue.records import Ack, Transition
 from django_blamequeue.serializers import encode
 
 XSS = "<script>window.__xss = 1; alert('x')</script>"

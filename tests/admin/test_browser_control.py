@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 import pytest
 from django.utils import timezone
 
-from django_blamequeue import QueueLimits, fleet, queue
+from django_blamequeue import QueueLimits, queue
 from django_blamequeue.models import AuditEvent, WorkerRecord
 from django_blamequeue.testing import wait_until
+from django_blamequeue.worker import fleet
 
 from .factories import make_jobs
 from .test_browser import OVERVIEW, browser, login, message, page, root  # noqa: F401

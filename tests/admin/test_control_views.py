@@ -13,10 +13,11 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from django_blamequeue import QueueLimits, fleet, queue
+from django_blamequeue import QueueLimits, queue
 from django_blamequeue.audit import LIMITS, PAUSE, RESUME
 from django_blamequeue.models import AuditEvent, WorkerRecord
 from django_blamequeue.testing import wait_until
+from django_blamequeue.worker import fleet
 
 from .conftest import staff
 from .factories import XSS, make_jobs

@@ -8,7 +8,7 @@ from typing import Any
 
 from django_blamequeue.admin import graph
 from django_blamequeue.admin.display import STATE_STYLES
-from django_blamequeue.records import JobInfo
+from django_blamequeue.core.records import JobInfo
 
 from .factories import SVG_XSS, XSS
 

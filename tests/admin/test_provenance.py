@@ -11,7 +11,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from django_blamequeue import current_job, job, queue, registry
+from django_blamequeue import current_job, job, queue
+from django_blamequeue.jobs import registry
 from django_blamequeue.models import AuditEvent
 from django_blamequeue.testing import capture_jobs
 from tests.procapp.models import Write

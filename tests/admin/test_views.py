@@ -318,9 +318,9 @@ def test_retry_all_confirms_with_the_count_then_retries_and_audits(client_as: Lo
 def test_dlq_pages_through_a_long_dlq(
     admin_client_: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django_blamequeue.admin import console
+    from django_blamequeue.admin import overview
 
-    monkeypatch.setattr(console, "DLQ_PER_PAGE", 2)
+    monkeypatch.setattr(overview, "DLQ_PER_PAGE", 2)
     ids = make_failed("hooks", 5)
     first = text(admin_client_.get(f"{DLQ}?queue=hooks"))
     last = text(admin_client_.get(f"{DLQ}?queue=hooks&page=3"))

@@ -20,7 +20,7 @@ from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.backends.redis import RedisBackend
 from django_blamequeue.core import ids, lifecycle
-from django_blamequeue.records import Ack, NewJob
+from django_blamequeue.core.records import Ack, NewJob
 from django_blamequeue.serializers import encode
 from tests.conftest import need_server
 

@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from django_blamequeue import queue
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.jobtable import prepared
+from django_blamequeue.core.records import Ack, Transition
 from django_blamequeue.core.states import State
-from django_blamequeue.records import Ack, Transition
 from tests.conftest import need_server
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue import current_job, queue, registry
+from django_blamequeue import current_job, queue
 from django_blamequeue.backends import get_backend
+from django_blamequeue.jobs import registry
 from django_blamequeue.models import Job
 from django_blamequeue.testing import wait_until
 from tests.conftest import need_server

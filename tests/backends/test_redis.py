@@ -21,7 +21,7 @@ from django_blamequeue.backends.redis.codec import job_header
 from django_blamequeue.backends.redis.keys import tagged
 from django_blamequeue.backends.redis.listen import RedisListener
 from django_blamequeue.core import ids, lifecycle
-from django_blamequeue.records import Ack, NewJob
+from django_blamequeue.core.records import Ack, NewJob
 
 from .redis_support import (  # noqa: F401  (make_fixture: the make fixture)
     Make,
@@ -164,7 +164,7 @@ def test_dependants_count_only_unfinished_dependencies_whatever_the_arrival_orde
 
 
 def test_payloads_and_results_are_stored_as_the_bytes_they_are(make: Make) -> None:
-    from django_blamequeue.serializers import Encoded
+    from django_blamequeue.core.payload import Encoded
 
     b = make()
     raw = bytes(range(256)) * 4 + b"\x00\xff{}"

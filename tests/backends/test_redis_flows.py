@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 from pytest_django import Settings as SettingsWrapper
 
-from django_blamequeue import queue, registry, routing
+from django_blamequeue import queue
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.redis import RedisBackend
 from django_blamequeue.core import ids
-from django_blamequeue.outbox import Relay
-from django_blamequeue.records import Report
+from django_blamequeue.core.records import Report
+from django_blamequeue.jobs import registry
+from django_blamequeue.relay import routing
+from django_blamequeue.relay.outbox import Relay
 from tests.flows import conftest as flow_fixtures
 from tests.flows.steps import outcome_of, relay, repair, work
 
@@ -35,7 +37,7 @@ pytestmark = [
 @pytest.fixture(name="quiet_relay")
 def no_nudges(monkeypatch: pytest.MonkeyPatch) -> None:
     """No nudge thread: outbox entries stay until the test runs the relay itself."""
-    from django_blamequeue import outbox
+    from django_blamequeue.relay import outbox
 
     monkeypatch.setattr(outbox, "nudge", lambda **_: None)
 

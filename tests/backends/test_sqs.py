@@ -20,11 +20,11 @@ from django_blamequeue import queue
 from django_blamequeue.backends.sqs import SqsBackend
 from django_blamequeue.backends.sqs import messages as sqs_messages
 from django_blamequeue.backends.sqs.transport import sqs_name
+from django_blamequeue.core.records import Ack, Transition
 from django_blamequeue.core.states import State
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.models import OutboxEntry
-from django_blamequeue.outbox import Relay
-from django_blamequeue.records import Ack, Transition
+from django_blamequeue.relay.outbox import Relay
 from django_blamequeue.testing import wait_until
 from tests.servers import MotoServer
 
@@ -367,7 +367,7 @@ def test_w003_warns_when_max_payload_bytes_is_above_a_queues_maximum_size(
     ],
 )
 def test_sqs_options_out_of_range_are_e012(option: str, value: object, expected: str) -> None:
-    from django_blamequeue.confcheck import validate
+    from django_blamequeue.conf.validator import validate
 
     entry = {"PROTOCOL": "sqs", "REGION": "eu-west-1", option: value}
     found = validate({"BACKENDS": {"default": entry}})
@@ -376,7 +376,7 @@ def test_sqs_options_out_of_range_are_e012(option: str, value: object, expected:
 
 
 def test_sqs_options_in_range_pass() -> None:
-    from django_blamequeue.confcheck import validate
+    from django_blamequeue.conf.validator import validate
 
     entry = {"PROTOCOL": "sqs", "REGION": "eu-west-1", "MAX_RECEIVE_COUNT": 5}
     entry |= {"WAIT_TIME_SECONDS": 20, "SEND_GRACE": 0.5}

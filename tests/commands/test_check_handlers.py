@@ -11,8 +11,9 @@ import pytest
 from django.core.management import call_command
 from pytest_django import Settings as SettingsWrapper
 
-from django_blamequeue import job, queue, registry
+from django_blamequeue import job, queue
 from django_blamequeue.checks import check_handlers
+from django_blamequeue.jobs import registry
 from django_blamequeue.models import Schedule
 from tests.conftest import ALL_BACKENDS, isolate, need_server
 

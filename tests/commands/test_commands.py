@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_blamequeue import job, queue, registry
+from django_blamequeue import job, queue
+from django_blamequeue.jobs import registry
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 

@@ -12,9 +12,11 @@ import pytest
 from django.core.management import CommandError, call_command
 from pytest_django import Settings as SettingsWrapper
 
-from django_blamequeue import QueueLimits, fleet, job, queue, registry
+from django_blamequeue import QueueLimits, job, queue
+from django_blamequeue.jobs import registry
 from django_blamequeue.models import AuditEvent
 from django_blamequeue.testing import wait_until
+from django_blamequeue.worker import fleet
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 

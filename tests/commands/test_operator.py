@@ -13,8 +13,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from pytest_django import Settings as SettingsWrapper
 
-from django_blamequeue import Child, flow, job, queue, registry
+from django_blamequeue import Child, flow, job, queue
 from django_blamequeue.backends import get_backend
+from django_blamequeue.jobs import registry
 from django_blamequeue.models import Schedule
 from django_blamequeue.testing import capture_jobs
 

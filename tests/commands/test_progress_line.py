@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from django_blamequeue.console import ProgressLine
-from django_blamequeue.worker import Counters
+from django_blamequeue.worker.consumer import Counters
+from django_blamequeue.worker.progress import ProgressLine
 
 
 def log_line(counters: Counters, in_flight: list[str]) -> tuple[ProgressLine, io.StringIO]:

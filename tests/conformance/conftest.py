@@ -10,10 +10,10 @@ import pytest
 from django.conf import settings
 from pytest_django import Settings as SettingsWrapper
 
-from django_blamequeue import registry
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
-from django_blamequeue.registry import JobDefinition
+from django_blamequeue.jobs import registry
+from django_blamequeue.jobs.registry import JobDefinition
 from tests.conftest import ALL_BACKENDS, isolate, need_server
 
 _names = itertools.count()

@@ -6,7 +6,8 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from django_blamequeue import Child, current_job, flow, job, registry
+from django_blamequeue import Child, current_job, flow, job
+from django_blamequeue.jobs import registry
 
 PREFIX = "tests.conformance.flows."
 #: What the handlers did, in order; cleared per test.

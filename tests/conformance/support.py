@@ -14,9 +14,9 @@ from django.db import connections
 
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import lifecycle
+from django_blamequeue.core.records import Ack, AckResult, Claimed, Transition
 from django_blamequeue.models import AuditEvent
-from django_blamequeue.outbox import database_of
-from django_blamequeue.records import Ack, AckResult, Claimed, Transition
+from django_blamequeue.relay.outbox import database_of
 
 
 def later(engine: Backend, seconds: float, start: datetime | None = None) -> datetime:
@@ -109,7 +109,7 @@ def in_transaction(engine: Backend) -> Any:
 def relay(engine: Backend) -> None:
     """One pass of the outbox relay over the database ``engine``'s enqueues go through
     (whatever was committed there is delivered when this returns)."""
-    from django_blamequeue.outbox import Relay
+    from django_blamequeue.relay.outbox import Relay
 
     Relay(databases=[audit_db(engine)]).run_once()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django_blamequeue import queue
 from django_blamequeue.backends.base import Backend
-from django_blamequeue.records import Backlog
+from django_blamequeue.core.records import Backlog
 
 from .support import claim_one, succeed
 

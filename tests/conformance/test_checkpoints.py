@@ -17,8 +17,8 @@ import pytest
 from django_blamequeue import ErrorCode, QueueError, current_job, queue
 from django_blamequeue.audit import CHECKPOINT
 from django_blamequeue.backends.base import Backend
-from django_blamequeue.checkpoints import MAX_CHECKPOINT_BYTES
 from django_blamequeue.core import lifecycle
+from django_blamequeue.core.checkpoints import MAX_CHECKPOINT_BYTES
 from django_blamequeue.exceptions import LeaseLost
 from django_blamequeue.testing import wait_until
 

@@ -20,7 +20,7 @@ from django_blamequeue import ErrorCode, QueueError, QueueLimits, queue
 from django_blamequeue.audit import LIMITS, PAUSE, RESUME
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import lifecycle
-from django_blamequeue.records import Claimed
+from django_blamequeue.core.records import Claimed
 
 from .support import ack, audit_rows, claim_one, later, outcome, succeed
 

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue import audit, chaos, current_job, queue
+from django_blamequeue import audit, current_job, queue
 from django_blamequeue.backends.base import Backend
-from django_blamequeue.registry import JobDefinition
+from django_blamequeue.jobs.registry import JobDefinition
 from django_blamequeue.testing import capture_events, wait_until
+from django_blamequeue.worker import chaos
 from tests.procapp.models import Write
 
 from .support import claim_one, later, row

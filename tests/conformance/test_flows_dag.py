@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue import ErrorCode, QueueError, enqueueing, queue
+from django_blamequeue import ErrorCode, QueueError, queue
 from django_blamequeue.audit import FLOW_ENQUEUE
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import lifecycle
+from django_blamequeue.jobs import enqueueing
 from django_blamequeue.testing import capture_events, wait_until
 
 from .support import ack, claim_one, fail, nothing_written, outcome, succeed

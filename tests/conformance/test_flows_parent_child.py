@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue import enqueueing, queue, registry
+from django_blamequeue import queue
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import ids
+from django_blamequeue.core.records import Ack, Transition
 from django_blamequeue.core.states import State
-from django_blamequeue.records import Ack, Transition
+from django_blamequeue.jobs import enqueueing, registry
 from django_blamequeue.testing import wait_until
 
 from . import flowjobs

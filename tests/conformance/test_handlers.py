@@ -80,7 +80,8 @@ def test_a_job_no_worker_had_a_handler_for_too_long_fails_saying_so(
 
 
 def test_a_flow_parent_whose_flow_is_gone_is_handed_back_too(backend: str, engine: Backend) -> None:
-    from django_blamequeue import Child, flow, registry
+    from django_blamequeue import Child, flow
+    from django_blamequeue.jobs import registry
 
     @flow(queue="deploy", name="tests.conformance.GoneFlow")
     class GoneFlow:

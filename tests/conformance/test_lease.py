@@ -13,7 +13,7 @@ from django_blamequeue import Unrecoverable, queue
 from django_blamequeue.audit import LEASE_EXTENDED, LOCK_LOST, STALLED
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import lifecycle
-from django_blamequeue.records import Ack
+from django_blamequeue.core.records import Ack
 from django_blamequeue.testing import capture_events, wait_until
 
 from .support import ack, claim_one, later, outcome, row

@@ -7,7 +7,7 @@ from django_blamequeue import queue
 from django_blamequeue.audit import DLQ_WRITE, LOCK_LOST, STALLED
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import get_settings
-from django_blamequeue.records import RescueReport
+from django_blamequeue.core.records import RescueReport
 from django_blamequeue.sweeper.rescuer import Rescuer
 from django_blamequeue.testing import capture_events
 

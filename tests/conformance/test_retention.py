@@ -11,7 +11,7 @@ from django_blamequeue.backends import all_backends
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import get_settings
 from django_blamequeue.models import FlowDependency
-from django_blamequeue.outbox import database_of
+from django_blamequeue.relay.outbox import database_of
 from django_blamequeue.sweeper.pruner import Pruner
 
 from .support import audit_db, audit_rows, claim_one, later, succeed, to_dlq

@@ -9,11 +9,12 @@ import threading
 
 import pytest
 
-from django_blamequeue import enqueueing, queue
+from django_blamequeue import queue
 from django_blamequeue.backends.base import Backend
+from django_blamequeue.core.wire import job_from_body
+from django_blamequeue.jobs import enqueueing
 from django_blamequeue.models import OutboxEntry
 from django_blamequeue.testing import wait_until
-from django_blamequeue.wire import job_from_body
 
 from .support import audit_db, close_connections, in_transaction, jobs_in, relay
 

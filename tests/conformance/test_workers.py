@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue import WorkerInfo, fleet, queue
+from django_blamequeue import WorkerInfo, queue
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.models import WorkerRecord
 from django_blamequeue.testing import wait_until
+from django_blamequeue.worker import fleet
 
 
 @pytest.fixture(autouse=True)

@@ -38,9 +38,9 @@ from django.core.management import call_command
 from django.db.migrations.loader import MigrationLoader
 from pytest_django import Settings as SettingsWrapper
 
-from django_blamequeue import registry
-from django_blamequeue.confcheck import validate
+from django_blamequeue.conf.validator import validate
 from django_blamequeue.core.dag import CHILD_KEYS
+from django_blamequeue.jobs import registry
 
 from .blocks import DIRECTIVES, JOB_ID, ROOT, Block, blocks, pages, same_output
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue import Child, flow, job, registry
+from django_blamequeue import Child, flow, job
 from django_blamequeue.context import current_job
 from django_blamequeue.exceptions import JobInterrupted
+from django_blamequeue.jobs import registry
 
 #: What the handlers did, in order; cleared per test.
 CALLS: dict[str, list[Any]] = {"fan_out": [], "collect": [], "page": [], "spin": []}
@@ -20,7 +21,7 @@ CALLS: dict[str, list[Any]] = {"fan_out": [], "collect": [], "page": [], "spin":
 def quiet_relay(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No nudge thread: outbox rows and queued settles stay until the test runs the relay
     itself; settles a test left queued never reach the next test's relay."""
-    from django_blamequeue import outbox
+    from django_blamequeue.relay import outbox
 
     monkeypatch.setattr(outbox, "nudge", lambda **_: None)
     yield

@@ -2,7 +2,7 @@
 
 The worker's threads and the relay's nudge thread make timing; these helpers take it out, so a
 test decides exactly when each child runs and when each report is delivered. Handlers still go
-through ``runner.invoke`` and ``lifecycle.decide``, so a step is what a worker would have done.
+through ``execution.invoke`` and ``lifecycle.decide``, so a step is what a worker would have done.
 """
 
 from __future__ import annotations
@@ -11,14 +11,15 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django_blamequeue import registry, runner
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.context import JobContext, _current
 from django_blamequeue.core import lifecycle
-from django_blamequeue.outbox import Relay, RelayReport
-from django_blamequeue.records import Ack, AckResult, Claimed
+from django_blamequeue.core.records import Ack, AckResult, Claimed
+from django_blamequeue.jobs import registry
+from django_blamequeue.relay.outbox import Relay, RelayReport
 from django_blamequeue.sweeper.flow_repair import FlowRepair
+from django_blamequeue.worker import execution
 
 Handler = Callable[[Any, JobContext], Any]
 
@@ -37,7 +38,7 @@ def outcome_of(alias: str, claimed: Claimed, handler: Handler | None = None) -> 
         backend=b,
         token=claimed.token,
     )
-    run = runner.Run(
+    run = execution.Run(
         claimed=claimed,
         ctx=ctx,
         started=0.0,
@@ -48,7 +49,7 @@ def outcome_of(alias: str, claimed: Claimed, handler: Handler | None = None) -> 
     )
     token = _current.set(ctx)
     try:
-        outcome = runner.invoke(run, handler)
+        outcome = execution.invoke(run, handler)
     finally:
         _current.reset(token)
     policy = lifecycle.Policy(retryable=definition.retryable if definition else None)

@@ -12,8 +12,8 @@ import pytest
 from django_blamequeue import queue
 from django_blamequeue.backends import get_backend
 from django_blamequeue.core import ids, lifecycle
+from django_blamequeue.core.records import Ack
 from django_blamequeue.models import AuditEvent, Job, OutboxEntry
-from django_blamequeue.records import Ack
 from django_blamequeue.testing import wait_until
 
 from .conftest import CALLS, collects

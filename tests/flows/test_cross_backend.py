@@ -10,8 +10,8 @@ import pytest
 
 from django_blamequeue import queue
 from django_blamequeue.core import ids
+from django_blamequeue.core.wire import report_from_body
 from django_blamequeue.models import FlowDependency, Job, OutboxEntry
-from django_blamequeue.wire import report_from_body
 
 from .conftest import collects
 from .steps import relay, run_to_end, work

@@ -13,9 +13,9 @@ import pytest
 from django_blamequeue import queue
 from django_blamequeue.backends import get_backend
 from django_blamequeue.core import ids
+from django_blamequeue.core.wire import job_from_body
 from django_blamequeue.models import FlowDependency, Job
 from django_blamequeue.serializers import decode
-from django_blamequeue.wire import job_from_body
 
 from .conftest import CALLS, collects
 from .steps import outcome_of, relay, run_to_end, work

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue import queue, registry
+from django_blamequeue import queue
 from django_blamequeue.backends import get_backend
 from django_blamequeue.core import ids
+from django_blamequeue.jobs import registry
 from django_blamequeue.models import Job
 from django_blamequeue.testing import wait_until
 

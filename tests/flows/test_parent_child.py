@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue import Child, flow, job, queue, registry
+from django_blamequeue import Child, flow, job, queue
+from django_blamequeue.jobs import registry
 from django_blamequeue.testing import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -84,8 +85,8 @@ def test_fail_fast_settles_at_the_first_failure_and_cancels_the_rest(
 ) -> None:
     from django_blamequeue.backends import get_backend
     from django_blamequeue.core import lifecycle
-    from django_blamequeue.outbox import Relay
-    from django_blamequeue.records import Ack
+    from django_blamequeue.core.records import Ack
+    from django_blamequeue.relay.outbox import Relay
 
     BuildReport = report_flow("fail")
     parent = BuildReport.enqueue({"pages": 30, "broken": [0]}, backend=backend)
@@ -141,7 +142,7 @@ def test_a_worker_settles_the_parents_its_acks_queued_before_it_exits(
     backend: str, report_flow: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without a relay thread (nudges off) only the worker's exit can settle the parent."""
-    from django_blamequeue import outbox
+    from django_blamequeue.relay import outbox
 
     monkeypatch.setattr(outbox, "nudge", lambda **_: None)
     BuildReport = report_flow("fail")

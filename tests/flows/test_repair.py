@@ -84,7 +84,7 @@ def test_a_settle_lost_with_its_process_is_done_by_the_sweeper(
 ) -> None:
     """The acks recorded every report and committed; the process died before its relay
     settled the parent (the queued settle was only in its memory)."""
-    from django_blamequeue import outbox
+    from django_blamequeue.relay import outbox
 
     parent = jobs.Report.enqueue({"pages": 2}, backend=backend)
     work(backend, ["reports"])
@@ -114,7 +114,7 @@ def _fail_first_of_three(backend: str, jobs: SimpleNamespace) -> str:
 def test_a_fail_fast_settle_lost_with_its_process_is_done_by_the_sweeper(
     backend: str, jobs: SimpleNamespace, quiet_relay: None
 ) -> None:
-    from django_blamequeue import outbox
+    from django_blamequeue.relay import outbox
 
     parent_id = _fail_first_of_three(backend, jobs)
     outbox._to_settle.clear()

@@ -12,13 +12,15 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from django_blamequeue import audit, enqueueing, outbox, queue, wire
+from django_blamequeue import audit, queue
 from django_blamequeue.backends import get_backend
-from django_blamequeue.core import ids
+from django_blamequeue.core import ids, wire
+from django_blamequeue.core.wire import report_from_body
+from django_blamequeue.jobs import enqueueing
 from django_blamequeue.models import AuditEvent, FlowDependency, Job, OutboxEntry, OutboxQuerySet
-from django_blamequeue.outbox import BATCH, Relay
+from django_blamequeue.relay import outbox
+from django_blamequeue.relay.outbox import BATCH, Relay
 from django_blamequeue.testing import wait_until
-from django_blamequeue.wire import report_from_body
 
 from .conftest import collects
 from .steps import outcome_of, relay, repair, run_to_end, work

@@ -16,7 +16,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from django_blamequeue.validation import MAX_INT, MAX_SECONDS
+from django_blamequeue.core.validation import MAX_INT, MAX_SECONDS
 
 
 def weighted(*choices: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from django_blamequeue.core.validation import MAX_SECONDS
 from django_blamequeue.models import Job, Schedule
-from django_blamequeue.validation import MAX_SECONDS
 from tests.admin.conftest import staff
 from tests.admin.factories import make_failed, make_jobs
 
@@ -94,9 +94,9 @@ def test_schedule_rows_saved_before_the_bounds_still_list_and_open(admin: Client
 def test_a_dlq_page_past_the_end_shows_the_last_page(
     admin: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django_blamequeue.admin import console
+    from django_blamequeue.admin import overview
 
-    monkeypatch.setattr(console, "DLQ_PER_PAGE", 2)
+    monkeypatch.setattr(overview, "DLQ_PER_PAGE", 2)
     ids = make_failed("hooks", 5)
     for page in [str(10**20), "99999999999999999999999", "4"]:
         response = admin.get(f"{DLQ}?queue=hooks&page={page}")

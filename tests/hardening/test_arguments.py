@@ -16,7 +16,7 @@ import pytest
 
 from django_blamequeue import ErrorCode, queue
 from django_blamequeue.backends import get_backend
-from django_blamequeue.validation import MAX_INT, MAX_SECONDS
+from django_blamequeue.core.validation import MAX_INT, MAX_SECONDS
 from tests.conformance.support import claim_one, fail
 
 from .conftest import refused, tables

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_blamequeue import job, queue, registry
-from django_blamequeue.validation import MAX_SECONDS
+from django_blamequeue import job, queue
+from django_blamequeue.core.validation import MAX_SECONDS
+from django_blamequeue.jobs import registry
 
 from .conftest import tables
 

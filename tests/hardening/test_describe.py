@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue import job, queue, registry
+from django_blamequeue import job, queue
 from django_blamequeue.core.lifecycle import DESCRIBE_LIMIT, describe
+from django_blamequeue.jobs import registry
 
 
 class StrRaises(Exception):

@@ -22,8 +22,9 @@ from django.core.management import CommandError, call_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_blamequeue import QueueError, job, queue, registry
-from django_blamequeue.validation import MAX_INT
+from django_blamequeue import QueueError, job, queue
+from django_blamequeue.core.validation import MAX_INT
+from django_blamequeue.jobs import registry
 
 from . import strategies as s
 from .conftest import record, tables

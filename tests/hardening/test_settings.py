@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue.confcheck import validate
-from django_blamequeue.validation import MAX_INT, MAX_SECONDS
+from django_blamequeue.conf.validator import validate
+from django_blamequeue.core.validation import MAX_INT, MAX_SECONDS
 
 
 def problems(raw: dict[str, Any]) -> list[Any]:

@@ -15,8 +15,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from django_blamequeue import job, queue, registry
+from django_blamequeue import job, queue
 from django_blamequeue.backends import get_backend
+from django_blamequeue.jobs import registry
 from django_blamequeue.management.commands.runworker import EXIT_DIED
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")

@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture
 def metrics() -> Iterator[Any]:
-    from django_blamequeue import metrics as module
+    from django_blamequeue.observability import metrics as module
 
     module.enable()
     yield module
@@ -24,7 +24,7 @@ def spans() -> Iterator[Any]:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from django_blamequeue import tracing
+    from django_blamequeue.observability import tracing
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

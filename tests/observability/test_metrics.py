@@ -93,7 +93,7 @@ def test_flow_counters_follow_fan_out_reports_settle_and_cascade(
 def test_a_skipped_outbox_row_is_counted(metrics: Any, backend: str) -> None:
     from django_blamequeue.backends import get_backend
     from django_blamequeue.models import OutboxEntry
-    from django_blamequeue.outbox import Relay, database_of
+    from django_blamequeue.relay.outbox import Relay, database_of
 
     db = database_of(get_backend(backend))
     name = "blamequeue_outbox_skipped_total"
@@ -128,8 +128,8 @@ def test_counters_and_histograms_follow_the_lifecycle(metrics: Any, backend: str
 
 def test_a_lease_lost_or_a_refused_ack_counts_as_lock_lost(metrics: Any, backend: str) -> None:
     from django_blamequeue.backends import get_backend
+    from django_blamequeue.core.records import Ack, Transition
     from django_blamequeue.core.states import State
-    from django_blamequeue.records import Ack, Transition
 
     before = value("blamequeue_lock_lost_total", backend, "")
     job_id = handlers.ok.enqueue({}, backend=backend).job_id
@@ -185,7 +185,7 @@ def test_serve_answers_metrics_over_http(metrics: Any, backend: str) -> None:
 def test_runworker_metrics_port_serves_while_it_runs(backend: str) -> None:
     import io
 
-    from django_blamequeue import metrics
+    from django_blamequeue.observability import metrics
 
     handlers.ok.enqueue({}, backend=backend)
     port = free_port()

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
-from django_blamequeue import queue, tracing
+from django_blamequeue import queue
+from django_blamequeue.observability import tracing
 from django_blamequeue.testing import capture_jobs, wait_until
 from tests.observability import handlers
 

@@ -15,8 +15,9 @@ from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
 import django_blamequeue
-from django_blamequeue import JobInfo, checks, origin, queue
+from django_blamequeue import JobInfo, checks, queue
 from django_blamequeue.backends import get_backend
+from django_blamequeue.jobs import origin
 from django_blamequeue.middleware import OriginMiddleware
 
 pytestmark = pytest.mark.django_db
@@ -108,7 +109,8 @@ def test_describe_reads_as_a_sentence() -> None:
 
 
 def test_w020_warns_of_atomic_jobs_on_sqlite_with_more_than_one_slot() -> None:
-    from django_blamequeue import job, registry
+    from django_blamequeue import job
+    from django_blamequeue.jobs import registry
 
     @job(queue="w020", name="tests.origin.atomic", atomic=True)
     def atomic(payload: Any) -> None:

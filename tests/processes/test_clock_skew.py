@@ -16,8 +16,8 @@ import pytest
 from django.db.models import Max, Sum
 
 from django_blamequeue import audit, queue
+from django_blamequeue.core.records import EnqueuedJob
 from django_blamequeue.models import AuditEvent, Job
-from django_blamequeue.records import EnqueuedJob
 from tests.procapp.jobs import QUEUE
 from tests.procapp.models import SideEffect
 

@@ -25,7 +25,7 @@ from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.sqs import SqsBackend
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.models import AuditEvent, OutboxEntry, SqsJob
-from django_blamequeue.outbox import Relay
+from django_blamequeue.relay.outbox import Relay
 from tests.conftest import need_server
 from tests.procapp.jobs import QUEUE
 from tests.procapp.models import SideEffect

@@ -16,9 +16,9 @@ import pytest
 
 from django_blamequeue import audit, queue
 from django_blamequeue.backends import get_backend
+from django_blamequeue.core.records import Ack, Transition
 from django_blamequeue.core.states import State
 from django_blamequeue.models import AuditEvent, Job
-from django_blamequeue.records import Ack, Transition
 from tests.procapp.jobs import QUEUE
 from tests.procapp.models import SideEffect
 

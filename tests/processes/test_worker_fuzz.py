@@ -17,8 +17,8 @@ import time
 import pytest
 
 from django_blamequeue import queue
+from django_blamequeue.core.texts import MAX_ERROR, MAX_TRACEBACK
 from django_blamequeue.models import Job
-from django_blamequeue.texts import MAX_ERROR, MAX_TRACEBACK
 from tests.procapp.hostile import HOSTILE_QUEUE, KINDS
 
 from .conftest import Processes, Report, engine

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from django_blamequeue.schedules import latest_due, next_fires
+from django_blamequeue.core.schedules import latest_due, next_fires
 
 BERLIN = "Europe/Berlin"  # CET +01:00; CEST +02:00 from 2024-03-31 01:00Z to 2024-10-27 01:00Z
 

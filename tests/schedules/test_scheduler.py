@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from django_blamequeue import job, queue, registry
+from django_blamequeue import job, queue
 from django_blamequeue.backends import get_backend
+from django_blamequeue.jobs import registry
 from django_blamequeue.models import AuditEvent, Job, Schedule
 from django_blamequeue.sweeper import services_for
 from django_blamequeue.sweeper.scheduler import FIRE, Scheduler

@@ -383,7 +383,7 @@ def test_task_finished_says_failed_when_no_attempt_is_left(
 
 
 def test_a_task_is_a_registered_job_a_worker_can_run(tasks_backend: Any) -> None:
-    from django_blamequeue import registry
+    from django_blamequeue.jobs import registry
 
     definition = registry.get("tests.tasks.sample.nightly")
     assert definition is not None

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from django.tasks import TaskResultStatus
 
-from django_blamequeue import queue, registry
+from django_blamequeue import queue
+from django_blamequeue.jobs import registry
 from django_blamequeue.tasks import running
 from django_blamequeue.testing import wait_until
 from tests.tasks import sample

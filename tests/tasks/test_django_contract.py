@@ -17,7 +17,7 @@ from asgiref.sync import async_to_sync
 from django.tasks import TaskResultStatus
 from django.tasks.exceptions import TaskResultDoesNotExist
 
-from django_blamequeue.console import worker_identity
+from django_blamequeue.worker.progress import worker_identity
 from tests.tasks import sample
 from tests.tasks.test_contract import run
 

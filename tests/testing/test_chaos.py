@@ -118,7 +118,8 @@ def test_an_atomic_handler_that_dooms_its_transaction_fails_instead_of_completin
 ) -> None:
     from django.db import transaction
 
-    from django_blamequeue import job, registry
+    from django_blamequeue import job
+    from django_blamequeue.jobs import registry
 
     @job(queue="doomed", name="tests.testing.doomed", atomic=True, max_attempts=1)
     def doomed(payload: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from django_blamequeue.records import Backlog
+from django_blamequeue.core.records import Backlog
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 

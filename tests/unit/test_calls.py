@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue import QueueError, current_job, job, registry
-from django_blamequeue.calls import aliases, call_with, envelope, is_call
+from django_blamequeue import QueueError, current_job, job
 from django_blamequeue.exceptions import ErrorCode
+from django_blamequeue.jobs import registry
+from django_blamequeue.jobs.calls import aliases, call_with, envelope, is_call
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointSlot, decode, encode
+from django_blamequeue.core.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointSlot, decode, encode
 from django_blamequeue.exceptions import ErrorCode, QueueError
 
 
@@ -120,7 +120,7 @@ def test_a_worker_run_gets_its_slot_at_its_first_checkpoint_and_none_after_its_e
     from typing import cast
 
     from django_blamequeue.backends.base import Backend
-    from django_blamequeue.checkpointer import Checkpointer
+    from django_blamequeue.worker.checkpoint_writer import Checkpointer
     from tests.unit.test_worker_parts import run
 
     wake = threading.Event()

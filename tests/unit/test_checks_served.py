@@ -14,8 +14,9 @@ import pytest
 from django.core import checks
 from pytest_django import Settings as SettingsWrapper
 
-from django_blamequeue import conf, job, registry
+from django_blamequeue import conf, job
 from django_blamequeue.checks import check_queues_served
+from django_blamequeue.jobs import registry
 
 BACKENDS = {"default": {"PROTOCOL": "local"}, "other": {"PROTOCOL": "local"}}
 

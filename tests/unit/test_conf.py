@@ -10,9 +10,9 @@ import pytest
 from pytest_django import Settings as SettingsWrapper
 
 from django_blamequeue import conf
-from django_blamequeue.confcheck import validate
+from django_blamequeue.conf.validator import validate
+from django_blamequeue.core.schedules import cron_error
 from django_blamequeue.exceptions import ErrorCode, QueueError
-from django_blamequeue.schedules import cron_error
 
 SQLITE_OK = {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": {"transaction_mode": "IMMEDIATE"}}
 DATABASES = {"default": SQLITE_OK}

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from django_blamequeue.records import NewJob
-from django_blamequeue.serializers import Encoded, decode, encode
-from django_blamequeue.wire import job_from_body, job_to_body
+from django_blamequeue.core.payload import Encoded
+from django_blamequeue.core.records import NewJob
+from django_blamequeue.core.wire import job_from_body, job_to_body
+from django_blamequeue.serializers import decode, encode
 
 GOLDEN = sorted((Path(__file__).resolve().parent.parent / "golden").glob("v*.json"))
 VALUE = {"to": "a@example.com", "n": 3, "ratio": 0.5, "tags": ["x", "y"], "ok": True, "no": None}

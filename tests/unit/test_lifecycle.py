@@ -7,9 +7,9 @@ import pytest
 from django_blamequeue import Unrecoverable
 from django_blamequeue.core import lifecycle
 from django_blamequeue.core.lifecycle import Policy, decide, rescue
+from django_blamequeue.core.payload import Encoded
+from django_blamequeue.core.records import Transition
 from django_blamequeue.core.states import ALLOWED, TERMINAL, Reason, State, can_transition
-from django_blamequeue.records import Transition
-from django_blamequeue.serializers import Encoded
 
 POLICY = Policy()  # base 1 s, max 300 s, no jitter, no predicate
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from django_blamequeue.controls import QueueLimits
 from django_blamequeue.core import lifecycle
+from django_blamequeue.core.controls import QueueLimits
 from django_blamequeue.core.limits import (
     HANDBACK_KNOWN,
     HANDBACK_MAX,

@@ -47,7 +47,7 @@ COPIES = {
     ],
     # The in-transaction ack (local backend, SQS ledger) and the completion mark (redis):
     # both SQL in a Django database, the redis backend's Lua cannot join that transaction.
-    "effects-once": ["backends/jobtable/effects.py", "backends/marks.py", "effects.py"],
+    "effects-once": ["backends/jobtable/effects.py", "backends/marks.py", "worker/atomic.py"],
 }
 
 

@@ -13,8 +13,9 @@ import pytest
 from pytest_django import Settings as SettingsWrapper
 
 from django_blamequeue import conf
+from django_blamequeue.core.payload import Encoded
 from django_blamequeue.exceptions import ErrorCode, QueueError
-from django_blamequeue.serializers import Encoded, decode, encode, size_of
+from django_blamequeue.serializers import decode, encode, size_of
 
 ran: list[str] = []
 

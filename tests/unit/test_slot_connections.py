@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue import slot_connections
+from django_blamequeue.worker import slot_db
 
 
 class FakeConnection:
@@ -42,13 +42,13 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[FakeConnection]]:
         def all(self, initialized_only: bool = False) -> list[FakeConnection]:
             return made
 
-    monkeypatch.setattr(slot_connections, "connections", Handler())
+    monkeypatch.setattr(slot_db, "connections", Handler())
     yield made
 
 
 def test_a_plain_connection_is_kept_after_a_job(fakes: list[FakeConnection]) -> None:
     fakes.append(FakeConnection())
-    slot_connections.after_job(interrupted=False)
+    slot_db.after_job(interrupted=False)
     assert fakes[0].closed == 0
 
 
@@ -56,7 +56,7 @@ def test_a_pooled_connection_goes_back_to_the_pool_after_every_job(
     fakes: list[FakeConnection],
 ) -> None:
     fakes.append(FakeConnection(pool=True))
-    slot_connections.after_job(interrupted=False)
+    slot_db.after_job(interrupted=False)
     assert fakes[0].closed == 1
 
 
@@ -76,7 +76,7 @@ def test_a_connection_that_cannot_be_trusted_is_closed(
     fakes.append(c)
     spoil(c)
     interrupted = not c.errors_occurred and c.autocommit
-    slot_connections.after_job(interrupted=interrupted)
+    slot_db.after_job(interrupted=interrupted)
     assert c.closed == 1
 
 
@@ -86,11 +86,11 @@ def test_an_idle_connection_is_pinged_before_the_next_job_and_closed_if_dead(
     alive, dead = FakeConnection(), FakeConnection(usable=False)
     fakes += [alive, dead]
     clock = [1000.0]
-    monkeypatch.setattr(slot_connections.time, "monotonic", lambda: clock[0])
-    slot_connections.after_job(interrupted=False)
-    clock[0] += slot_connections.IDLE_CHECK / 2
-    slot_connections.before_job()  # recently used: not pinged
+    monkeypatch.setattr(slot_db.time, "monotonic", lambda: clock[0])
+    slot_db.after_job(interrupted=False)
+    clock[0] += slot_db.IDLE_CHECK / 2
+    slot_db.before_job()  # recently used: not pinged
     assert (alive.closed, dead.closed) == (0, 0)
-    clock[0] += slot_connections.IDLE_CHECK + 1
-    slot_connections.before_job()
+    clock[0] += slot_db.IDLE_CHECK + 1
+    slot_db.before_job()
     assert (alive.closed, dead.closed) == (0, 1)

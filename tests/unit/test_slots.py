@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from django_blamequeue.exceptions import JobTimeout
-from django_blamequeue.runner import Run
-from django_blamequeue.slots import SlotPool
+from django_blamequeue.worker.execution import Run
+from django_blamequeue.worker.slots import SlotPool
 from tests.unit.test_worker_parts import run
 
 WAIT = 10.0

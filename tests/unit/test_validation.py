@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from django_blamequeue import ErrorCode, QueueError, queue
-from django_blamequeue.validation import parse_rate_limit, rate_limit
+from django_blamequeue.core.validation import parse_rate_limit, rate_limit
 
 
 def code_of(call: Any, *args: Any, **kwargs: Any) -> ErrorCode:
@@ -148,7 +148,7 @@ def test_enqueue_many_refuses_a_single_mapping_for_a_list_of_payloads() -> None:
 
 
 def test_an_aware_run_at_and_a_timedelta_delay_are_accepted_by_validation() -> None:
-    from django_blamequeue import validation
+    from django_blamequeue.core import validation
 
     when = datetime(2030, 1, 1, tzinfo=UTC)
     assert validation.run_at(when) == when

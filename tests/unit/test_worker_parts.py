@@ -10,18 +10,18 @@ import pytest
 from pytest_django import Settings as SettingsWrapper
 
 from django_blamequeue import Retry, current_job
-from django_blamequeue.acking import MAX_REFUSALS, PendingAcks
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import lifecycle
+from django_blamequeue.core.payload import Encoded
+from django_blamequeue.core.records import AckResult, Claimed, Transition
 from django_blamequeue.core.states import Reason, State
+from django_blamequeue.core.texts import MAX_ERROR, MAX_TRACEBACK, storable
 from django_blamequeue.exceptions import ErrorCode, QueueError
-from django_blamequeue.gather import Gather
-from django_blamequeue.probation import Probation
-from django_blamequeue.records import AckResult, Claimed, Transition
-from django_blamequeue.registry import JobDefinition
-from django_blamequeue.runner import Run, new_run, policy_for
-from django_blamequeue.serializers import Encoded
-from django_blamequeue.texts import MAX_ERROR, MAX_TRACEBACK, storable
+from django_blamequeue.jobs.registry import JobDefinition
+from django_blamequeue.worker.acks import MAX_REFUSALS, PendingAcks
+from django_blamequeue.worker.batching import Gather
+from django_blamequeue.worker.execution import Run, new_run, policy_for
+from django_blamequeue.worker.probation import Probation
 
 POLICY = lifecycle.Policy()
 

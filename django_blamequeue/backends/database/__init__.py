@@ -1,5 +1,5 @@
 """The local backend: jobs are rows of the project's own database (SQLite or PostgreSQL)."""
 
-from .backend import DatabaseBackend
+from django_blamequeue.backends.database.backend import DatabaseBackend
 
 __all__ = ["DatabaseBackend"]

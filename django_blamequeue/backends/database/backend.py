@@ -15,25 +15,33 @@ from typing import Any
 
 from django.db import transaction
 
-from ... import audit, wakeup
-from ...core.limits import QueueLimits
-from ...core.states import TERMINAL, State
-from ...records import Ack, AckResult, Claimed, EnqueuedJob, NewJob, RescueReport
-from ..jobtable import sql
-from ..jobtable.acks import Acks
-from ..jobtable.checkpoints import Checkpoints
-from ..jobtable.control import ControlRows
-from ..jobtable.dag import DagRelease
-from ..jobtable.effects import InTransaction
-from ..jobtable.inserts import Inserts
-from ..jobtable.leases import RESCUE_COLUMNS, Leases
-from ..jobtable.limited import LimitedClaims
-from ..jobtable.listing import Listing
-from ..jobtable.manifests import Manifests
-from ..jobtable.reports import ChildReports
-from ..jobtable.rows import claimed_from_pg_row, claimed_from_row, to_dt
-from .base import CHANNEL, CONTROL_CHANNEL, LocalBase
-from .listen import PgListener
+from django_blamequeue import audit
+from django_blamequeue.backends import wakeup
+from django_blamequeue.backends.database.base import CHANNEL, CONTROL_CHANNEL, LocalBase
+from django_blamequeue.backends.database.listen import PgListener
+from django_blamequeue.backends.jobtable import sql
+from django_blamequeue.backends.jobtable.acks import Acks
+from django_blamequeue.backends.jobtable.checkpoints import Checkpoints
+from django_blamequeue.backends.jobtable.control import ControlRows
+from django_blamequeue.backends.jobtable.dag import DagRelease
+from django_blamequeue.backends.jobtable.effects import InTransaction
+from django_blamequeue.backends.jobtable.inserts import Inserts
+from django_blamequeue.backends.jobtable.leases import RESCUE_COLUMNS, Leases
+from django_blamequeue.backends.jobtable.limited import LimitedClaims
+from django_blamequeue.backends.jobtable.listing import Listing
+from django_blamequeue.backends.jobtable.manifests import Manifests
+from django_blamequeue.backends.jobtable.reports import ChildReports
+from django_blamequeue.backends.jobtable.rows import claimed_from_pg_row, claimed_from_row, to_dt
+from django_blamequeue.core.limits import QueueLimits
+from django_blamequeue.core.records import (
+    Ack,
+    AckResult,
+    Claimed,
+    EnqueuedJob,
+    NewJob,
+    RescueReport,
+)
+from django_blamequeue.core.states import TERMINAL, State
 
 
 class DatabaseBackend(

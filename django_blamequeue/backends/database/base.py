@@ -3,8 +3,8 @@ LISTEN-able on PostgreSQL, cheap to poll on SQLite."""
 
 from __future__ import annotations
 
-from ...conf import BackendConfig
-from ..jobtable.base import CHANNEL, CONTROL_CHANNEL, LedgerBase
+from django_blamequeue.backends.jobtable.base import CHANNEL, CONTROL_CHANNEL, LedgerBase
+from django_blamequeue.conf import BackendConfig
 
 __all__ = ["CHANNEL", "CONTROL_CHANNEL", "LocalBase"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import connections
 
-from ..listen import CONTROL, Listener
+from django_blamequeue.backends.listen import CONTROL, Listener
 
 
 class PgListener(Listener):

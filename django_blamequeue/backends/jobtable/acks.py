@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ... import audit
-from ...core.states import TERMINAL, State
-from ...records import Ack, AckResult
-from . import sql
-from .base import LedgerBase
+from django_blamequeue import audit
+from django_blamequeue.backends.jobtable import sql
+from django_blamequeue.backends.jobtable.base import LedgerBase
+from django_blamequeue.core.records import Ack, AckResult
+from django_blamequeue.core.states import TERMINAL, State
 
 ACK_CHUNK = 500
 _TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)

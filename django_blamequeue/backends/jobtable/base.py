@@ -14,13 +14,13 @@ from typing import Any, ClassVar
 from django.db import InterfaceError, OperationalError, connections, transaction
 from django.utils import timezone
 
-from ... import wakeup
-from ...conf import BackendConfig
-from ...core.states import State
-from ...models import Job, JobFields, OutboxEntry
-from ...records import Ack
-from ..base import Backend
-from . import prepared
+from django_blamequeue.backends import wakeup
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.backends.jobtable import prepared
+from django_blamequeue.conf import BackendConfig
+from django_blamequeue.core.records import Ack
+from django_blamequeue.core.states import State
+from django_blamequeue.models import Job, JobFields, OutboxEntry
 
 CHANNEL = "blamequeue"
 #: NOTIFY channel of control changes (pause, resume, limits): listening workers re-read them.

@@ -14,8 +14,8 @@ from typing import Any
 
 from django.db import transaction
 
-from ... import audit
-from .base import LedgerBase
+from django_blamequeue import audit
+from django_blamequeue.backends.jobtable.base import LedgerBase
 
 CHUNK = 500
 

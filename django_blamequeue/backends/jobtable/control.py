@@ -18,12 +18,13 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count
 
-from ... import audit, wakeup
-from ...controls import ControlState, HandlerWait
-from ...core.limits import QueueLimits
-from ...core.states import Reason, State
-from ...models import QueueControl
-from .base import CONTROL_CHANNEL, LedgerBase
+from django_blamequeue import audit
+from django_blamequeue.backends import wakeup
+from django_blamequeue.backends.jobtable.base import CONTROL_CHANNEL, LedgerBase
+from django_blamequeue.core.controls import ControlState, HandlerWait
+from django_blamequeue.core.limits import QueueLimits
+from django_blamequeue.core.states import Reason, State
+from django_blamequeue.models import QueueControl
 
 
 def state_of(row: QueueControl) -> ControlState:

@@ -13,13 +13,13 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count
 
-from ... import audit
-from ...core.states import TERMINAL, WAITING, State
-from ...models import FlowDependency
-from ...records import CancelResult, JobInfo
-from . import flowsql
-from .base import LedgerBase
-from .rows import info_from_model
+from django_blamequeue import audit
+from django_blamequeue.backends.jobtable import flowsql
+from django_blamequeue.backends.jobtable.base import LedgerBase
+from django_blamequeue.backends.jobtable.rows import info_from_model
+from django_blamequeue.core.records import CancelResult, JobInfo
+from django_blamequeue.core.states import TERMINAL, WAITING, State
+from django_blamequeue.models import FlowDependency
 
 _WAITING = [s.value for s in WAITING] + [State.WAITING_CHILDREN.value]
 _TERMINAL = [s.value for s in TERMINAL]

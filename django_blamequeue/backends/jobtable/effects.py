@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ...records import Ack, AckResult, EffectsFence
-from .acks import Acks
+from django_blamequeue.backends.jobtable.acks import Acks
+from django_blamequeue.core.records import Ack, AckResult, EffectsFence
 
 
 class InTransaction(Acks):

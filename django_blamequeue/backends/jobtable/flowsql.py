@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 
-from ...core.rules import CONTINUE
-from .sql import DEP, JOB, unnest_rows
+from django_blamequeue.backends.jobtable.sql import DEP, JOB, unnest_rows
+from django_blamequeue.core.rules import CONTINUE
 
 
 def release_dependants(vendor: str, n: int, table: str = JOB) -> str:

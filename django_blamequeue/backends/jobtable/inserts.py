@@ -14,12 +14,12 @@ from typing import Any
 
 from django.db import OperationalError
 
-from ... import audit
-from ...core.states import ACTIVE, State
-from ...models import FlowDependency, JobFields
-from ...records import EnqueuedJob, NewJob
-from . import sql
-from .base import CHANNEL, LedgerBase
+from django_blamequeue import audit
+from django_blamequeue.backends.jobtable import sql
+from django_blamequeue.backends.jobtable.base import CHANNEL, LedgerBase
+from django_blamequeue.core.records import EnqueuedJob, NewJob
+from django_blamequeue.core.states import ACTIVE, State
+from django_blamequeue.models import FlowDependency, JobFields
 
 _ACTIVE = [s.value for s in ACTIVE]
 _PENDING, _BLOCKED = State.PENDING.value, State.BLOCKED.value

@@ -12,14 +12,14 @@ from django.db import transaction
 from django.db.models import F, Value
 from django.db.models.functions import Greatest
 
-from ... import audit
-from ...core.lifecycle import rescue
-from ...core.rules import STALLED_MESSAGE
-from ...core.states import State
-from ...records import LeaseSignals
-from ..rescuelog import Rescued, log_rescued
-from . import sql
-from .base import LedgerBase
+from django_blamequeue import audit
+from django_blamequeue.backends.jobtable import sql
+from django_blamequeue.backends.jobtable.base import LedgerBase
+from django_blamequeue.backends.rescuelog import Rescued, log_rescued
+from django_blamequeue.core.lifecycle import rescue
+from django_blamequeue.core.records import LeaseSignals
+from django_blamequeue.core.rules import STALLED_MESSAGE
+from django_blamequeue.core.states import State
 
 ACK_CHUNK = 500
 #: The columns ``_rescue_rows`` takes, in order.

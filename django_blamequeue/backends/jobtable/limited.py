@@ -24,13 +24,13 @@ from typing import Any
 
 from django.utils import timezone
 
-from ...core import limits as rule
-from ...core.limits import InFlight, QueueLimits
-from ...core.rules import claims_from
-from ...records import Claimed
-from . import sql
-from .base import LedgerBase
-from .rows import claimed_from_row
+from django_blamequeue.backends.jobtable import sql
+from django_blamequeue.backends.jobtable.base import LedgerBase
+from django_blamequeue.backends.jobtable.rows import claimed_from_row
+from django_blamequeue.core import limits as rule
+from django_blamequeue.core.limits import InFlight, QueueLimits
+from django_blamequeue.core.records import Claimed
+from django_blamequeue.core.rules import claims_from
 
 CONTROL = "blamequeue_queue_control"
 RATE = "blamequeue_rate_start"

@@ -10,13 +10,13 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count, Min, Q
 
-from ... import audit
-from ...core.rules import DLQ_RETRY_RESETS
-from ...core.states import ACTIVE, WAITING, State
-from ...models import FlowDependency, OutboxEntry
-from ...records import Backlog, JobInfo, PruneReport, QueueStats
-from .base import LedgerBase
-from .rows import info_from_model
+from django_blamequeue import audit
+from django_blamequeue.backends.jobtable.base import LedgerBase
+from django_blamequeue.backends.jobtable.rows import info_from_model
+from django_blamequeue.core.records import Backlog, JobInfo, PruneReport, QueueStats
+from django_blamequeue.core.rules import DLQ_RETRY_RESETS
+from django_blamequeue.core.states import ACTIVE, WAITING, State
+from django_blamequeue.models import FlowDependency, OutboxEntry
 
 _ACTIVE = [s.value for s in ACTIVE]
 

@@ -16,12 +16,14 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count
 
-from ... import audit, wire
-from ...core.states import State
-from ...models import FlowDependency
-from ...records import Ack, ChildSpec, FlowState, state_from_rows
-from . import flowsql, sql
-from .base import LedgerBase
+from django_blamequeue import audit
+from django_blamequeue.backends.flow_verbs import state_from_rows
+from django_blamequeue.backends.jobtable import flowsql, sql
+from django_blamequeue.backends.jobtable.base import LedgerBase
+from django_blamequeue.core import wire
+from django_blamequeue.core.records import Ack, ChildSpec, FlowState
+from django_blamequeue.core.states import State
+from django_blamequeue.models import FlowDependency
 
 FAN_OUT = audit.FLOW_FAN_OUT
 

@@ -21,13 +21,14 @@ from typing import Any
 
 from django.db import transaction
 
-from ... import audit, wire
-from ...core.rules import fails_fast
-from ...core.states import TERMINAL, State
-from ...models import FlowDependency, OutboxEntry
-from ...records import Report
-from . import flowsql
-from .base import LedgerBase
+from django_blamequeue import audit
+from django_blamequeue.backends.jobtable import flowsql
+from django_blamequeue.backends.jobtable.base import LedgerBase
+from django_blamequeue.core import wire
+from django_blamequeue.core.records import Report
+from django_blamequeue.core.rules import fails_fast
+from django_blamequeue.core.states import TERMINAL, State
+from django_blamequeue.models import FlowDependency, OutboxEntry
 
 _TERMINAL = [s.value for s in TERMINAL]
 REPORT = audit.FLOW_REPORT

@@ -8,10 +8,11 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
-from ... import checkpoints
-from ...records import Claimed, JobInfo
-from ...serializers import Encoded, decode
-from ..readback import FieldReader
+from django_blamequeue.backends.readback import FieldReader
+from django_blamequeue.core import checkpoints
+from django_blamequeue.core.payload import Encoded
+from django_blamequeue.core.records import Claimed, JobInfo
+from django_blamequeue.serializers import decode
 
 
 def to_dt(value: Any) -> datetime | None:

@@ -15,10 +15,22 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ... import audit
-from ...controls import QueueLimits
-from ...core.states import State
-from ...records import (
+from django_blamequeue import audit
+from django_blamequeue.backends.redis import lua
+from django_blamequeue.backends.redis.codec import (
+    Blobs,
+    ack_rows,
+    ack_spec,
+    claimed_from,
+    job_header,
+    limits_spec,
+)
+from django_blamequeue.backends.redis.control import Control
+from django_blamequeue.backends.redis.flows import Flows
+from django_blamequeue.backends.redis.operations import Operations
+from django_blamequeue.backends.rescuelog import log_rescued
+from django_blamequeue.core.controls import QueueLimits
+from django_blamequeue.core.records import (
     Ack,
     AckResult,
     Claimed,
@@ -27,12 +39,7 @@ from ...records import (
     NewJob,
     RescueReport,
 )
-from ..rescuelog import log_rescued
-from . import lua
-from .codec import Blobs, ack_rows, ack_spec, claimed_from, job_header, limits_spec
-from .control import Control
-from .flows import Flows
-from .operations import Operations
+from django_blamequeue.core.states import State
 
 ENQUEUE_CHUNK = 1000  # jobs per script call: keeps each call short (Redis runs one at a time)
 ACK_CHUNK = 500

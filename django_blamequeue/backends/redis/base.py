@@ -14,14 +14,15 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ... import audit, wakeup
-from ...conf import BackendConfig
-from ..base import Backend
-from . import lua
-from .codec import dumps
-from .connection import UNAVAILABLE, connect, warnings
-from .keys import Keys
-from .listen import RedisListener
+from django_blamequeue import audit
+from django_blamequeue.backends import wakeup
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.backends.redis import lua
+from django_blamequeue.backends.redis.codec import dumps
+from django_blamequeue.backends.redis.connection import UNAVAILABLE, connect, warnings
+from django_blamequeue.backends.redis.keys import Keys
+from django_blamequeue.backends.redis.listen import RedisListener
+from django_blamequeue.conf import BackendConfig
 
 logger = logging.getLogger("django_blamequeue.redis")
 

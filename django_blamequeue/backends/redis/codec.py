@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ... import checkpoints, wire
-from ...controls import ControlState, QueueLimits
-from ...records import Ack, ChildSpec, Claimed, JobInfo, NewJob, Report
-from ...serializers import Encoded, decode
-from ..readback import FieldReader
-from .keys import from_us, to_us
+from django_blamequeue.backends.readback import FieldReader
+from django_blamequeue.backends.redis.keys import from_us, to_us
+from django_blamequeue.core import checkpoints, wire
+from django_blamequeue.core.controls import ControlState, QueueLimits
+from django_blamequeue.core.payload import Encoded
+from django_blamequeue.core.records import Ack, ChildSpec, Claimed, JobInfo, NewJob, Report
+from django_blamequeue.serializers import decode
 
 
 def dumps(spec: Any) -> bytes:

@@ -9,10 +9,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ... import audit, wakeup
-from ...controls import ControlState, HandlerWait, QueueLimits
-from .base import RedisBase
-from .codec import control_from, limits_spec, text
+from django_blamequeue import audit
+from django_blamequeue.backends import wakeup
+from django_blamequeue.backends.redis.base import RedisBase
+from django_blamequeue.backends.redis.codec import control_from, limits_spec, text
+from django_blamequeue.core.controls import ControlState, HandlerWait, QueueLimits
 
 NAMES_CAP = 100_000  # jobs per queue ``waiting_names`` looks at
 

@@ -15,11 +15,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ... import wire
-from ...core.states import TERMINAL
-from ...records import ChildSpec, FlowState, OutboxItem, Report, state_from_rows
-from .base import RedisBase
-from .codec import Blobs, child_spec, report_spec, text
+from django_blamequeue.backends.flow_verbs import state_from_rows
+from django_blamequeue.backends.redis.base import RedisBase
+from django_blamequeue.backends.redis.codec import Blobs, child_spec, report_spec, text
+from django_blamequeue.core import wire
+from django_blamequeue.core.records import ChildSpec, FlowState, OutboxItem, Report
+from django_blamequeue.core.states import TERMINAL
 
 logger = logging.getLogger("django_blamequeue.flows")
 _TERMINAL = frozenset(s.value for s in TERMINAL)

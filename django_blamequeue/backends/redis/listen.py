@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..listen import CONTROL, Listener
+from django_blamequeue.backends.listen import CONTROL, Listener
 
 if TYPE_CHECKING:
-    from .base import RedisBase
+    from django_blamequeue.backends.redis.base import RedisBase
 
 
 class RedisListener(Listener):

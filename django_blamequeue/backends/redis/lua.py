@@ -19,10 +19,10 @@ from datetime import datetime
 from importlib.resources import files
 from typing import Any
 
-from ... import audit
-from ...core import rules
-from ...core.states import Reason
-from .keys import to_us
+from django_blamequeue import audit
+from django_blamequeue.backends.redis.keys import to_us
+from django_blamequeue.core import rules
+from django_blamequeue.core.states import Reason
 
 NAMES = (
     "enqueue",

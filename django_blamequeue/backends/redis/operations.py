@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ... import audit
-from ...core.states import State
-from ...models import OutboxEntry
-from ...records import Backlog, CancelResult, JobInfo, PruneReport, QueueStats
-from .base import RedisBase
-from .codec import info_from
-from .keys import from_us, to_us
+from django_blamequeue import audit
+from django_blamequeue.backends.redis.base import RedisBase
+from django_blamequeue.backends.redis.codec import info_from
+from django_blamequeue.backends.redis.keys import from_us, to_us
+from django_blamequeue.core.records import Backlog, CancelResult, JobInfo, PruneReport, QueueStats
+from django_blamequeue.core.states import State
+from django_blamequeue.models import OutboxEntry
 
 PURGE_CHUNK = 5000
 RETRY_CHUNK = 1000

@@ -19,26 +19,34 @@ from django.core.checks import Warning as CheckWarning
 from django.db import transaction
 from django.utils import timezone
 
-from ... import audit, wakeup
-from ...conf import get_settings
-from ...core.states import TERMINAL, State
-from ...models import FlowDependency
-from ...records import Ack, AckResult, EffectsFence, EnqueuedJob, NewJob, RescueReport
-from ..jobtable.acks import Acks
-from ..jobtable.checkpoints import Checkpoints
-from ..jobtable.control import ControlRows
-from ..jobtable.dag import DagRelease
-from ..jobtable.effects import InTransaction, answer
-from ..jobtable.inserts import Inserts
-from ..jobtable.leases import RESCUE_COLUMNS, Leases
-from ..jobtable.listing import Listing
-from ..jobtable.manifests import Manifests
-from ..jobtable.reports import ChildReports
-from ..jobtable.rows import to_dt
-from . import messages
-from .base import UNAVAILABLE, FollowUps
-from .receive import Receive
-from .transport import MAX_DELAY, MAX_VISIBILITY, Outgoing
+from django_blamequeue import audit
+from django_blamequeue.backends import wakeup
+from django_blamequeue.backends.jobtable.acks import Acks
+from django_blamequeue.backends.jobtable.checkpoints import Checkpoints
+from django_blamequeue.backends.jobtable.control import ControlRows
+from django_blamequeue.backends.jobtable.dag import DagRelease
+from django_blamequeue.backends.jobtable.effects import InTransaction, answer
+from django_blamequeue.backends.jobtable.inserts import Inserts
+from django_blamequeue.backends.jobtable.leases import RESCUE_COLUMNS, Leases
+from django_blamequeue.backends.jobtable.listing import Listing
+from django_blamequeue.backends.jobtable.manifests import Manifests
+from django_blamequeue.backends.jobtable.reports import ChildReports
+from django_blamequeue.backends.jobtable.rows import to_dt
+from django_blamequeue.backends.sqs import messages
+from django_blamequeue.backends.sqs.base import UNAVAILABLE, FollowUps
+from django_blamequeue.backends.sqs.receive import Receive
+from django_blamequeue.backends.sqs.transport import MAX_DELAY, MAX_VISIBILITY, Outgoing
+from django_blamequeue.conf import get_settings
+from django_blamequeue.core.records import (
+    Ack,
+    AckResult,
+    EffectsFence,
+    EnqueuedJob,
+    NewJob,
+    RescueReport,
+)
+from django_blamequeue.core.states import TERMINAL, State
+from django_blamequeue.models import FlowDependency
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage

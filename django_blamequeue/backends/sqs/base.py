@@ -26,15 +26,21 @@ from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
-from ... import wakeup
-from ...conf import BackendConfig
-from ...core.states import State
-from ...models import SqsJob
-from ..jobtable.base import LedgerBase
-from ..jobtable.rows import to_dt
-from . import messages
-from .messages import SEND_COLUMNS
-from .transport import MAX_DELAY, Outgoing, QueueGone, SqsUnavailable, Transport
+from django_blamequeue.backends import wakeup
+from django_blamequeue.backends.jobtable.base import LedgerBase
+from django_blamequeue.backends.jobtable.rows import to_dt
+from django_blamequeue.backends.sqs import messages
+from django_blamequeue.backends.sqs.messages import SEND_COLUMNS
+from django_blamequeue.backends.sqs.transport import (
+    MAX_DELAY,
+    Outgoing,
+    QueueGone,
+    SqsUnavailable,
+    Transport,
+)
+from django_blamequeue.conf import BackendConfig
+from django_blamequeue.core.states import State
+from django_blamequeue.models import SqsJob
 
 logger = logging.getLogger("django_blamequeue.sqs")
 CHUNK = 500

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ...exceptions import ErrorCode, QueueError
-from ...records import NewJob
-from ...serializers import Encoded
-from .transport import MAX_DELAY, Outgoing, QueueInfo, attribute_size
+from django_blamequeue.backends.sqs.transport import MAX_DELAY, Outgoing, QueueInfo, attribute_size
+from django_blamequeue.core.payload import Encoded
+from django_blamequeue.core.records import NewJob
+from django_blamequeue.exceptions import ErrorCode, QueueError
 
 VERSION = 1
 # Characters SQS refuses in a body (it allows #x9, #xA, #xD, #x20-#xD7FF, #xE000-#xFFFD and

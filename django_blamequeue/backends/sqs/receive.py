@@ -31,17 +31,23 @@ from typing import Any
 
 from django.db import transaction
 
-from ... import audit
-from ...conf import get_settings
-from ...controls import QueueLimits
-from ...core import limits as rule
-from ...core.states import TERMINAL, State
-from ...records import Claimed
-from ..jobtable.limited import LimitedClaims
-from ..jobtable.rows import claimed_from_row, to_dt
-from ..jobtable.sql import CLAIM_COLUMNS, CONTROL
-from .base import FollowUps, SqsBase
-from .transport import BATCH, MAX_DELAY, MAX_VISIBILITY, QueueGone, Received
+from django_blamequeue import audit
+from django_blamequeue.backends.jobtable.limited import LimitedClaims
+from django_blamequeue.backends.jobtable.rows import claimed_from_row, to_dt
+from django_blamequeue.backends.jobtable.sql import CLAIM_COLUMNS, CONTROL
+from django_blamequeue.backends.sqs.base import FollowUps, SqsBase
+from django_blamequeue.backends.sqs.transport import (
+    BATCH,
+    MAX_DELAY,
+    MAX_VISIBILITY,
+    QueueGone,
+    Received,
+)
+from django_blamequeue.conf import get_settings
+from django_blamequeue.core import limits as rule
+from django_blamequeue.core.controls import QueueLimits
+from django_blamequeue.core.records import Claimed
+from django_blamequeue.core.states import TERMINAL, State
 
 ROUNDS = 4
 #: Seconds a message is hidden again when its queue is paused or its limits are full now.

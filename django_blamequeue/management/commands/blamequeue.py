@@ -10,15 +10,15 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import registry
-from ...api import queue
-from ...backends import all_backends, get_backend
-from ...backends.base import Backend
-from ...exceptions import QueueError
-from ...records import JobInfo
-from .. import controls
-from ..controls import ControlCommands
-from ..render import (
+from django_blamequeue.api import queue
+from django_blamequeue.backends import all_backends, get_backend
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.core.records import JobInfo
+from django_blamequeue.exceptions import QueueError
+from django_blamequeue.jobs import registry
+from django_blamequeue.management import control
+from django_blamequeue.management.control import ControlCommands
+from django_blamequeue.management.render import (
     ScheduleView,
     render_flow,
     render_job,
@@ -68,7 +68,7 @@ class Command(ControlCommands, BaseCommand):
         enq.add_argument("--delay", type=float, default=None)
         enq.add_argument("--priority", type=int, default=0)
         enq.add_argument("--dedupe-key", default=None)
-        controls.add_arguments(sub)
+        control.add_arguments(sub)
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -218,9 +218,10 @@ def _dlq_line(j: JobInfo) -> str:
 
 def _schedules(count: int) -> list[ScheduleView]:
     """``SCHEDULES`` (as the sweeper will mirror them) and the admin's rows, by name."""
-    from ... import registry, schedules
-    from ...conf import get_settings
-    from ...models import Schedule
+    from django_blamequeue.conf import get_settings
+    from django_blamequeue.core import schedules
+    from django_blamequeue.jobs import registry
+    from django_blamequeue.models import Schedule
 
     rows = {s.name: s for s in Schedule.objects.all()}
     now = get_backend(None).now()  # the scheduler's clock

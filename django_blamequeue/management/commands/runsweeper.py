@@ -15,9 +15,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ...backends import all_backends
-from ...console import banner, worker_identity
-from ...sweeper import Sweeper, SweepReport, services_for
+from django_blamequeue.backends import all_backends
+from django_blamequeue.sweeper import Sweeper, SweepReport, services_for
+from django_blamequeue.worker.progress import banner, worker_identity
 
 
 def describe(report: SweepReport) -> str:

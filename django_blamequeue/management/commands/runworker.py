@@ -13,18 +13,25 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import fleet, metrics, registry
-from ...api import queue
-from ...backends import get_backend
-from ...checks import check_atomic_on_sqlite
-from ...conf import get_settings
-from ...console import ProgressLine, banner, worker_identity
-from ...exceptions import QueueError
-from ...records import Backlog
-from ...sizing import DEFAULT_CONCURRENCY, Concurrency, connection_bound, default_concurrency
-from ...sweeper import Sweeper, services_for
-from ...validation import MAX_SECONDS, parse_rate_limit
-from ..render import span
+from django_blamequeue.api import queue
+from django_blamequeue.backends import get_backend
+from django_blamequeue.checks import check_atomic_on_sqlite
+from django_blamequeue.conf import get_settings
+from django_blamequeue.core.records import Backlog
+from django_blamequeue.core.validation import MAX_SECONDS, parse_rate_limit
+from django_blamequeue.exceptions import QueueError
+from django_blamequeue.jobs import registry
+from django_blamequeue.management.render import span
+from django_blamequeue.management.sizing import (
+    DEFAULT_CONCURRENCY,
+    Concurrency,
+    connection_bound,
+    default_concurrency,
+)
+from django_blamequeue.observability import metrics
+from django_blamequeue.sweeper import Sweeper, services_for
+from django_blamequeue.worker import fleet
+from django_blamequeue.worker.progress import ProgressLine, banner, worker_identity
 
 
 def positive_int(text: str) -> int:

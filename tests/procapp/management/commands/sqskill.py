@@ -22,9 +22,10 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.db import connections, transaction
 
-from django_blamequeue import backends, outbox, queue
+from django_blamequeue import backends, queue
 from django_blamequeue.backends.sqs.transport import Transport
-from django_blamequeue.outbox import Relay
+from django_blamequeue.relay import outbox
+from django_blamequeue.relay.outbox import Relay
 
 from ...jobs import QUEUE
 

@@ -1,0 +1,308 @@
+"""Validation of a raw ``BLAMEQUEUE`` mapping into a list of problems (ids in docs/checks.md).
+
+Kept apart from ``conf`` (which imports it on first use) to keep that module readable. A pure
+function of its inputs: ``conf`` passes the raw dict, ``DATABASES`` and ``CACHES``, so
+the system check and the runtime refusal run the same code and can never disagree. Ids are
+never renumbered or reused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from kombu.serialization import registry
+
+from django_blamequeue.conf.schema import (
+    AUDIT_LEVELS,
+    BACKEND_DEFAULTS,
+    PROTOCOLS,
+    QUEUE_KEYS,
+    RETENTION_KEYS,
+    SETTINGS_WHERE,
+    TOP_KEYS,
+    UNAVAILABLE,
+    UNSAFE_CONTENT,
+    Problem,
+    Where,
+    content_type_of,
+)
+from django_blamequeue.conf.values import (
+    COUNT_1,
+    NUMERIC_OPTIONS,
+    RATE,
+    SCALARS,
+    SQS_NUMBERS,
+    can_encode,
+    closest,
+    is_int,
+    is_names,
+    is_number,
+    kind,
+    schedule_errors,
+)
+from django_blamequeue.core.validation import limits
+from django_blamequeue.exceptions import QueueError
+
+__all__ = ["validate"]
+
+
+def validate(
+    raw: object,
+    *,
+    where: Where = SETTINGS_WHERE,
+    databases: Mapping[str, Any] | None = None,
+    caches: Mapping[str, Any] | None = None,
+) -> list[Problem]:
+    """Every problem in ``raw``, errors and warnings, in the order the keys are documented."""
+    if not isinstance(raw, Mapping):
+        message = f"BLAMEQUEUE must be a dict, not {type(raw).__name__}"
+        return [Problem(id="E001", message=message, hint=_HINT_TOP)]
+    validator = _Validator(where, databases or {}, caches or {})
+    validator.unknown_keys(raw, TOP_KEYS)
+    validator.backends(raw)
+    validator.content(raw)
+    validator.scalars(raw)
+    validator.retention(raw.get("RETENTION", {}))
+    validator.schedules(raw.get("SCHEDULES", {}))
+    validator.queues(raw.get("QUEUES", {}))
+    return validator.found
+
+
+_HINT_TOP = 'Set BLAMEQUEUE = {"BACKENDS": {"default": {"PROTOCOL": "local"}}} or remove it.'
+_HINT_PROTOCOL = "Use one of: " + ", ".join(PROTOCOLS) + "."
+_HINT_SCHEDULE = (
+    'A schedule is {"job": "app.jobs.name", "cron": "*/5 * * * *"} or {"job": ..., '
+    '"interval": 300}, with optional "timezone", "payload" and "queue".'
+)
+
+
+class _Validator:
+    """Collects problems; one method per settings area, each reading only its own keys."""
+
+    def __init__(
+        self, where: Where, databases: Mapping[str, Any], caches: Mapping[str, Any]
+    ) -> None:
+        self.where, self.databases, self.caches = where, databases, caches
+        self.found: list[Problem] = []
+        self.implied = False  # no "BACKENDS" in the setting: its "default" is not written there
+
+    def add(
+        self, id_: str, message: str, hint: str = "", level: Literal["error", "warning"] = "error"
+    ) -> None:
+        self.found.append(Problem(id=id_, message=message, hint=hint, level=level))
+
+    def unknown_keys(
+        self, raw: Mapping[Any, Any], known: Sequence[str], *at: str, of: str = ""
+    ) -> None:
+        for key in raw:
+            if key not in known:
+                message = f"{self.where(*at, key)} is not a known key{of}.{closest(key, known)}"
+                self.add("E001", message, "Known keys: " + ", ".join(known) + ".")
+
+    def backends(self, raw: Mapping[str, Any]) -> None:
+        backends = raw.get("BACKENDS", {"default": {"PROTOCOL": "local"}})
+        self.implied = "BACKENDS" not in raw and not self.where.environment
+        if not isinstance(backends, Mapping) or not backends:
+            message = f"{self.where('BACKENDS')} must be a non-empty dict of alias -> entry"
+            self.add("E012", message, 'For example {"default": {"PROTOCOL": "local"}}.')
+            return
+        for alias, entry in backends.items():
+            if not isinstance(alias, str) or not alias:
+                self.add(
+                    "E012", f"{self.where('BACKENDS', alias)}: an alias must be a non-empty str"
+                )
+            elif not isinstance(entry, Mapping):
+                message = f"{self.where('BACKENDS', alias)} must be a dict, not {kind(entry)}"
+                self.add("E012", message, 'For example {"PROTOCOL": "local"}.')
+            else:
+                self.backend(("BACKENDS", alias), entry)
+        default = raw.get("DEFAULT_BACKEND", "default")
+        if not isinstance(default, str) or default not in backends:
+            message = f"{self.where('DEFAULT_BACKEND')} is {default!r}, not an entry of BACKENDS"
+            self.add("E002", message, "Use one of: " + ", ".join(map(str, backends)) + ".")
+
+    def backend(self, at: tuple[str, str], entry: Mapping[str, Any]) -> None:
+        protocol, where = entry.get("PROTOCOL"), self.where
+        if isinstance(protocol, str) and protocol in UNAVAILABLE:
+            what = f"{UNAVAILABLE[protocol]} is not available"
+            self.add("E004", f"{where(*at, 'PROTOCOL')} is {protocol!r}: {what}", _HINT_PROTOCOL)
+            return
+        if protocol not in PROTOCOLS:
+            what = "is missing" if protocol is None else f"is {protocol!r}, not a known protocol"
+            message = f"{where(*at, 'PROTOCOL')} {what}."
+            self.add("E003", message + closest(protocol, PROTOCOLS), _HINT_PROTOCOL)
+            return
+        defaults = BACKEND_DEFAULTS[protocol]
+        self.unknown_keys(entry, ("PROTOCOL", "QUEUES", *defaults), *at, of=f" for {protocol}")
+        options = {**defaults, **{k: v for k, v in entry.items() if k in defaults}}
+        for key, value in options.items():
+            if key in NUMERIC_OPTIONS:
+                continue  # checked with their ranges by the protocol's method
+            expected = bool if key in ("TLS", "LISTEN", "PREPARE") else str
+            if not (isinstance(value, expected) or (value is None and defaults[key] is None)):
+                self.add("E012", f"{where(*at, key)} is {value!r}; expected a {expected.__name__}")
+        queues = entry.get("QUEUES")
+        if queues is not None and not is_names(queues):
+            message = f"{where(*at, 'QUEUES')} is {queues!r}; expected a list of queue names"
+            self.add("E012", message, "Omit QUEUES to allow any queue name.")
+        {"local": self.local, "redis": self.redis, "sqs": self.sqs}[protocol](at, options)
+
+    def local(self, at: tuple[str, str], options: Mapping[str, Any]) -> None:
+        alias = options["DATABASE"]
+        if alias not in self.databases:
+            message = f"{self.where(*at, 'DATABASE')} is {alias!r}, not an entry of DATABASES"
+            self.add("E005", message, "Use one of: " + ", ".join(self.databases) + ".")
+            return
+        db = self.databases[alias]
+        engine = str(db.get("ENGINE", ""))
+        mode = str((db.get("OPTIONS") or {}).get("transaction_mode") or "")
+        if ("sqlite" in engine or "spatialite" in engine) and mode.upper() != "IMMEDIATE":
+            origin = self.where(*at)
+            if self.implied:
+                origin = 'the backend "default" of a BLAMEQUEUE without "BACKENDS"'
+            message = (
+                f"{origin[0].upper()}{origin[1:]} stores jobs in the SQLite database {alias!r}, "
+                'whose OPTIONS lack "transaction_mode": "IMMEDIATE"; concurrent workers will hit '
+                '"database is locked"'
+            )
+            hint = f'Add "OPTIONS": {{"transaction_mode": "IMMEDIATE"}} to DATABASES[{alias!r}].'
+            self.add("W002", message, hint, "warning")
+
+    def redis(self, at: tuple[str, str], options: Mapping[str, Any]) -> None:
+        connection, url, where = options["CONNECTION"], options["URL"], self.where
+        if connection is not None and url is not None:
+            message = f"{where(*at)} sets both CONNECTION and URL; it is unclear which to use"
+            self.add("E006", message, "Keep one of them.")
+        elif connection is not None:
+            backend = str((self.caches.get(connection) or {}).get("BACKEND", ""))
+            if connection not in self.caches or "redis" not in backend.lower():
+                what = "no entry" if connection not in self.caches else f"a non-Redis {backend}"
+                message = f"{where(*at, 'CONNECTION')} is {connection!r}: {what} of CACHES"
+                self.add("E006", message, "Name a django-redis entry of CACHES, or give a URL.")
+        elif url is None or not re.match(r"(redis|rediss|unix)://", url):
+            what = "is missing" if url is None else f"is {url!r}, not a redis:// URL"
+            message = f"{where(*at, 'URL')} {what}; a redis backend needs a URL or a CONNECTION"
+            example = "e.g. redis://localhost:6379/0 (rediss:// for TLS)"
+            hint = f'Set "URL" ({example}), or "CONNECTION" to a django-redis alias of CACHES.'
+            if where.environment:
+                hint = f"Set {where(*at, 'URL')} ({example})."
+            self.add("E006", message, hint)
+
+    def sqs(self, at: tuple[str, str], options: Mapping[str, Any]) -> None:
+        where = self.where
+        if not options["REGION"]:
+            message = f"{where(*at, 'REGION')} is missing; an sqs backend needs an AWS region"
+            self.add("E007", message, f"Set {where(*at, 'REGION')}, e.g. to 'eu-west-1'.")
+        prefix = options["QUEUE_PREFIX"]
+        if isinstance(prefix, str) and not re.fullmatch(r"[A-Za-z0-9_-]*", prefix):
+            message = f"{where(*at, 'QUEUE_PREFIX')} is {prefix!r}; SQS allows A-Z a-z 0-9 - _"
+            self.add("E012", message)
+        elif isinstance(prefix, str) and len(prefix) > 40:
+            message = f"{where(*at, 'QUEUE_PREFIX')} has {len(prefix)} characters; at most 40"
+            self.add("E012", message, "SQS queue names have 80 characters, the prefix included.")
+        endpoint = options["ENDPOINT_URL"]
+        if isinstance(endpoint, str) and not re.match(r"https?://", endpoint):
+            message = f"{where(*at, 'ENDPOINT_URL')} is {endpoint!r}; expected an http(s):// URL"
+            self.add("E012", message)
+        for key, (valid, expected) in SQS_NUMBERS.items():
+            if not valid(options[key]):
+                self.add("E012", f"{where(*at, key)} is {options[key]!r}; expected {expected}")
+
+    def content(self, raw: Mapping[str, Any]) -> None:
+        accept, where = raw.get("ACCEPT_CONTENT", ["json"]), self.where
+        if not is_names(accept) or not accept:
+            message = f"{where('ACCEPT_CONTENT')} is {accept!r}; expected a non-empty list"
+            self.add("E008", message, 'For example ["json"].')
+            return
+        types = {content_type_of(item) for item in accept}
+        for item in accept:
+            if content_type_of(item) is None:
+                message = f"{where('ACCEPT_CONTENT')} lists {item!r}, which kombu does not know"
+                self.add("E008", message, f"Known serializers: {', '.join(registry.name_to_type)}.")
+        for content_type, name in UNSAFE_CONTENT.items():
+            if content_type in types:
+                message = f"{where('ACCEPT_CONTENT')} accepts {name}: a crafted payload runs code"
+                self.add(
+                    "W001", message, f"Remove {name!r} unless every producer is trusted.", "warning"
+                )
+        serializer = raw.get("SERIALIZER", "json")
+        if not can_encode(serializer):
+            message = f"{where('SERIALIZER')} is {serializer!r}, which kombu cannot encode with"
+            self.add("E008", message, "Use a kombu serializer name such as 'json'.")
+        elif registry.name_to_type[serializer] not in types:
+            message = f"{where('SERIALIZER')} is {serializer!r}, which ACCEPT_CONTENT refuses"
+            self.add("E008", message, f"Add {serializer!r} to ACCEPT_CONTENT.")
+
+    def scalars(self, raw: Mapping[str, Any]) -> None:
+        size = raw.get("MAX_PAYLOAD_BYTES", 1)
+        if not is_int(size) or size <= 0:
+            message = f"{self.where('MAX_PAYLOAD_BYTES')} is {size!r}; expected a positive int"
+            self.add("E009", message, "It counts bytes; the default is 1048576 (1 MiB).")
+        audit = raw.get("AUDIT", "operations")
+        if audit not in AUDIT_LEVELS:
+            message = f"{self.where('AUDIT')} is {audit!r}; expected one of all, operations, off"
+            self.add("E010", message, 'The default is "operations".')
+        for key, (valid, expected) in SCALARS.items():
+            if key in raw and not valid(raw[key]):
+                self.add("E012", f"{self.where(key)} is {raw[key]!r}; expected {expected}")
+        base, top = raw.get("BACKOFF_BASE", 1.0), raw.get("BACKOFF_MAX", 300.0)
+        if is_number(base) and is_number(top) and top < base:
+            message = f"{self.where('BACKOFF_MAX')} is {top!r}, below BACKOFF_BASE ({base!r})"
+            self.add("E012", message, "BACKOFF_MAX caps the delay; make it >= BACKOFF_BASE.")
+
+    def retention(self, retention: object) -> None:
+        if not isinstance(retention, Mapping):
+            message = f"{self.where('RETENTION')} is {retention!r}; expected a dict"
+            self.add("E012", message, 'For example {"DONE": 604800, "FAILED": None}.')
+            return
+        self.unknown_keys(retention, RETENTION_KEYS, "RETENTION")
+        for key in RETENTION_KEYS:
+            value = retention.get(key)
+            if value is not None and not (is_number(value) and value > 0):
+                message = f"{self.where('RETENTION', key)} is {value!r}; expected seconds > 0"
+                self.add("E012", message, "Use None to keep rows forever.")
+
+    def schedules(self, schedules: object) -> None:
+        if not isinstance(schedules, Mapping):
+            message = f"{self.where('SCHEDULES')} is {schedules!r}; expected a dict"
+            self.add("E011", message, _HINT_SCHEDULE)
+            return
+        for name, entry in schedules.items():
+            at = self.where("SCHEDULES", name)
+            if not isinstance(name, str) or not name:
+                self.add("E011", f"{at}: a schedule name must be a non-empty str")
+            elif not isinstance(entry, Mapping):
+                self.add("E011", f"{at} must be a dict, not {kind(entry)}", _HINT_SCHEDULE)
+            else:
+                for why in schedule_errors(entry):
+                    self.add("E011", f"{at}: {why}", _HINT_SCHEDULE)
+
+    def queues(self, queues: object) -> None:
+        """E013: ``QUEUES`` maps queue names to their default limits."""
+        hint = (
+            'For example {"emails": {"CONCURRENCY": 10, "KEY_CONCURRENCY": 1, '
+            '"RATE_LIMIT": (100, 60), "KEY_RATE_LIMIT": (5, 1)}}.'
+        )
+        if not isinstance(queues, Mapping):
+            self.add("E013", f"{self.where('QUEUES')} is {queues!r}; expected a dict", hint)
+            return
+        for name, entry in queues.items():
+            at = self.where("QUEUES", name)
+            if not isinstance(name, str) or not name.strip():
+                self.add("E013", f"{at}: a queue name must be a non-empty str", hint)
+            elif not isinstance(entry, Mapping):
+                self.add("E013", f"{at} must be a dict, not {kind(entry)}", hint)
+            else:
+                for key in entry:
+                    if key not in QUEUE_KEYS:
+                        why = f"{key!r} is not a queue key.{closest(key, QUEUE_KEYS)}"
+                        self.add("E013", f"{at}: {why}", "Known keys: " + ", ".join(QUEUE_KEYS))
+                for key in QUEUE_KEYS:
+                    try:
+                        limits(**{key.lower(): entry.get(key)})
+                    except QueueError:
+                        expected = RATE if key.endswith("RATE_LIMIT") else COUNT_1
+                        message = f'{at}["{key}"] is {entry[key]!r}; expected {expected} or None'
+                        self.add("E013", message, hint)

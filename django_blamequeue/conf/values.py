@@ -1,0 +1,129 @@
+"""The pieces ``confcheck`` validates settings values with: predicates, the bounds they state
+in messages, the per-key tables of scalar settings and SQS options, and a schedule entry's
+errors. Pure functions of their inputs."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import zoneinfo
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeGuard
+
+from kombu.exceptions import SerializerNotInstalled
+from kombu.serialization import dumps as _kombu_dumps
+from kombu.serialization import registry
+
+from django_blamequeue.conf.schema import SCHEDULE_KEYS
+from django_blamequeue.core.schedules import cron_error
+from django_blamequeue.core.validation import MAX_INT, MAX_SECONDS, MIN_INTERVAL, json_problem
+
+dumps: Callable[..., tuple[str, str, str | bytes]] = _kombu_dumps  # kombu is untyped
+
+
+def schedule_errors(entry: Mapping[str, Any]) -> list[str]:
+    errors = [
+        f"{key!r} is not a schedule key.{closest(key, SCHEDULE_KEYS)}"
+        for key in entry
+        if key not in SCHEDULE_KEYS
+    ]
+    if not isinstance(entry.get("job"), str) or not entry["job"]:
+        errors.append(f'"job" is {entry.get("job")!r}; expected a job name')
+    cron, interval = entry.get("cron"), entry.get("interval")
+    if (cron is None) == (interval is None):
+        errors.append('give exactly one of "cron" and "interval"')
+    elif cron is not None:
+        if why := cron_error(cron) if isinstance(cron, str) else "is not a str":
+            errors.append(f'"cron" {cron!r} {why}')
+    elif not (is_number(interval) and MIN_INTERVAL <= interval <= MAX_SECONDS):
+        errors.append(f'"interval" is {interval!r}; expected {MIN_INTERVAL:g} to {MAX_SECONDS:,} s')
+    if (why := json_problem(entry.get("payload"))) is not None:
+        errors.append(f'"payload" {why}')
+    tz = entry.get("timezone")
+    if tz is not None and not is_zone(tz):
+        errors.append(f'"timezone" is {tz!r}, not an IANA time zone such as "Europe/Paris"')
+    queue = entry.get("queue")
+    if queue is not None and (not isinstance(queue, str) or not queue):
+        errors.append(f'"queue" is {queue!r}; expected a non-empty queue name')
+    return errors
+
+
+def closest(word: object, choices: Iterable[str]) -> str:
+    """' Did you mean "X"?' for the nearest choice (case-insensitive), or ""."""
+    by_upper = {c.upper(): c for c in choices}
+    found = difflib.get_close_matches(str(word).upper(), list(by_upper), n=1)
+    return f' Did you mean "{by_upper[found[0]]}"?' if found else ""
+
+
+def kind(value: object) -> str:
+    return type(value).__name__
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_names(value: object) -> bool:
+    """A list or tuple of non-empty strings (a bare string is not)."""
+    return isinstance(value, list | tuple) and all(isinstance(v, str) and v for v in value)
+
+
+def can_encode(name: object) -> bool:
+    """Whether kombu has an encoder installed under ``name`` (yaml/msgpack may be missing)."""
+    if not isinstance(name, str) or name not in registry.name_to_type:
+        return False
+    try:
+        dumps(None, serializer=name)
+    except SerializerNotInstalled:
+        return False
+    except Exception:  # installed, but a custom encoder may refuse None: still usable
+        return True
+    return True
+
+
+def is_zone(name: object) -> bool:
+    if not isinstance(name, str):
+        return False
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
+
+
+SECONDS = f"seconds > 0 (at most {MAX_SECONDS:,})"
+SECONDS_0 = f"seconds >= 0 (at most {MAX_SECONDS:,})"
+COUNT_1 = f"an int from 1 to {MAX_INT:,}"
+COUNT_0 = f"an int from 0 to {MAX_INT:,}"
+RATE = f"(max, per_seconds): max {COUNT_1}, per_seconds {SECONDS}"
+
+#: sqs options that are numbers: key -> (validates, what it should be); a failure is E012.
+SQS_NUMBERS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
+    "MAX_RECEIVE_COUNT": (lambda v: is_int(v) and 1 <= v <= 1000, "an int from 1 to 1000"),
+    "WAIT_TIME_SECONDS": (lambda v: is_int(v) and 0 <= v <= 20, "an int from 0 to 20"),
+    "SEND_GRACE": (lambda v: is_number(v) and v > 0, "seconds > 0"),
+}
+NUMERIC_OPTIONS = frozenset(SQS_NUMBERS)
+
+#: key -> (validates, what it should be); a failure is E012. Seconds and counts stop where the
+#: API's arguments do (``validation.MAX_SECONDS``, ``MAX_INT``): every engine stores them.
+SCALARS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
+    "DEFAULT_LEASE": (lambda v: is_number(v) and 0 < v <= MAX_SECONDS, SECONDS),
+    "DEFAULT_MAX_ATTEMPTS": (lambda v: is_int(v) and 1 <= v <= MAX_INT, COUNT_1),
+    "MAX_STALLED_COUNT": (lambda v: is_int(v) and 0 <= v <= MAX_INT, COUNT_0),
+    "BACKOFF_BASE": (lambda v: is_number(v) and 0 <= v <= MAX_SECONDS, SECONDS_0),
+    "BACKOFF_MAX": (lambda v: is_number(v) and 0 <= v <= MAX_SECONDS, SECONDS_0),
+    "BACKOFF_JITTER": (lambda v: isinstance(v, bool), "True or False"),
+    "PROGRESS_THROTTLE": (lambda v: is_number(v) and 0 <= v <= MAX_SECONDS, SECONDS_0),
+    "SWEEP_INTERVAL": (lambda v: is_number(v) and 0 < v <= MAX_SECONDS, SECONDS),
+    "FLOW_SWEEP_INTERVAL": (lambda v: is_number(v) and 0 < v <= MAX_SECONDS, SECONDS),
+    "SHUTDOWN_GRACE": (lambda v: is_number(v) and 0 <= v <= MAX_SECONDS, SECONDS_0),
+    "MAX_FLOW_DEPTH": (lambda v: is_int(v) and v >= 1, "an int >= 1"),
+    "MAX_SNOOZES": (lambda v: is_int(v) and 0 <= v <= MAX_INT, COUNT_0),
+    "MISSING_HANDLER_TIMEOUT": (lambda v: is_number(v) and 0 < v <= MAX_SECONDS, SECONDS),
+    "ORIGIN_SITE": (lambda v: isinstance(v, bool), "True or False"),
+}

@@ -1,0 +1,361 @@
+"""Argument checks for the public API: bad input is refused before anything is written.
+
+The bounds are what every engine can store and read back: integers fit PostgreSQL's
+``integer`` (32-bit), times stay within ``MAX_SECONDS`` (100 years) of now — Python's
+``datetime`` ends in year 9999 (SQLite rows, psycopg's reads) and the redis backend keeps
+times as microseconds in Lua doubles, exact until about 2255 — and text holds no NUL, which
+PostgreSQL refuses in every text column, nor a lone surrogate, which UTF-8 cannot encode.
+docs/design.md ("Limits") lists them for users.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django_blamequeue.core.controls import QueueLimits
+from django_blamequeue.exceptions import ErrorCode, QueueError
+
+MAX_QUEUE = 200
+MAX_KEY = 255
+#: The largest int any stored integer argument may be (PostgreSQL ``integer``).
+MAX_INT = 2**31 - 1
+#: The longest time argument (delay, lease, poll, rate-limit window, schedule interval):
+#: 100 years of 365.25 days.
+MAX_SECONDS = 3_155_760_000
+#: The earliest ``run_at`` (anything earlier means "now" anyway).
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+#: Handler threads one consumer may start.
+MAX_CONCURRENCY = 1000
+#: The shortest schedule interval (timedeltas count microseconds). One shorter than
+#: ``SWEEP_INTERVAL`` fires once per sweep: missed fires coalesce.
+MIN_INTERVAL = 0.001
+#: The deepest nesting of a JSON payload or schedule payload: a reader decodes it whatever
+#: its own stack depth (Python's parser recurses per level, up to ~1,000 from the top).
+MAX_JSON_DEPTH = 100
+#: How much of a refused value a message quotes.
+SHOWN = 60
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, cut to ``SHOWN`` characters: a message never echoes megabytes."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= SHOWN else f"{text[: SHOWN - 1]}…"
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a float if it is a finite int or float (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past the float range
+        return None
+    return number if math.isfinite(number) else None
+
+
+def storable(text: str) -> bool:
+    """Text every engine stores: no NUL (PostgreSQL refuses it in text) and no lone surrogate
+    (UTF-8 has no encoding for one; only Python strings can hold them)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def queue_name(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise QueueError(
+            ErrorCode.MISSING_QUEUE, f"a queue name must be a non-empty string, not {shown(value)}"
+        )
+    if len(value) > MAX_QUEUE:
+        raise QueueError(ErrorCode.MISSING_QUEUE, f"queue name longer than {MAX_QUEUE} characters")
+    if not storable(value):
+        raise QueueError(
+            ErrorCode.MISSING_QUEUE, "a queue name cannot contain NUL or a lone surrogate"
+        )
+    return value
+
+
+def identifier(value: object, what: str = "job_id") -> str:
+    """A job or flow id argument: never None, empty or NUL, so no verb reads "any id" into it.
+
+    Any other string is a fair question; one that names no job is answered as unknown.
+    """
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > MAX_KEY
+        or not storable(value)
+    ):
+        raise QueueError(
+            ErrorCode.BAD_ARGUMENT,
+            f"{what} must be a non-empty string of ≤{MAX_KEY} characters without NUL or a "
+            f"lone surrogate, not {shown(value)}",
+        )
+    return value
+
+
+def positive_int(value: object, what: str, limit: int = MAX_INT) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= limit:
+        return value
+    raise QueueError(
+        ErrorCode.BAD_ARGUMENT, f"{what} must be an int from 1 to {limit:,}, not {shown(value)}"
+    )
+
+
+def non_negative_int(value: object, what: str, limit: int = MAX_INT) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit:
+        return value
+    raise QueueError(
+        ErrorCode.BAD_ARGUMENT, f"{what} must be an int from 0 to {limit:,}, not {shown(value)}"
+    )
+
+
+def concurrency(value: object) -> int:
+    """Handler slots of one consumer: each is a thread, so there is a ceiling."""
+    return positive_int(value, "concurrency", MAX_CONCURRENCY)
+
+
+def seconds(
+    value: object, what: str, *, minimum: float = 0.0, default: float | None = None
+) -> float:
+    """A finite number of seconds above ``minimum`` and at most ``MAX_SECONDS``; None is
+    ``default`` where there is one (0 is refused, never read as "the default")."""
+    number = _number(default if value is None else value)
+    if number is None or not minimum < number <= MAX_SECONDS:
+        raise QueueError(
+            ErrorCode.BAD_ARGUMENT,
+            f"{what} must be seconds > {minimum:g} and ≤ {MAX_SECONDS:,}, not {shown(value)}",
+        )
+    return number
+
+
+def positive_number(value: object, what: str) -> float:
+    return seconds(value, what)
+
+
+def priority(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and -MAX_INT <= value <= MAX_INT:
+        return value
+    raise QueueError(
+        ErrorCode.BAD_ARGUMENT, f"priority must be an int within ±{MAX_INT:,}, not {shown(value)}"
+    )
+
+
+def delay(value: object) -> float | None:
+    if value is None:
+        return None
+    number = _number(value.total_seconds() if isinstance(value, timedelta) else value)
+    if number is None or not 0 <= number <= MAX_SECONDS:
+        raise QueueError(
+            ErrorCode.BAD_ARGUMENT,
+            f"delay must be seconds from 0 to {MAX_SECONDS:,} (100 years), not {shown(value)}",
+        )
+    return number or None
+
+
+def run_at(value: object) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise QueueError(ErrorCode.BAD_ARGUMENT, "run_at must be a timezone-aware datetime")
+    latest = datetime.now(UTC) + timedelta(seconds=MAX_SECONDS)
+    try:
+        inside = EARLIEST <= value <= latest
+    except OverflowError:  # e.g. datetime.min in a zone east of UTC
+        inside = False
+    if not inside:
+        raise QueueError(
+            ErrorCode.BAD_ARGUMENT,
+            f"run_at must be between {EARLIEST:%Y-%m-%d} and 100 years from now, not {value!r}",
+        )
+    # The same instant in UTC: PostgreSQL refuses offsets past ±15:59, Python has up to ±23:59.
+    return value.astimezone(UTC)
+
+
+def optional_text(value: object, what: str, limit: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > limit or not storable(value):
+        raise QueueError(
+            ErrorCode.BAD_ARGUMENT,
+            f"{what} must be a non-empty string of ≤{limit} characters without NUL or a "
+            "lone surrogate",
+        )
+    return value
+
+
+def interval(value: object) -> float:
+    """A schedule's interval: seconds from ``MIN_INTERVAL`` to ``MAX_SECONDS``."""
+    number = _number(value)
+    if number is None or not MIN_INTERVAL <= number <= MAX_SECONDS:
+        raise QueueError(
+            ErrorCode.BAD_ARGUMENT,
+            f"interval must be seconds from {MIN_INTERVAL:g} to {MAX_SECONDS:,} (100 years), "
+            f"not {shown(value)}",
+        )
+    return number
+
+
+def deeper_than(value: object, limit: int) -> bool:
+    """Whether lists, tuples and dicts in ``value`` nest more than ``limit`` levels. Walks
+    without recursion, so a hostile depth costs no stack."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list | tuple):
+            if depth == limit:
+                return True
+            stack.extend((inner, depth + 1) for inner in item)
+    return False
+
+
+def json_problem(value: object) -> str | None:
+    """Why ``value`` cannot be stored as a JSON document every engine reads back (None if it
+    can): NaN and ±Infinity are not JSON, PostgreSQL's ``jsonb`` refuses NUL in strings, and
+    nesting is capped at ``MAX_JSON_DEPTH``. Walks without recursion, so depth costs no stack.
+    """
+    if deeper_than(value, MAX_JSON_DEPTH):
+        return f"is nested deeper than {MAX_JSON_DEPTH} levels"
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"holds {item!r}, which JSON has no number for"
+        if isinstance(item, str) and not storable(item):
+            return "holds a string with NUL or a lone surrogate, which PostgreSQL cannot store"
+        if isinstance(item, dict):
+            if not all(storable(k) for k in item if isinstance(k, str)):
+                return "holds a key with NUL or a lone surrogate, which PostgreSQL cannot store"
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return None
+
+
+def rate_limit(value: Any) -> tuple[int, float] | None:
+    """``(max, per_seconds)``: a positive int and a positive finite number."""
+    if value is None:
+        return None
+    try:
+        limit, per = value
+    except (TypeError, ValueError):
+        raise QueueError(
+            ErrorCode.BAD_RATE_LIMIT, f"rate_limit must be (max, per_seconds), not {shown(value)}"
+        ) from None
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_INT:
+        raise QueueError(
+            ErrorCode.BAD_RATE_LIMIT,
+            f"rate_limit max must be an int from 1 to {MAX_INT:,}, not {shown(limit)}",
+        )
+    window = _number(per)
+    if window is None or not 0 < window <= MAX_SECONDS:
+        raise QueueError(
+            ErrorCode.BAD_RATE_LIMIT,
+            f"rate_limit seconds must be > 0 and ≤ {MAX_SECONDS:,}, not {shown(per)}",
+        )
+    return limit, window
+
+
+def parse_rate_limit(text: str) -> tuple[int, float]:
+    """``"MAX/SECONDS"`` as ``runworker --rate-limit`` takes it."""
+    try:
+        left, right = text.split("/", 1)
+        parsed = rate_limit((int(left), float(right)))
+    except QueueError:
+        raise
+    except ValueError:
+        raise QueueError(
+            ErrorCode.BAD_RATE_LIMIT, f"expected MAX/SECONDS, not {shown(text)}"
+        ) from None
+    assert parsed is not None
+    return parsed
+
+
+def concurrency_key(value: object) -> str | None:
+    """A job's concurrency key: None, or non-empty storable text of at most 255 characters
+    ("" is the queue's own rate window)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise QueueError(
+            ErrorCode.BAD_ARGUMENT,
+            f"concurrency_key must be a non-empty string or None, not {shown(value)}",
+        )
+    return optional_text(value, "concurrency_key", MAX_KEY)
+
+
+def _limit_count(value: object, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
+        raise QueueError(
+            ErrorCode.BAD_LIMIT,
+            f"{what} must be None or an int from 1 to {MAX_INT:,}, not {shown(value)}",
+        )
+    return value
+
+
+def _limit_rate(value: object, what: str) -> tuple[int, float] | None:
+    if value is None:
+        return None
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise QueueError(
+            ErrorCode.BAD_LIMIT, f"{what} must be None or (max, per_seconds), not {shown(value)}"
+        )
+    most, per = value
+    if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= MAX_INT:
+        raise QueueError(
+            ErrorCode.BAD_LIMIT,
+            f"{what} max must be an int from 1 to {MAX_INT:,}, not {shown(most)}",
+        )
+    window = _number(per)
+    if window is None or not 0 < window <= MAX_SECONDS:
+        raise QueueError(
+            ErrorCode.BAD_LIMIT,
+            f"{what} seconds must be > 0 and ≤ {MAX_SECONDS:,}, not {shown(per)}",
+        )
+    return most, window
+
+
+def limits(
+    *,
+    concurrency: object = None,
+    key_concurrency: object = None,
+    rate_limit: object = None,
+    key_rate_limit: object = None,
+) -> QueueLimits:
+    """``QueueLimits`` from ``set_limits``' arguments (or a ``QUEUES`` entry): counts are
+    None or an int from 1 to 2**31-1, rates None or ``(max, per_seconds)``; anything else is
+    ``BAD_LIMIT``."""
+    return QueueLimits(
+        concurrency=_limit_count(concurrency, "concurrency"),
+        key_concurrency=_limit_count(key_concurrency, "key_concurrency"),
+        rate_limit=_limit_rate(rate_limit, "rate_limit"),
+        key_rate_limit=_limit_rate(key_rate_limit, "key_rate_limit"),
+    )
+
+
+def parse_limit_rate(text: str) -> tuple[int, float]:
+    """``"MAX/SECONDS"`` for the ``limits`` command; ``BAD_LIMIT`` otherwise."""
+    try:
+        left, right = text.split("/", 1)
+        parsed = _limit_rate((int(left), float(right)), "rate")
+    except QueueError:
+        raise
+    except ValueError:
+        raise QueueError(ErrorCode.BAD_LIMIT, f"expected MAX/SECONDS, not {shown(text)}") from None
+    assert parsed is not None
+    return parsed
