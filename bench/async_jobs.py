@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""``async def`` jobs that wait on I/O, drained by ONE worker process (issue 14; not a test).
+"""``async def`` jobs that wait on I/O, drained by ONE worker process (not a test).
 
     .venv/bin/python bench/async_jobs.py [--n 1000] [--seconds 1] [--concurrency 1000]
                                          [--db sqlite|postgres]

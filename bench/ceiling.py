@@ -25,7 +25,7 @@ defaults, indexes and constraints), with the values one enqueue stores; and, for
 the same loop whose INSERT also sends a NOTIFY, as an enqueue's does (the ratio against it
 shows what the NOTIFY costs and what the rest of the library does).
 
-Prints each round and a summary with the ratios against issue 16's targets (ceiling ≥ 50 %,
+Prints each round and a summary with the ratios against the targets (ceiling ≥ 50 %,
 single ≥ 80 %); writes ``bench/results/ceiling.json`` unless ``--no-write``.
 """
 
@@ -56,7 +56,7 @@ from bench.throughput import children_cpu, machine, postgres_cpu  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "ceiling.json"
 SETTINGS = "bench.settings"
 IDEAL = Path("/work/shared/bench/ideal_pg.py")
-#: Issue 16: ceiling ≥ 50 % of ideal_pg.py at B=50; single enqueue ≥ 80 % of INSERT+COMMIT.
+#: Targets: ceiling ≥ 50 % of ideal_pg.py at B=50; single enqueue ≥ 80 % of INSERT+COMMIT.
 TARGETS = {"ceiling": 0.50, "single": 0.80}
 
 log = drain.logger("ceiling")
@@ -363,7 +363,7 @@ HEADER = (
     "per round",
     "median",
     "CPU/job: raw ÷ ours",
-    "issue 16 target (on the median)",
+    "target (on the median)",
 )
 
 

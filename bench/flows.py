@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Parent/child flows on PostgreSQL with 2 worker processes (issue 4, item 10; not a test).
+"""Parent/child flows on PostgreSQL with 2 worker processes (not a test).
 
     .venv/bin/python bench/flows.py [--wide 10000] [--parents 1000] [--per-parent 10]
                                     [--concurrency 64] [--no-write] [--pg-stats N]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""What limits cost, and whether a per-key limit keeps one tenant from starving another
-(issue 12, item 9). PostgreSQL (a throwaway server, fsync on), 2 worker processes (not a test):
+"""What limits cost, and whether a per-key limit keeps one tenant from starving another.
+PostgreSQL (a throwaway server, fsync on), 2 worker processes (not a test):
 
     .venv/bin/python bench/limits.py [--n 20000] [--keys 1000] [--big 100000] [--quick]
 

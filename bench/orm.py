@@ -42,7 +42,7 @@ from bench.throughput import machine  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "orm.json"
 SETTINGS = "bench.orm_settings"
-#: Issue 16's figures on this machine: 2 workers, --concurrency 10.
+#: The figures on this machine: 2 workers, --concurrency 10.
 ISSUE_DEFAULT_AGE = 206.0  # CONN_MAX_AGE = 0 (Django's default)
 ISSUE_PERSISTENT = 806.0  # CONN_MAX_AGE = None
 TARGET = 3 * ISSUE_DEFAULT_AGE
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         best = max(defaults)
         verdict = "met" if best >= TARGET else f"missed ({best / TARGET:.2f}× the target)"
         print(
-            f"\nissue 16 target, Django's default CONN_MAX_AGE=0: ≥ 3 × {ISSUE_DEFAULT_AGE:.0f} = "
+            f"\ntarget, Django's default CONN_MAX_AGE=0: ≥ 3 × {ISSUE_DEFAULT_AGE:.0f} = "
             f"{TARGET:.0f} jobs/s; best here {best:,.0f}/s: {verdict} "
             f"(issue's figures at --concurrency 10: {ISSUE_DEFAULT_AGE:.0f}/s with "
             f"CONN_MAX_AGE=0, {ISSUE_PERSISTENT:.0f}/s with None)"

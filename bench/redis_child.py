@@ -25,7 +25,7 @@ from bench.throughput import DOC, ROOT, Child, _proc_cpu, log
 
 RESULTS = Path("bench/results/redis-latest.json")
 BEGIN, END = "<!-- bench:redis:begin -->", "<!-- bench:redis:end -->"
-#: Issue 16's target for Redis on this machine: no-op jobs drained by 2 worker processes.
+#: The target for Redis on this machine: no-op jobs drained by 2 worker processes.
 TARGET_DRAIN_2 = 12000
 
 

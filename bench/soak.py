@@ -16,7 +16,7 @@ Every ``--interval`` seconds it samples the worker's resident memory (``VmRSS`` 
 ``/proc/PID/status``) and CPU, and the jobs done (enqueued − pending − in flight), and prints a
 progress line. At the end: RSS growth after warm-up (the first ``--warmup`` share of the no-op
 jobs), and per phase the throughput of its last 10 % of jobs against its first 10 %, read from
-the jobs' ``finished_at`` (issue 16: growth < 20 MB, last/first ≥ 0.90). Writes
+the jobs' ``finished_at`` (goal: growth < 20 MB, last/first ≥ 0.90). Writes
 ``bench/results/soak.json`` (with every sample) unless ``--no-write``.
 """
 

@@ -1,4 +1,4 @@
-"""The ``queue`` facade (SPEC §3): validate, then hand records to a backend.
+"""The ``queue`` facade (docs/concepts.md): validate, then hand records to a backend.
 
 Every argument is checked and every payload encoded before a backend is called, so a
 ``QueueError`` from here means nothing was written.

@@ -1,4 +1,4 @@
-"""``current_job()``: what a running handler may ask of its job (SPEC §3).
+"""``current_job()``: what a running handler may ask of its job (docs/concepts.md).
 
 The context lives in a contextvar set by the worker around each handler call, so it is right
 in threads and in ``asyncio`` code the handler starts (each async run is a task with its own

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 
 class ErrorCode(StrEnum):
-    """Stable error codes (SPEC §3). Never renamed: callers and checks match on them."""
+    """Stable error codes (docs/concepts.md). Never renamed: callers and checks match on them."""
 
     INVALID_CONFIG = "INVALID_CONFIG"
     UNKNOWN_BACKEND = "UNKNOWN_BACKEND"

@@ -53,7 +53,7 @@ class Procrastinate(Contender):
         self.variants: tuple[Variant, ...] = (
             Variant("2", f"2 × `procrastinate worker --concurrency {k}`", 2, {"concurrency": k}),
         )
-        if k != 10:  # issue 16 compares default runworkers with Procrastinate at 10
+        if k != 10:  # the peers page compares default runworkers with Procrastinate at 10
             self.variants += (
                 Variant(
                     "c10", "2 × `procrastinate worker --concurrency 10`", 2, {"concurrency": 10}

@@ -1,4 +1,4 @@
-"""The operator's console in the Django admin (SPEC §9).
+"""The operator's console in the Django admin (docs/admin.md).
 
 ``jobs``: the job list and job page · ``console``: queue overview, DLQ, retry all, purge ·
 ``flows`` / ``graph``: flow graphs as server-rendered SVG · ``audit_log``: the audit log ·

@@ -1,4 +1,4 @@
-"""Schedules (SPEC §5) in the admin: cron or interval, timezone, enabled, next fire times.
+"""Schedules (docs/schedules.md) in the admin: cron or interval, timezone, enabled, next fire times.
 
 Rows from ``SCHEDULES`` (``source="settings"``) are shown read-only: the sweeper mirrors the
 setting into the table, so an edit here would be undone. Every add, change and delete is

@@ -92,7 +92,7 @@ class Backend(FlowVerbs, metaclass=ABCMeta):
     def __init__(self, config: BackendConfig) -> None:
         self.alias = config.alias
         self.config = config
-        #: The breaker and retry wrapper every call from above goes through (SPEC §3).
+        #: The breaker and retry wrapper every call from above goes through (docs/concepts.md).
         self.resilience = Resilience(self)
 
     @property

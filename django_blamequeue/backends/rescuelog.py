@@ -1,5 +1,5 @@
 """The log lines of a rescue, the same on every backend: a WARNING per job whose expired
-lease sent it back to pending, an ERROR per job it moved to the DLQ (issue 17: a failing job
+lease sent it back to pending, an ERROR per job it moved to the DLQ (a failing job
 shows in the worker's log, not only in the audit trail)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Circuit breaker and retry wrapper, one per backend (SPEC §3).
+"""Circuit breaker and retry wrapper, one per backend (docs/concepts.md).
 
 Engine errors are mapped to ``QueueError(BACKEND_UNAVAILABLE)`` here, at the boundary. The
 breaker opens after ``threshold`` consecutive failures and refuses calls at once for

@@ -96,7 +96,7 @@ _cached: Settings | None = None
 #: Settings whose change invalidates the cache: ours, and the ones validation looks into.
 _WATCHED = frozenset({"BLAMEQUEUE", "DATABASES", "CACHES"})
 
-#: Environment variable -> backend option, per protocol (SPEC §6).
+#: Environment variable -> backend option, per protocol (docs/operations.md).
 _ENV_OPTIONS: Mapping[str, Mapping[str, str]] = {
     "local": {},
     "redis": {

@@ -1,4 +1,4 @@
-"""DAG validation for ``enqueue_flow``: names, dependencies and cycles (SPEC §4)."""
+"""DAG validation for ``enqueue_flow``: names, dependencies and cycles (docs/flows.md)."""
 
 from __future__ import annotations
 

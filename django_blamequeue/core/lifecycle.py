@@ -1,4 +1,4 @@
-"""How an attempt's outcome becomes a state transition (SPEC §2), as pure functions.
+"""How an attempt's outcome becomes a state transition (docs/lifecycle.md), as pure functions.
 
 The worker turns what happened into an ``Outcome``; ``decide`` answers the ``Transition``;
 the backend applies it atomically, fenced by the lease token. Nothing here touches storage,

@@ -1,4 +1,4 @@
-"""Job states and the transitions SPEC §2 allows, as data."""
+"""Job states and the transitions allowed between them, as data."""
 
 from __future__ import annotations
 

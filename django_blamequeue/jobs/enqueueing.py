@@ -274,7 +274,7 @@ def enqueue(queue_name: str, payload: Any = None, **options: Any) -> EnqueuedJob
 
 
 def store(target: Backend, jobs: list[NewJob], events: list[audit.Event]) -> list[EnqueuedJob]:
-    """Hand validated jobs to their backend, transactionally on every backend (SPEC §3).
+    """Hand validated jobs to their backend, transactionally on every backend (docs/concepts.md).
 
     A local backend's enqueue is a row of the caller's transaction by itself. For an engine
     outside the database (redis, sqs), an enqueue inside ``transaction.atomic()`` on the

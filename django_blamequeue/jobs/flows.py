@@ -1,4 +1,4 @@
-"""Parent/child flows (SPEC §4): ``@flow`` classes with ``fan_out`` and ``collect``.
+"""Parent/child flows (docs/flows.md): ``@flow`` classes with ``fan_out`` and ``collect``.
 
 Phase 1 (``fan_out``) returns ``Child`` specs; the fan-out ack stores the manifest (one
 dependency row per child) and parks the parent in ``waiting_children``. Each child's terminal

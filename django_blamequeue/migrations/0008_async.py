@@ -1,4 +1,4 @@
-# Issue 14: checkpoints of long jobs (ctx.checkpoint / ctx.last_checkpoint), on the local job
+# Checkpoints of long jobs (ctx.checkpoint / ctx.last_checkpoint), on the local job
 # table and on the SQS backend's ledger.
 
 from django.db import migrations, models

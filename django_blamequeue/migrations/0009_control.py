@@ -1,4 +1,4 @@
-# The control plane (issue 12): queue control rows, rate windows, the worker registry, and
+# The control plane: queue control rows, rate windows, the worker registry, and
 # the concurrency key and snooze count of jobs.
 
 from django.db import migrations, models

@@ -1,4 +1,4 @@
-# Fewer index entries per state change (issue 16). No update of a job row is HOT (``state`` is
+# Fewer index entries per state change. No update of a job row is HOT (``state`` is
 # indexed), so every claim and every ack inserts an entry into each index whose predicate the
 # new row version satisfies. Three of them become partial:
 # - bq_job_queue_state: not inflight or done rows (inflight rows per queue: bq_job_inflight_key;

@@ -6,7 +6,7 @@ from django.db import models
 
 
 class Schedule(models.Model):
-    """A recurring job (SPEC §5): a cron expression or a fixed interval, in a timezone.
+    """A recurring job (docs/schedules.md): a cron expression or a fixed interval, in a timezone.
 
     Rows from ``SCHEDULES`` are synced with ``source="settings"``; rows made in the admin have
     ``source="admin"``. ``last_fired_at`` is compare-and-set in the enqueue's transaction, so

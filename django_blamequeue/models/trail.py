@@ -6,7 +6,7 @@ from django.db import models
 
 
 class AuditEvent(models.Model):
-    """One audited event (SPEC §8); read-only once written."""
+    """One audited event (docs/observability.md); read-only once written."""
 
     action = models.CharField(max_length=100)
     job_id = models.CharField(max_length=26, null=True, blank=True)

@@ -1,4 +1,4 @@
-"""The flow sweeper: repairs what the push path of parent/child flows missed (SPEC §4).
+"""The flow sweeper: repairs what the push path of parent/child flows missed (docs/flows.md).
 
 One algorithm for every backend, over the narrow verbs of ``Backend`` (the parent's
 backend and, through ``routing``, each child's): settle a parent with nothing pending;

@@ -1,4 +1,4 @@
-"""A ``django.tasks`` backend (SPEC §10): ``@task`` functions run as blamequeue jobs.
+"""A ``django.tasks`` backend (docs/django-tasks.md): ``@task`` functions run as blamequeue jobs.
 
 ```python
 TASKS = {

@@ -1,4 +1,4 @@
-"""Job → ``TaskResult``: the status mapping (SPEC §10), errors, worker ids."""
+"""Job → ``TaskResult``: the status mapping (docs/django-tasks.md), errors, worker ids."""
 
 from __future__ import annotations
 

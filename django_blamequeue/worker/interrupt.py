@@ -3,7 +3,7 @@
 CPython delivers an async exception at the target thread's next bytecode boundary, so pure
 Python handlers stop promptly; a handler blocked inside a C call (a socket read, ``time.sleep``
 in C) sees it when the call returns. The worker never waits on that: it acks and frees the
-slot at once (SPEC §2, timeout and cancel).
+slot at once (docs/lifecycle.md).
 
 ``Guard`` makes the window exact: the worker injects only while the thread is in the handler,
 and the thread, on leaving, clears anything still pending under the same lock.

@@ -1,6 +1,6 @@
-"""Draw docs/img/lifecycle.svg: the job lifecycle of SPEC §2 as a picture.
+"""Draw docs/img/lifecycle.svg: the job lifecycle as a picture.
 
-The arrows are checked against ``django_blamequeue.core.states.ALLOWED`` (SPEC §2 as data)
+The arrows are checked against ``django_blamequeue.core.states.ALLOWED`` (as data)
 before anything is written, so the picture cannot show a transition the code does not allow,
 nor miss one. The layout is fixed by hand below (no graph-layout tool, no network), and the
 output is byte-for-byte reproducible: ``tests/docs/test_site.py`` regenerates it and compares.
@@ -201,7 +201,7 @@ def render() -> str:
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
         f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="title desc">',
         '<title id="title">The job lifecycle</title>',
-        '<desc id="desc">States and transitions of a django-blamequeue job (SPEC §2), drawn from '
+        '<desc id="desc">States and transitions of a django-blamequeue job, drawn from '
         "django_blamequeue.core.states.ALLOWED.</desc>",
         "<style>"
         "text{font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif}"

@@ -1,4 +1,4 @@
-"""The blame trail and jobs about objects in the admin (SPEC §14): the job page links the
+"""The blame trail and jobs about objects in the admin (docs/effects.md): the job page links the
 object and shows what enqueued the job up to the root; a user's ModelAdmin with
 ``JobTimelineMixin`` lists the object's jobs; the job list filters and searches both."""
 

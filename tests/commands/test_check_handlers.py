@@ -1,4 +1,4 @@
-"""blamequeue.W008 (``manage.py check --deploy``, issue 14 item 1): waiting jobs and schedules
+"""blamequeue.W008 (``manage.py check --deploy``): waiting jobs and schedules
 whose job name no handler of the code about to run answers, with counts, on every backend."""
 
 from __future__ import annotations

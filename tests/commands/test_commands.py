@@ -1,4 +1,4 @@
-"""The management commands, through call_command with captured output (SPEC §7)."""
+"""The management commands, through call_command with captured output (docs/commands.md)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_runworker_burst_prints_a_banner_and_drains_the_queue(jobs: dict[str, An
 def test_runworker_burst_exits_when_nothing_is_due_and_says_what_is_delayed(
     jobs: dict[str, Any],
 ) -> None:
-    """Issue 17, item 3: ``--burst`` never waits on the future."""
+    """``--burst`` never waits on the future."""
     now = jobs["ok"].enqueue({"n": 1}).job_id
     later = jobs["ok"].enqueue({"n": 2}, delay=600).job_id
     out = run("runworker", "cmd", "--burst", "--no-sweep")
@@ -85,7 +85,7 @@ def test_runworker_says_it_runs_an_event_loop_for_async_jobs(jobs: dict[str, Any
 def test_runworker_without_concurrency_runs_the_default_slots_and_bounds_its_connections(
     jobs: dict[str, Any],
 ) -> None:
-    """Issue 16 item 3: the default is not 1; the banner says it and the connection bound."""
+    """The default is not 1; the banner says it and the connection bound."""
     out = run("runworker", "cmd", "--burst", "--no-sweep")
     assert re.search(r"^  concurrency +10 \(default; --concurrency N to change\)$", out, re.M), out
     row = re.search(r"^  db connections +≤ (\d+) per database \(10 slots \+ (.+)\)$", out, re.M)

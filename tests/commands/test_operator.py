@@ -1,5 +1,5 @@
 """``blamequeue`` for the operator at 3 a.m.: show a job, list every DLQ, see schedules and
-delayed jobs, and never purge or enqueue by accident (issue 17, item 5)."""
+delayed jobs, and never purge or enqueue by accident."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §14: jobs about model objects (``about=``, ``JobInfo.about``, ``jobs_about``) and the
+"""Jobs about model objects (``about=``, ``JobInfo.about``, ``jobs_about``) and the
 blame trail (``JobInfo.origin``), on every backend, straight and through the outbox."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §3 inspection and operations: size, purge, get_job, list_backends; amqp/nats refused."""
+"""Inspection and operations: size, purge, get_job, list_backends; amqp/nats refused."""
 
 from __future__ import annotations
 

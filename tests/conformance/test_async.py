@@ -1,4 +1,4 @@
-"""Issue 14 item 2: ``async def`` handlers run on the worker's event loop, many at once within
+"""``async def`` handlers run on the worker's event loop, many at once within
 ``concurrency``, under every lifecycle rule: lease renewal while they await, timeout and cancel
 by cancelling their task, graceful shutdown, ``current_job()`` inside them, Django's async ORM,
 and ``aenqueue`` from async code. A worker runs sync and async jobs side by side."""

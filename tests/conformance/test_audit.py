@@ -1,4 +1,4 @@
-"""SPEC §8 audit: a row per event as ``AUDIT`` decides, written in the transaction of the state
+"""Audit: a row per event as ``AUDIT`` decides, written in the transaction of the state
 change; the ``audit_event`` signal for every event, after commit, never on rollback."""
 
 from __future__ import annotations

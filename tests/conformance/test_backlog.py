@@ -1,5 +1,5 @@
 """``Backend.backlog``: what a burst worker waits for (due work) apart from what it leaves
-(delayed jobs, and when the first of them is due), by the engine's clock (issue 17, item 3)."""
+(delayed jobs, and when the first of them is due), by the engine's clock."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §2 cancel: waiting jobs are cancelled at once; a running one is told and interrupted;
+"""Cancel: waiting jobs are cancelled at once; a running one is told and interrupted;
 cancellation wins over a shutdown release; terminal jobs answer False."""
 
 from __future__ import annotations

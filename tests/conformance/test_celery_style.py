@@ -1,4 +1,4 @@
-"""Issue 17, item 6: what a Celery user reaches for, on every backend — ``.delay(...)`` with
+"""What a Celery user reaches for, on every backend — ``.delay(...)`` with
 positional and keyword arguments, ``countdown``/``eta``, a result handle that polls the
 backend and is honest about states, per-job backoff, and ``Retry`` from inside a handler."""
 

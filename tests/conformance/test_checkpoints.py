@@ -1,4 +1,4 @@
-"""Issue 14 item 3: ``current_job().checkpoint(value)`` stores where a long job stands, fenced by
+"""``current_job().checkpoint(value)`` stores where a long job stands, fenced by
 the lease token; ``current_job().last_checkpoint`` gives the next attempt what the previous one
 saved (None at first), whether that attempt failed, timed out, was released at shutdown or
 was rescued after its worker died. Writes are throttled like progress, and the last value of

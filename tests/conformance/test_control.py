@@ -1,4 +1,4 @@
-"""SPEC §13 control plane: pause and limits hold at claim time, counted by the engine for every
+"""Control plane: pause and limits hold at claim time, counted by the engine for every
 worker (rules ``paused`` and ``limits``), on every backend.
 
 Claims are driven through the interface with ``limits=`` as a worker passes them (the queues

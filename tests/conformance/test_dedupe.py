@@ -1,4 +1,4 @@
-"""SPEC §2 dedupe: at most one non-terminal job per (queue, dedupe_key); enqueue answers the
+"""Dedupe: at most one non-terminal job per (queue, dedupe_key); enqueue answers the
 existing job marked ``deduplicated``."""
 
 from __future__ import annotations

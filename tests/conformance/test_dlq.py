@@ -1,4 +1,4 @@
-"""SPEC §2/§3 dead-letter queue: failed jobs are listed, counted and retried with a fresh
+"""Dead-letter queue: failed jobs are listed, counted and retried with a fresh
 attempt budget."""
 
 from __future__ import annotations

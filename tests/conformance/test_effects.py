@@ -1,4 +1,4 @@
-"""SPEC §14 ``@job(atomic=True)``: a handler's writes commit with the job's fenced completion.
+"""``@job(atomic=True)``: a handler's writes commit with the job's fenced completion.
 
 Where the ack joins the handler's transaction (``effects_with_ack``: the local backend, the
 SQS ledger) a run that lost its lease commits nothing. Where it cannot (redis), a completion

@@ -1,4 +1,4 @@
-"""SPEC §2/§3 enqueue: what a job holds, claim order, delays, batches, and refusals."""
+"""Enqueue: what a job holds, claim order, delays, batches, and refusals."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §4 DAG flows: one transaction (all rows or none); dependants blocked until every
+"""DAG flows: one transaction (all rows or none); dependants blocked until every
 dependency is done; a dependency in the DLQ keeps them blocked until retried and done."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §4 parent/child flows, on every backend: fan-out parks the parent with its manifest,
+"""Parent/child flows, on every backend: fan-out parks the parent with its manifest,
 children get deterministic ids, each child's outcome reaches the parent once, the parent
 settles (no child pending, or the first failure under "fail") and ``collect`` runs once; a
 fail-fast settle or a cancelled parent cancels the unfinished children; children may be flows

@@ -1,4 +1,4 @@
-"""Issue 14 item 1, rolling deploys: a worker never dead-letters a job for lack of a handler.
+"""Rolling deploys: a worker never dead-letters a job for lack of a handler.
 
 It hands the job back without spending an attempt (for a worker that has the handler), its
 burst mode exits when only such jobs are left, and a job no worker had a handler for during

@@ -1,4 +1,4 @@
-"""SPEC §2 lease: a claim leases with a token; only that token acks; leases renew, never shrink."""
+"""Lease: a claim leases with a token; only that token acks; leases renew, never shrink."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §3 progress: ``ctx.progress(pct)`` is throttled to one write per 250 ms; 0 and 100 are
+"""Progress: ``ctx.progress(pct)`` is throttled to one write per 250 ms; 0 and 100 are
 always recorded. Measured by the PROGRESS audit rows (``AUDIT = "all"``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §3 rate limit: ``rate_limit=(max, per_seconds)`` caps handler starts in any rolling
+"""Rate limit: ``rate_limit=(max, per_seconds)`` caps handler starts in any rolling
 window."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §2 crashes: the sweeper re-pends expired leases (stall + 1); a crash keeps the attempt;
+"""Crashes: the sweeper re-pends expired leases (stall + 1); a crash keeps the attempt;
 past MAX_STALLED_COUNT the job fails as ``stalled``; the stale worker's late ack is LOCK_LOST."""
 
 from __future__ import annotations

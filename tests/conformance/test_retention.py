@@ -1,4 +1,4 @@
-"""SPEC §2 retention: done/cancelled jobs and audit rows are pruned after configurable ages;
+"""Retention: done/cancelled jobs and audit rows are pruned after configurable ages;
 failed jobs (the DLQ) are kept unless configured."""
 
 from __future__ import annotations

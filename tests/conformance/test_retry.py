@@ -1,4 +1,4 @@
-"""SPEC §2 retry: backoff ``min(base · 2^(n-1), max)``; exhausted → DLQ with error and traceback;
+"""Retry: backoff ``min(base · 2^(n-1), max)``; exhausted → DLQ with error and traceback;
 ``Unrecoverable`` or a ``retryable`` predicate answering False skip the budget; a predicate
 that raises counts as retryable."""
 

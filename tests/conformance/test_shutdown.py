@@ -1,4 +1,4 @@
-"""SPEC §2/§7 shutdown: stop leasing; let running handlers finish within the grace period;
+"""Shutdown: stop leasing; let running handlers finish within the grace period;
 release the rest, giving their attempt back."""
 
 from __future__ import annotations

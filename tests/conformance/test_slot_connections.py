@@ -1,4 +1,4 @@
-"""Issue 16 item 1: a slot thread keeps its database connection from job to job, whatever
+"""A slot thread keeps its database connection from job to job, whatever
 ``CONN_MAX_AGE`` says (0 here, Django's default), and replaces it only when it cannot be
 trusted: after a database error in the job, or when the handler left a transaction open."""
 

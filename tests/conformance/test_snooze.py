@@ -1,4 +1,4 @@
-"""SPEC §13 ``Snooze(seconds)``: the job goes back to pending after that delay without
+"""``Snooze(seconds)``: the job goes back to pending after that delay without
 spending an attempt, audited, counted in ``JobInfo.snoozes``; past ``MAX_SNOOZES`` it fails."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §2 timeout: past ``@job(timeout=…)`` the attempt fails with reason ``timeout`` and the
+"""Timeout: past ``@job(timeout=…)`` the attempt fails with reason ``timeout`` and the
 slot is freed for the next job."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §3: enqueue is transactional on every backend. Inside ``transaction.atomic()`` a job
+"""Enqueue is transactional on every backend. Inside ``transaction.atomic()`` a job
 commits or rolls back with the transaction: on the local backend it is a row of it; on an
 engine outside the database it is an outbox row of it, relayed after commit. Nothing is seen
 before COMMIT, nothing is sent on rollback, and a relay that sends twice makes one job."""

@@ -1,4 +1,4 @@
-"""SPEC §13 worker registry: every consumer registers, heartbeats the jobs it runs, says when
+"""Worker registry: every consumer registers, heartbeats the jobs it runs, says when
 it stops; one that died is shown as gone after missing heartbeats, and later pruned."""
 
 from __future__ import annotations

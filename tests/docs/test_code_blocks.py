@@ -1,4 +1,4 @@
-"""Every ```python block of README.md and docs/ runs, so the docs stay true (issue 17, item 4).
+"""Every ```python block of README.md and docs/ runs, so the docs stay true.
 
 Pages run as a new user's project would read them: Django set up with the test project's SQLite
 database and **no** ``BLAMEQUEUE`` setting. Each python block runs in a fresh namespace, in

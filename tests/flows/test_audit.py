@@ -1,4 +1,4 @@
-"""Audit (SPEC §8, issue 4 item 8): flow enqueue, fan-out, child report, settle and cascade are
+"""Audit (docs/observability.md): flow enqueue, fan-out, child report, settle and cascade are
 audit events — the ``audit_event`` signal always, and a row per the ``AUDIT`` level: child
 reports (one per child, the flow's happy path) only with "all", the rest also with the default
 "operations"."""

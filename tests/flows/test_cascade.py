@@ -1,4 +1,4 @@
-"""Settle and cascade (SPEC §4, issue 4 items 3-4): "fail" settles at the first failure and
+"""Settle and cascade (docs/flows.md): "fail" settles at the first failure and
 cancels the unfinished children — pending, blocked and in flight — "continue" waits for every
 child, and cancelling the parent cascades the same way."""
 

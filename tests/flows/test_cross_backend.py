@@ -1,4 +1,4 @@
-"""Children on another backend than their parent (SPEC §4): the parent on "default" (SQLite),
+"""Children on another backend than their parent (docs/flows.md): the parent on "default" (SQLite),
 its children on "postgres". Children travel out through the parent database's outbox; reports
 come back through the outbox of the child's database. Needs both databases."""
 

@@ -1,4 +1,4 @@
-"""Fan-out and collect (SPEC §4, issue 4 items 1-2): the state collect sees, what get_job shows,
+"""Fan-out and collect (docs/flows.md): the state collect sees, what get_job shows,
 the manifest stored atomically with the parking of the parent, deterministic child ids, and a
 parent that never fans out twice."""
 

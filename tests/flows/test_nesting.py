@@ -1,4 +1,4 @@
-"""Nesting and plain handlers (SPEC §4, issue 4 item 6): a child may itself be a flow, depth is
+"""Nesting and plain handlers (docs/flows.md): a child may itself be a flow, depth is
 tracked and capped with a clear error, and a job carrying flow state claimed by a plain handler
 fails visibly."""
 

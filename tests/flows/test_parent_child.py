@@ -1,4 +1,4 @@
-"""Parent/child flows (SPEC §4): fan-out, reports through the outbox, settle, collect."""
+"""Parent/child flows (docs/flows.md): fan-out, reports through the outbox, settle, collect."""
 
 from __future__ import annotations
 

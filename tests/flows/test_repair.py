@@ -1,4 +1,4 @@
-"""The flow sweeper (SPEC §4, issue 4 items 5 and 9): one deterministic test per repair path —
+"""The flow sweeper (docs/flows.md): one deterministic test per repair path —
 a lost report, a lost settle, a child that never landed, a kill between the fan-out ack and the
 child inserts — plus the settle and cascade it finishes, and per-parent isolation."""
 

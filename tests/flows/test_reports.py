@@ -1,4 +1,4 @@
-"""Child reports (SPEC §4, issue 4 item 3): recorded with the child's terminal transition —
+"""Child reports (docs/flows.md): recorded with the child's terminal transition —
 on a parent of the same backend by the ack itself, for a parent elsewhere through the
 outbox — delivered at least once and recorded exactly once, the relay nudged by each terminal
 ack (it settles the parents after the ack's commit), paging with a cursor in batches of 500

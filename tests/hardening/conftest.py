@@ -1,4 +1,4 @@
-"""Issue 18's regression tests: every refusal is a ``QueueError`` (or a ``CommandError``) and
+"""The regression tests: every refusal is a ``QueueError`` (or a ``CommandError``) and
 leaves every table as it was; the ``backend`` fixture runs a test on SQLite and PostgreSQL."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 18, item 8: the admin answers bad input with a form error, a clamped page or a 404,
+"""The admin answers bad input with a form error, a clamped page or a 404,
 never a 500; purge says what it deletes."""
 
 from __future__ import annotations

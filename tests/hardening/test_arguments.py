@@ -1,4 +1,4 @@
-"""Issue 18, items 1, 4 and 7 through the ``queue`` facade, on SQLite and PostgreSQL: a bad
+"""Bad arguments through the ``queue`` facade, on SQLite and PostgreSQL: a bad
 argument is a ``QueueError`` with nothing written, and what is accepted reads back.
 
 Each test walks its table of cases in one database setup (a flush per case would cost more

@@ -1,4 +1,4 @@
-"""Issue 18, item 7 for the commands: bad input is a ``CommandError`` (exit status ≠ 0) with
+"""The commands: bad input is a ``CommandError`` (exit status ≠ 0) with
 nothing written, on SQLite and PostgreSQL."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 18, item 5: a stored job whose fields have the wrong type (a row or hash written past
+"""A stored job whose fields have the wrong type (a row or hash written past
 the API) fails alone as ``bad_job``; it never fails the claim, so the jobs around it run.
 
 SQLite keeps any value in any column and Redis any string in a hash field; PostgreSQL's typed

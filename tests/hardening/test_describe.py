@@ -1,4 +1,4 @@
-"""Issue 18, item 2: describing a handler's exception never raises and stays bounded, so a
+"""Describing a handler's exception never raises and stays bounded, so a
 hostile exception fails its own job and the worker goes on with the others."""
 
 from __future__ import annotations

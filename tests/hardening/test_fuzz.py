@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the public API and the ``blamequeue`` command (issue 18).
+"""Property-based fuzzing of the public API and the ``blamequeue`` command.
 
 On SQLite and PostgreSQL, random queue names, payloads, delays, priorities, ids and flow specs
 either succeed — and what was stored reads back — or raise ``QueueError`` (``CommandError``

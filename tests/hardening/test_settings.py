@@ -1,4 +1,4 @@
-"""Issue 18, item 4 for settings: ``manage.py check`` bounds what the API bounds, so a setting
+"""Settings: ``manage.py check`` bounds what the API bounds, so a setting
 cannot make every enqueue fail or write a row nothing reads."""
 
 from __future__ import annotations

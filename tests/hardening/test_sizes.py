@@ -1,4 +1,4 @@
-"""Issue 18, item 9: what the package says and draws stays bounded however large the flow."""
+"""What the package says and draws stays bounded however large the flow."""
 
 from __future__ import annotations
 

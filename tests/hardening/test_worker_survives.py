@@ -1,4 +1,4 @@
-"""Issue 18, item 3: the worker's main loop survives any exception from a backend call —
+"""The worker's main loop survives any exception from a backend call —
 claims, acks, heartbeats, backlog reads — logs it, backs off and keeps its acks to send again;
 an ack the engine refuses for good is sent plain, then given up, and never holds back the
 others. Only an exception that escapes every round ends the loop, and ``runworker`` then
@@ -71,7 +71,7 @@ def test_an_ack_the_engine_refuses_is_sent_plain_and_never_holds_back_the_others
     backend: str, slow_job: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An engine that refuses one job's ack, as PostgreSQL refused a NUL in an error text
-    (issue 18's first report): the other acks of its batch are applied, the refused one goes
+    (a report from a hardening round): the other acks of its batch are applied, the refused one goes
     again with a plain ASCII note instead of its texts, and the job is failed with it."""
     engine = get_backend(backend)
     jobs = queue.enqueue_many(

@@ -1,4 +1,4 @@
-"""The blame trail (SPEC §14): where a job came from — the user's line of code, the request
+"""The blame trail (docs/effects.md): where a job came from — the user's line of code, the request
 and user it was enqueued for, the job, schedule or flow that enqueued it."""
 
 from __future__ import annotations

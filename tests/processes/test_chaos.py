@@ -1,5 +1,5 @@
 """SIGKILL chaos: every 0.5 s a random worker is killed and a new one started while they drain
-a queue (issue 3, items 13b, 14).
+a queue.
 
 Delivery is at least once: a worker killed after a handler stored its effect but before the
 ack leaves a lease that expires, and the job runs again. ``procapp.effect`` is the idempotent

@@ -1,5 +1,5 @@
 """A worker whose clock is 5 minutes off rescues nothing early and runs nothing early: every
-time that decides anything is the database's (SPEC §2).
+time that decides anything is the database's (docs/lifecycle.md).
 
 PostgreSQL only: SQLite lives on the workers' own host, so its clock is theirs by design (a
 host whose clock is wrong is wrong for the database too). The skewed worker starts with

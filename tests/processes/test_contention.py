@@ -1,5 +1,5 @@
 """Many claimers and many enqueuers at once: claims stay within their batch and never
-overlap; one dedupe key makes one row (issue 3, item 14)."""
+overlap; one dedupe key makes one row."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Several worker processes draining one queue never run a job twice (issue 3, item 13a)."""
+"""Several worker processes draining one queue never run a job twice."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``@job(atomic=True)`` against real worker processes on PostgreSQL (SPEC §14, issue 13).
+"""``@job(atomic=True)`` against real worker processes on PostgreSQL (docs/effects.md).
 
 The proof: a worker frozen (SIGSTOP) after its handler wrote, past its lease; another worker
 takes the job over and finishes it; the first is thawed (SIGCONT). With ``atomic=True`` the

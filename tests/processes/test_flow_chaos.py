@@ -1,4 +1,4 @@
-"""Flow chaos (issue 4, item 9): workers and sweepers SIGKILLed at random while 20 flows of 50
+"""Flow chaos : workers and sweepers SIGKILLed at random while 20 flows of 50
 children run on PostgreSQL — "fail" flows (most with a failing child), "continue" flows (some
 cancelled half way), and one flow of flows.
 

@@ -1,4 +1,4 @@
-"""Limits and pause across worker processes, under SIGKILL (issue 12, item 8).
+"""Limits and pause across worker processes, under SIGKILL.
 
 Every run of ``procapp.run`` records its start and end (``Run``, the host clock: one host, so
 every worker shares it); a run whose worker was killed ends at the kill. Figures:

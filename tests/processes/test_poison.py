@@ -1,7 +1,7 @@
-"""Poison input (issue 3, item 14): refused at enqueue where the API can tell; a stored row
+"""Poison input : refused at enqueue where the API can tell; a stored row
 that cannot run (undecodable body, disallowed content type) goes to the DLQ after one attempt,
 and the worker goes on with the good jobs behind it. A row of a name this worker has no
-handler for is not poison (a rolling deploy, issue 14): it is handed back, no attempt spent,
+handler for is not poison (a rolling deploy): it is handed back, no attempt spent,
 and the burst worker still exits."""
 
 from __future__ import annotations

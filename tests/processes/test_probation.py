@@ -1,4 +1,4 @@
-"""Issue 18, item 6: a worker crash dead-letters only the job that crashed it.
+"""A worker crash dead-letters only the job that crashed it.
 
 A handler kills its worker process (SIGKILL from inside, as a segfault would) while three
 innocent jobs run beside it. Nobody can tell which job killed the process, so none of the four

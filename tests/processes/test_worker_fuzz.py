@@ -1,4 +1,4 @@
-"""Issue 18's worker fuzz: handlers end in every hostile way (a ``__str__`` that raises or
+"""The worker fuzz: handlers end in every hostile way (a ``__str__`` that raises or
 exits, NUL, lone surrogates, ten-megabyte messages, ``SystemExit``, ``KeyboardInterrupt``,
 ``GeneratorExit``, a ``BaseException`` of their own, cyclic and 500-deep chains, the worker's
 own interrupts raised by hand, results that cannot be stored) while good jobs flow through one

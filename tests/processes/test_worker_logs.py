@@ -1,4 +1,4 @@
-"""Issue 17, item 1: a failing job is visible in the worker's log. Every retry logs a WARNING
+"""A failing job is visible in the worker's log. Every retry logs a WARNING
 and every move to the DLQ an ERROR on ``django_blamequeue``, with the job's id, name, queue
 and attempt, the error and its traceback — read here from a real ``runworker``'s stderr
 (tests/settings.py logs WARNING and up there), for a handler that raises and for a job whose

@@ -1,4 +1,4 @@
-"""The scheduler (SPEC §5, issue 4 item 7): fires due schedules with a dedupe key per
+"""The scheduler (docs/schedules.md): fires due schedules with a dedupe key per
 (schedule, fire time), coalesces missed fires, fires each occurrence once however many
 sweepers race, mirrors ``SCHEDULES``, and skips (and logs) a schedule it cannot fire."""
 

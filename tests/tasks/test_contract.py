@@ -2,7 +2,7 @@
 
 Django's own ``tests/tasks`` pins its Dummy/Immediate backends, so this states the contract
 again for ``BlameQueueBackend``: JSON-only arguments, the ``supports_*`` flags, every
-``TaskResult`` field, validation errors, the status mapping of SPEC §10, the signals.
+``TaskResult`` field, validation errors, the status mapping of docs/django-tasks.md, the signals.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rolling deploys for ``django.tasks`` tasks (issue 14, item 1): a worker that cannot import a
+"""Rolling deploys for ``django.tasks`` tasks : a worker that cannot import a
 task's module hands the run back without spending an attempt; the run stays READY for a
 worker that has it."""
 

@@ -1,6 +1,6 @@
 """``run_jobs(chaos=...)`` and the ``blamequeue_chaos`` fixture: the delivery faults of an
 at-least-once queue, played in the test's thread, so a handler's double effect shows in the
-test's own assertions (SPEC §14, docs/testing.md)."""
+test's own assertions (docs/effects.md)."""
 
 from __future__ import annotations
 

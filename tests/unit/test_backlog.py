@@ -1,4 +1,4 @@
-"""``Backlog.finished``: when a burst worker may stop (issue 17, item 3)."""
+"""``Backlog.finished``: when a burst worker may stop."""
 
 from __future__ import annotations
 

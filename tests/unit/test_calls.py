@@ -1,4 +1,4 @@
-"""Issue 17, item 6, without a worker: calling a ``@job`` function directly (a stand-in
+"""Without a worker: calling a ``@job`` function directly (a stand-in
 ``current_job()``), the argument envelope of ``.delay``, the ``countdown``/``eta`` aliases,
 and ``@job``'s own backoff options."""
 

@@ -1,4 +1,4 @@
-"""blamequeue.W007: jobs that a plain ``runworker`` would never claim (issue 17, item 2).
+"""Blamequeue.W007: jobs that a plain ``runworker`` would never claim.
 
 A plain ``runworker`` consumes every queue with a registered job, on ``DEFAULT_BACKEND``. A
 schedule on another queue, or a job or schedule on another backend, waits forever unless a

@@ -1,4 +1,4 @@
-"""DAG validation for ``enqueue_flow`` (SPEC §4): shape, unknown dependencies, cycles."""
+"""DAG validation for ``enqueue_flow`` (docs/flows.md): shape, unknown dependencies, cycles."""
 
 from __future__ import annotations
 

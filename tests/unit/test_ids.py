@@ -1,4 +1,4 @@
-"""Job ids (SPEC §2): strings, unique, time-sortable; monotonic in a process; child ids derived."""
+"""Job ids (docs/lifecycle.md): strings, unique, time-sortable; monotonic in a process; child ids derived."""
 
 from __future__ import annotations
 

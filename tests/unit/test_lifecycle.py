@@ -1,4 +1,4 @@
-"""The lifecycle rules of SPEC §2 as tables over ``core.lifecycle.decide`` and ``rescue``."""
+"""The lifecycle rules of as tables over ``core.lifecycle.decide`` and ``rescue``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 16 item 1, the decisions of ``slot_connections`` on one thread's connections: kept,
+"""The decisions of ``slot_connections`` on one thread's connections: kept,
 closed, back to the pool, pinged after idling (the conformance suite proves them on real
 SQLite and PostgreSQL connections; this covers the pool, which needs psycopg_pool)."""
 

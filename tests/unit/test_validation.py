@@ -1,4 +1,4 @@
-"""Argument checks of the public API (SPEC §3): refused at once, with a stable code.
+"""Argument checks of the public API (docs/concepts.md): refused at once, with a stable code.
 
 These run without a database: a refusal must come before any backend call.
 """

@@ -1,4 +1,4 @@
-"""The redis backend: jobs in Redis ≥ 7, each atomic step one Lua script (SPEC §1, issue 5)."""
+"""The redis backend: jobs in Redis ≥ 7, each atomic step one Lua script (docs/index.md)."""
 
 from django_blamequeue.backends.redis.backend import RedisBackend
 

@@ -1,4 +1,4 @@
-"""The redis backend (SPEC §1): the job lifecycle on Redis ≥ 7, every multi-key step one Lua
+"""The redis backend (docs/index.md): the job lifecycle on Redis ≥ 7, every multi-key step one Lua
 script, so each is atomic and a crash (of a worker, or of Redis itself) never half-applies one.
 
 Time is Redis ``TIME`` inside the scripts unless a verb is given ``now``. Enqueue is
