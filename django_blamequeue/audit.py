@@ -1,4 +1,4 @@
-"""Audit events (docs/observability.md): a row per event (per ``AUDIT`` level) and the ``audit_event`` signal.
+"""Audit events: a row per event (per ``AUDIT`` level) and the ``audit_event`` signal.
 
 Backends call ``record`` inside the transaction that changes the job, so on the local backend
 the row commits or rolls back with the state change; the signal goes out only after commit.

@@ -219,7 +219,8 @@ RATIO_HEADER = (
 
 
 # ------------------------------------------------------------------------ the ORM workload
-#: The figure before slots kept their connections: 2 × runworker --concurrency 10, CONN_MAX_AGE=0, ORM jobs.
+#: The figure before slots kept their connections: 2 × runworker --concurrency 10,
+#: CONN_MAX_AGE=0, ORM jobs.
 ISSUE_ORM = 206.0
 
 

@@ -1,4 +1,4 @@
-"""Fire times of recurring jobs (docs/schedules.md): cron expressions or fixed intervals, in a timezone.
+"""Fire times of recurring jobs: cron expressions or fixed intervals, in a timezone.
 
 Pure functions: given the last fire and now, which occurrence (if any) is due. Missed fires
 coalesce: only the latest due occurrence is answered. Answers are in UTC: an aware datetime on

@@ -1,4 +1,4 @@
-"""The outbox: messages written in the caller's transaction, relayed after commit (docs/concepts.md).
+"""The outbox: messages written in the caller's transaction, relayed after commit.
 
 Two kinds: ``enqueue`` (a job bound for another backend) and ``report`` (a flow child's
 terminal outcome bound for its parent's dependency row). The relay pages through unsent rows

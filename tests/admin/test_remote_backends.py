@@ -1,4 +1,4 @@
-"""The console on backends outside the database (docs/admin.md): Redis and SQS screens go through the
+"""The console on backends outside the database: Redis and SQS screens go through the
 backend API — the overview's counts, the DLQ with its error, retry and purge, each audited
 with the acting user — never through the job table."""
 

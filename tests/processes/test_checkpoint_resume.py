@@ -1,5 +1,6 @@
 """SIGKILL a worker in the middle of a 30-step job and of a 10,000-item batch job: the next
-attempt resumes from the last checkpoint, so every step and item is done, and at most the one in flight at the kill is done twice.
+attempt resumes from the last checkpoint, so every step and item is done, and at most
+the one in flight at the kill is done twice.
 
 Both jobs run at once in one worker (concurrency 2) and log each step or item when it is done
 (``procapp.steps``, ``procapp.batch``), by pid. The step job starts once the batch is under

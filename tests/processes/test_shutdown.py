@@ -1,4 +1,4 @@
-"""SIGTERM / SIGINT (docs/commands.md): stop leasing, give in-flight handlers the grace period, release
+"""SIGTERM / SIGINT: stop leasing, give in-flight handlers the grace period, release
 the rest with their attempt given back; a second signal stops at once."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A worker whose lease was taken over cannot ack (LOCK_LOST) and changes nothing (docs/lifecycle.md).
+"""A worker whose lease was taken over cannot ack (LOCK_LOST) and changes nothing.
 
 First through the backend verbs, 100 times over, moving the database's time forward instead of
 waiting for it; then with a real worker process frozen (SIGSTOP) past its lease while another

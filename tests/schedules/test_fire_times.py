@@ -1,4 +1,4 @@
-"""Fire times (docs/schedules.md): ``latest_due`` and ``next_fires`` as tables — cron in a timezone across
+"""Fire times: ``latest_due`` and ``next_fires`` as tables — cron in a timezone across
 both daylight-saving changes, fixed intervals, missed fires coalescing into the latest one."""
 
 from __future__ import annotations

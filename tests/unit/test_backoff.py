@@ -1,4 +1,4 @@
-"""Retry delay (docs/lifecycle.md): ``min(base · 2^(attempt-1), max)``, defaults 1 s and 300 s, no jitter."""
+"""Retry delay: ``min(base · 2^(attempt-1), max)``, defaults 1 s and 300 s, no jitter."""
 
 from __future__ import annotations
 

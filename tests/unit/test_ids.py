@@ -1,4 +1,4 @@
-"""Job ids (docs/lifecycle.md): strings, unique, time-sortable; monotonic in a process; child ids derived."""
+"""Job ids: strings, unique, time-sortable; monotonic in a process; child ids derived."""
 
 from __future__ import annotations
 

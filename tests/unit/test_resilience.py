@@ -1,4 +1,4 @@
-"""Circuit breaker and retry wrapper (docs/concepts.md): open after repeated failures, half-open later."""
+"""Circuit breaker and retry wrapper: open after repeated failures, half-open later."""
 
 from __future__ import annotations
 
