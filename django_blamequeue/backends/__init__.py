@@ -1,4 +1,8 @@
-"""Backends by alias: one ``Backend`` object per alias, reset when settings change."""
+"""Backends by alias: one ``Backend`` object per alias, reset when settings change.
+
+Each is built from its settings entry: the engine class the table of backends names for its
+protocol (``conf.engines``), or the entry's own ``BACKEND``, imported here, on first use.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,11 @@ import threading
 from typing import Any
 
 from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
 
 from django_blamequeue.backends.base import Backend
-from django_blamequeue.backends.unavailable import KNOWN, refuse
 from django_blamequeue.conf import backend_config, get_settings
+from django_blamequeue.conf.engines import ENGINES
 from django_blamequeue.exceptions import ErrorCode, QueueError
 
 _lock = threading.Lock()
@@ -18,24 +23,13 @@ _backends: dict[str, Backend] = {}
 
 def _build(alias: str) -> Backend:
     config = backend_config(alias)
-    if config.protocol in KNOWN:
-        raise refuse(config.protocol, alias)
-    backend: Backend
-    if config.protocol == "local":
-        from django_blamequeue.backends.database import DatabaseBackend
-
-        backend = DatabaseBackend(config)
-    elif config.protocol == "redis":
-        from django_blamequeue.backends.redis import RedisBackend
-
-        backend = RedisBackend(config)
-    elif config.protocol == "sqs":
-        from django_blamequeue.backends.sqs import SqsBackend
-
-        backend = SqsBackend(config)
-    else:
+    if config.engine is None:  # validation refuses these first (E003, E004)
+        row = ENGINES.get(config.protocol)
+        if row is not None:
+            raise row.refusal(alias)
         raise QueueError(ErrorCode.UNKNOWN_BACKEND, f"unknown protocol {config.protocol!r}")
-    return backend
+    engine: type[Backend] = import_string(config.engine)
+    return engine(config)
 
 
 def get_backend(alias: str | None = None) -> Backend:

@@ -16,19 +16,15 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 
-from django_blamequeue.conf.schema import (
-    BACKEND_DEFAULTS,
-    SETTINGS_WHERE,
-    Problem,
-    Where,
-    content_type_of,
-)
+from django_blamequeue.conf.engines import BACKEND_DEFAULTS, ENGINES, engine_class, row_of
+from django_blamequeue.conf.schema import SETTINGS_WHERE, Problem, Where, content_type_of
 from django_blamequeue.conf.validator import validate
 from django_blamequeue.core.controls import QueueLimits
 from django_blamequeue.exceptions import ErrorCode, QueueError
 
 __all__ = [
     "BACKEND_DEFAULTS",
+    "ENGINES",
     "BackendConfig",
     "Problem",
     "Settings",
@@ -49,12 +45,16 @@ def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackendConfig:
-    """One entry of ``BACKENDS``, defaults filled in; ``options`` excludes PROTOCOL and QUEUES."""
+    """One entry of ``BACKENDS``, defaults filled in; ``options`` excludes PROTOCOL, BACKEND
+    and QUEUES. An entry that names its ``BACKEND`` has its class's ``protocol`` here."""
 
     alias: str
     protocol: str
     options: Mapping[str, Any]
     queues: tuple[str, ...] | None = None  # the queue names this backend may serve; None = any
+    #: The ``Backend`` subclass to build, by dotted path: the entry's BACKEND, else its
+    #: protocol's (``engines.ENGINES``).
+    engine: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,62 +96,60 @@ _cached: Settings | None = None
 #: Settings whose change invalidates the cache: ours, and the ones validation looks into.
 _WATCHED = frozenset({"BLAMEQUEUE", "DATABASES", "CACHES"})
 
-#: Environment variable -> backend option, per protocol (docs/operations.md).
-_ENV_OPTIONS: Mapping[str, Mapping[str, str]] = {
-    "local": {},
-    "redis": {
-        "BLAMEQUEUE_REDIS_URL": "URL",
-        "BLAMEQUEUE_REDIS_PASSWORD": "PASSWORD",
-        "BLAMEQUEUE_REDIS_USERNAME": "USERNAME",
-        "BLAMEQUEUE_REDIS_TLS": "TLS",
-        "BLAMEQUEUE_REDIS_KEY_PREFIX": "KEY_PREFIX",
-    },
-    "sqs": {
-        "BLAMEQUEUE_SQS_REGION": "REGION",
-        "BLAMEQUEUE_SQS_ENDPOINT_URL": "ENDPOINT_URL",
-        "BLAMEQUEUE_SQS_QUEUE_PREFIX": "QUEUE_PREFIX",
-    },
-}
-_ENV_NAMES: dict[tuple[str, ...], str] = {
-    ("BACKENDS", "default", option): variable
-    for options in _ENV_OPTIONS.values()
-    for variable, option in options.items()
-}
-_ENV_NAMES[("BACKENDS", "default", "PROTOCOL")] = "BLAMEQUEUE_PROTOCOL"
 # A message about the whole "default" entry says where it came from: nobody wrote it as such.
 _ENTRY = ("BACKENDS", "default")
 _BY_VARIABLE = 'the backend "default" that BLAMEQUEUE_PROTOCOL sets up (no BLAMEQUEUE setting)'
 _BUILT_IN = 'the built-in backend "default" (no BLAMEQUEUE setting, no BLAMEQUEUE_PROTOCOL)'
-_ENV_WHERE = Where({**_ENV_NAMES, _ENTRY: _BY_VARIABLE})
-_BUILTIN_WHERE = Where({**_ENV_NAMES, _ENTRY: _BUILT_IN})
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+def _protocol_of(environ: Mapping[str, str]) -> str:
+    return environ.get("BLAMEQUEUE_PROTOCOL", "").strip().lower() or "local"
+
+
+def _variables(protocol: str) -> Mapping[str, str]:
+    """The protocol's ``BLAMEQUEUE_*`` variables (its row of the table), variable -> option."""
+    row = ENGINES.get(protocol)
+    return row.environment if row is not None else {}
 
 
 def _raw_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     """The ``BLAMEQUEUE`` dict the ``BLAMEQUEUE_*`` variables describe: one backend, "default".
 
-    Empty variables count as unset. An unrecognised TLS value is kept as a string so that
-    validation names the variable.
+    Empty variables count as unset. An unrecognised value of a bool option (TLS) is kept as a
+    string so that validation names the variable.
     """
-    protocol = environ.get("BLAMEQUEUE_PROTOCOL", "").strip().lower() or "local"
+    protocol = _protocol_of(environ)
     entry: dict[str, Any] = {"PROTOCOL": protocol}
-    for variable, option in _ENV_OPTIONS.get(protocol, {}).items():
+    for variable, option in _variables(protocol).items():
         value = environ.get(variable, "")
         if value == "":
             continue
-        if option == "TLS" and value.strip().lower() in _TRUE | _FALSE:
+        if option in ENGINES[protocol].flags and value.strip().lower() in _TRUE | _FALSE:
             entry[option] = value.strip().lower() in _TRUE
         else:
             entry[option] = value
     return {"BACKENDS": {"default": entry}}
 
 
+def _environment_where(environ: Mapping[str, str]) -> Where:
+    """Messages about the environment boot name the variables, and say where "default" came
+    from."""
+    names = {
+        (*_ENTRY, option): variable
+        for variable, option in _variables(_protocol_of(environ)).items()
+    }
+    names[(*_ENTRY, "PROTOCOL")] = "BLAMEQUEUE_PROTOCOL"
+    chosen = environ.get("BLAMEQUEUE_PROTOCOL", "").strip()
+    names[_ENTRY] = _BY_VARIABLE if chosen else _BUILT_IN
+    return Where(names)
+
+
 def _current() -> tuple[object, Where]:
     """The raw configuration in force and how to name its places in messages."""
     raw = getattr(django_settings, "BLAMEQUEUE", _UNSET)
     if raw is _UNSET:
-        chosen = os.environ.get("BLAMEQUEUE_PROTOCOL", "").strip()
-        return _raw_from_environment(os.environ), _ENV_WHERE if chosen else _BUILTIN_WHERE
+        return _raw_from_environment(os.environ), _environment_where(os.environ)
     return raw, SETTINGS_WHERE
 
 
@@ -246,15 +244,26 @@ def _limits(entry: Mapping[str, Any]) -> QueueLimits:
 
 
 def _backend(alias: str, entry: Mapping[str, Any]) -> BackendConfig:
-    protocol = entry["PROTOCOL"]
-    options = {**BACKEND_DEFAULTS[protocol], **entry}
-    del options["PROTOCOL"]
+    """A validated entry with its protocol's defaults (the row of its engine's protocol for a
+    ``BACKEND``: none if that has no row)."""
+    if "BACKEND" in entry:
+        engine = engine_class(entry["BACKEND"])
+        assert isinstance(engine, type)  # validate() reports E014 otherwise
+        row, protocol, path = row_of(engine), str(getattr(engine, "protocol", "")), entry["BACKEND"]
+    else:
+        protocol = entry["PROTOCOL"]
+        row = ENGINES[protocol]
+        path = row.path
+    options = {**(row.defaults if row is not None else {}), **entry}
+    options.pop("PROTOCOL", None)
+    options.pop("BACKEND", None)
     queues = options.pop("QUEUES", None)
     return BackendConfig(
         alias=alias,
         protocol=protocol,
         options=_frozen(options),
         queues=None if queues is None else tuple(queues),
+        engine=path,
     )
 
 

@@ -1,6 +1,6 @@
-"""The shape of the ``BLAMEQUEUE`` setting: its keys, protocols and defaults, and how a
-problem with it is named. Read by ``conf`` (which builds ``Settings``) and ``confcheck``
-(which validates), so neither needs the other's internals."""
+"""The shape of the ``BLAMEQUEUE`` setting: its keys, how a problem with it is named, and the
+``Findings`` a check adds problems to. Read by ``conf`` (which builds ``Settings``), ``validator``
+and the table of backends (``engines``), so none needs another's internals."""
 
 from __future__ import annotations
 
@@ -9,36 +9,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kombu.serialization import registry
-
-PROTOCOLS = ("local", "redis", "sqs")
-UNAVAILABLE = {"amqp": "AMQP 0-9-1 (RabbitMQ etc.)", "nats": "NATS JetStream"}
-#: Keys a backend entry may hold besides PROTOCOL and QUEUES, with their defaults.
-BACKEND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
-    # PREPARE: the hot statements prepared on PostgreSQL (None: unless the database is set
-    # up for a transaction-mode pooler; backends/jobtable/prepared.py)
-    "local": {"DATABASE": "default", "LISTEN": True, "PREPARE": None},
-    "redis": {
-        "CONNECTION": None,
-        "URL": None,
-        "PASSWORD": None,
-        "USERNAME": None,
-        "TLS": False,
-        "KEY_PREFIX": "blamequeue",
-        "DATABASE": "default",  # the Django database of its outbox and audit rows
-    },
-    "sqs": {
-        "DATABASE": "default",  # the Django database that holds the job records (ledger)
-        "PREPARE": None,  # as the local backend's
-        "REGION": None,
-        "ENDPOINT_URL": None,
-        "QUEUE_PREFIX": "",
-        "ACCESS_KEY_ID": None,
-        "SECRET_ACCESS_KEY": None,
-        "MAX_RECEIVE_COUNT": 10,  # the RedrivePolicy of queues it creates (poison messages)
-        "WAIT_TIME_SECONDS": 0,  # ReceiveMessage long polling; it blocks a worker's loop
-        "SEND_GRACE": 30.0,  # seconds before the send step re-sends a message never marked sent
-    },
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +45,23 @@ def _subscripts(path: tuple[object, ...]) -> str:
 
 
 SETTINGS_WHERE = Where()
+
+
+class Findings:
+    """The problems found so far, and what a check needs to word and judge them: how to name a
+    place (``where``), the ``DATABASES`` and ``CACHES`` an option may name."""
+
+    def __init__(
+        self, where: Where, databases: Mapping[str, Any], caches: Mapping[str, Any]
+    ) -> None:
+        self.where, self.databases, self.caches = where, databases, caches
+        self.found: list[Problem] = []
+        self.implied = False  # no "BACKENDS" in the setting: its "default" is not written there
+
+    def add(
+        self, id_: str, message: str, hint: str = "", level: Literal["error", "warning"] = "error"
+    ) -> None:
+        self.found.append(Problem(id=id_, message=message, hint=hint, level=level))
 
 
 def content_type_of(name: str) -> str | None:

@@ -1,39 +1,43 @@
 """Validation of a raw ``BLAMEQUEUE`` mapping into a list of problems (ids in docs/checks.md).
 
-Kept apart from ``conf`` (which imports it on first use) to keep that module readable. A pure
-function of its inputs: ``conf`` passes the raw dict, ``DATABASES`` and ``CACHES``, so
-the system check and the runtime refusal run the same code and can never disagree. Ids are
-never renumbered or reused.
+Kept apart from ``conf`` to keep that module readable. A function of its inputs (and of the
+engine class an entry's ``BACKEND`` names, which it imports): ``conf`` passes the raw dict,
+``DATABASES`` and ``CACHES``, so the system check and the runtime refusal run the same code and
+can never disagree. What each protocol allows comes from the table of backends (``engines``).
+Ids are never renumbered or reused.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from kombu.serialization import registry
 
+from django_blamequeue.conf.engines import (
+    AVAILABLE,
+    BASE,
+    ENGINES,
+    Engine,
+    engine_class,
+    row_of,
+)
 from django_blamequeue.conf.schema import (
     AUDIT_LEVELS,
-    BACKEND_DEFAULTS,
-    PROTOCOLS,
     QUEUE_KEYS,
     RETENTION_KEYS,
     SETTINGS_WHERE,
     TOP_KEYS,
-    UNAVAILABLE,
     UNSAFE_CONTENT,
+    Findings,
     Problem,
     Where,
     content_type_of,
 )
 from django_blamequeue.conf.values import (
     COUNT_1,
-    NUMERIC_OPTIONS,
     RATE,
     SCALARS,
-    SQS_NUMBERS,
     can_encode,
     closest,
     is_int,
@@ -71,27 +75,16 @@ def validate(
 
 
 _HINT_TOP = 'Set BLAMEQUEUE = {"BACKENDS": {"default": {"PROTOCOL": "local"}}} or remove it.'
-_HINT_PROTOCOL = "Use one of: " + ", ".join(PROTOCOLS) + "."
+_HINT_PROTOCOL = "Use one of: " + ", ".join(AVAILABLE) + "."
+_HINT_ENGINE = f"Name a subclass of {BASE}, or choose a PROTOCOL."
 _HINT_SCHEDULE = (
     'A schedule is {"job": "app.jobs.name", "cron": "*/5 * * * *"} or {"job": ..., '
     '"interval": 300}, with optional "timezone", "payload" and "queue".'
 )
 
 
-class _Validator:
+class _Validator(Findings):
     """Collects problems; one method per settings area, each reading only its own keys."""
-
-    def __init__(
-        self, where: Where, databases: Mapping[str, Any], caches: Mapping[str, Any]
-    ) -> None:
-        self.where, self.databases, self.caches = where, databases, caches
-        self.found: list[Problem] = []
-        self.implied = False  # no "BACKENDS" in the setting: its "default" is not written there
-
-    def add(
-        self, id_: str, message: str, hint: str = "", level: Literal["error", "warning"] = "error"
-    ) -> None:
-        self.found.append(Problem(id=id_, message=message, hint=hint, level=level))
 
     def unknown_keys(
         self, raw: Mapping[Any, Any], known: Sequence[str], *at: str, of: str = ""
@@ -124,91 +117,61 @@ class _Validator:
             self.add("E002", message, "Use one of: " + ", ".join(map(str, backends)) + ".")
 
     def backend(self, at: tuple[str, str], entry: Mapping[str, Any]) -> None:
-        protocol, where = entry.get("PROTOCOL"), self.where
-        if isinstance(protocol, str) and protocol in UNAVAILABLE:
-            what = f"{UNAVAILABLE[protocol]} is not available"
-            self.add("E004", f"{where(*at, 'PROTOCOL')} is {protocol!r}: {what}", _HINT_PROTOCOL)
+        if "BACKEND" in entry:
+            self.engine(at, entry)
             return
-        if protocol not in PROTOCOLS:
+        protocol, where = entry.get("PROTOCOL"), self.where
+        row = ENGINES.get(protocol) if isinstance(protocol, str) else None
+        if row is not None and not row.available:
+            what = f"{row.label} is not available"
+            self.add("E004", f"{where(*at, 'PROTOCOL')} is {protocol!r}: {what}", _HINT_PROTOCOL)
+        elif row is None:
             what = "is missing" if protocol is None else f"is {protocol!r}, not a known protocol"
             message = f"{where(*at, 'PROTOCOL')} {what}."
-            self.add("E003", message + closest(protocol, PROTOCOLS), _HINT_PROTOCOL)
+            self.add("E003", message + closest(protocol, AVAILABLE), _HINT_PROTOCOL)
+        else:
+            self.options(at, entry, row, "PROTOCOL")
+
+    def engine(self, at: tuple[str, str], entry: Mapping[str, Any]) -> None:
+        """E014: ``BACKEND`` names an engine class (and no PROTOCOL beside it)."""
+        if "PROTOCOL" in entry:
+            message = (
+                f"{self.where(*at)} sets both PROTOCOL and BACKEND; it is unclear which to use"
+            )
+            self.add("E014", message, "Keep one of them.")
             return
-        defaults = BACKEND_DEFAULTS[protocol]
-        self.unknown_keys(entry, ("PROTOCOL", "QUEUES", *defaults), *at, of=f" for {protocol}")
+        found = engine_class(entry["BACKEND"])
+        if isinstance(found, str):
+            self.add("E014", f"{self.where(*at, 'BACKEND')} {found}", _HINT_ENGINE)
+        elif (row := row_of(found)) is not None:
+            self.options(at, entry, row, "BACKEND")
+        else:  # a protocol of its own: the engine reads its options
+            self.queue_names(at, entry)
+
+    def options(self, at: tuple[str, str], entry: Mapping[str, Any], row: Engine, key: str) -> None:
+        """The options of an entry of ``row``'s protocol (``key`` chose it): known, of their
+        kinds, then the protocol's own checks."""
+        defaults, where = row.defaults, self.where
+        self.unknown_keys(entry, (key, "QUEUES", *defaults), *at, of=f" for {row.name}")
         options = {**defaults, **{k: v for k, v in entry.items() if k in defaults}}
-        for key, value in options.items():
-            if key in NUMERIC_OPTIONS:
-                continue  # checked with their ranges by the protocol's method
-            expected = bool if key in ("TLS", "LISTEN", "PREPARE") else str
-            if not (isinstance(value, expected) or (value is None and defaults[key] is None)):
-                self.add("E012", f"{where(*at, key)} is {value!r}; expected a {expected.__name__}")
+        for name, value in options.items():
+            if name in row.numbers:
+                continue  # checked with their ranges after the protocol's checks
+            expected = bool if name in row.flags else str
+            if not (isinstance(value, expected) or (value is None and defaults[name] is None)):
+                self.add("E012", f"{where(*at, name)} is {value!r}; expected a {expected.__name__}")
+        self.queue_names(at, entry)
+        if row.check is not None:
+            row.check(self, at, options)
+        for name, (valid, expected) in row.numbers.items():
+            if not valid(options[name]):
+                self.add("E012", f"{where(*at, name)} is {options[name]!r}; expected {expected}")
+
+    def queue_names(self, at: tuple[str, str], entry: Mapping[str, Any]) -> None:
         queues = entry.get("QUEUES")
         if queues is not None and not is_names(queues):
-            message = f"{where(*at, 'QUEUES')} is {queues!r}; expected a list of queue names"
+            message = f"{self.where(*at, 'QUEUES')} is {queues!r}; expected a list of queue names"
             self.add("E012", message, "Omit QUEUES to allow any queue name.")
-        {"local": self.local, "redis": self.redis, "sqs": self.sqs}[protocol](at, options)
-
-    def local(self, at: tuple[str, str], options: Mapping[str, Any]) -> None:
-        alias = options["DATABASE"]
-        if alias not in self.databases:
-            message = f"{self.where(*at, 'DATABASE')} is {alias!r}, not an entry of DATABASES"
-            self.add("E005", message, "Use one of: " + ", ".join(self.databases) + ".")
-            return
-        db = self.databases[alias]
-        engine = str(db.get("ENGINE", ""))
-        mode = str((db.get("OPTIONS") or {}).get("transaction_mode") or "")
-        if ("sqlite" in engine or "spatialite" in engine) and mode.upper() != "IMMEDIATE":
-            origin = self.where(*at)
-            if self.implied:
-                origin = 'the backend "default" of a BLAMEQUEUE without "BACKENDS"'
-            message = (
-                f"{origin[0].upper()}{origin[1:]} stores jobs in the SQLite database {alias!r}, "
-                'whose OPTIONS lack "transaction_mode": "IMMEDIATE"; concurrent workers will hit '
-                '"database is locked"'
-            )
-            hint = f'Add "OPTIONS": {{"transaction_mode": "IMMEDIATE"}} to DATABASES[{alias!r}].'
-            self.add("W002", message, hint, "warning")
-
-    def redis(self, at: tuple[str, str], options: Mapping[str, Any]) -> None:
-        connection, url, where = options["CONNECTION"], options["URL"], self.where
-        if connection is not None and url is not None:
-            message = f"{where(*at)} sets both CONNECTION and URL; it is unclear which to use"
-            self.add("E006", message, "Keep one of them.")
-        elif connection is not None:
-            backend = str((self.caches.get(connection) or {}).get("BACKEND", ""))
-            if connection not in self.caches or "redis" not in backend.lower():
-                what = "no entry" if connection not in self.caches else f"a non-Redis {backend}"
-                message = f"{where(*at, 'CONNECTION')} is {connection!r}: {what} of CACHES"
-                self.add("E006", message, "Name a django-redis entry of CACHES, or give a URL.")
-        elif url is None or not re.match(r"(redis|rediss|unix)://", url):
-            what = "is missing" if url is None else f"is {url!r}, not a redis:// URL"
-            message = f"{where(*at, 'URL')} {what}; a redis backend needs a URL or a CONNECTION"
-            example = "e.g. redis://localhost:6379/0 (rediss:// for TLS)"
-            hint = f'Set "URL" ({example}), or "CONNECTION" to a django-redis alias of CACHES.'
-            if where.environment:
-                hint = f"Set {where(*at, 'URL')} ({example})."
-            self.add("E006", message, hint)
-
-    def sqs(self, at: tuple[str, str], options: Mapping[str, Any]) -> None:
-        where = self.where
-        if not options["REGION"]:
-            message = f"{where(*at, 'REGION')} is missing; an sqs backend needs an AWS region"
-            self.add("E007", message, f"Set {where(*at, 'REGION')}, e.g. to 'eu-west-1'.")
-        prefix = options["QUEUE_PREFIX"]
-        if isinstance(prefix, str) and not re.fullmatch(r"[A-Za-z0-9_-]*", prefix):
-            message = f"{where(*at, 'QUEUE_PREFIX')} is {prefix!r}; SQS allows A-Z a-z 0-9 - _"
-            self.add("E012", message)
-        elif isinstance(prefix, str) and len(prefix) > 40:
-            message = f"{where(*at, 'QUEUE_PREFIX')} has {len(prefix)} characters; at most 40"
-            self.add("E012", message, "SQS queue names have 80 characters, the prefix included.")
-        endpoint = options["ENDPOINT_URL"]
-        if isinstance(endpoint, str) and not re.match(r"https?://", endpoint):
-            message = f"{where(*at, 'ENDPOINT_URL')} is {endpoint!r}; expected an http(s):// URL"
-            self.add("E012", message)
-        for key, (valid, expected) in SQS_NUMBERS.items():
-            if not valid(options[key]):
-                self.add("E012", f"{where(*at, key)} is {options[key]!r}; expected {expected}")
 
     def content(self, raw: Mapping[str, Any]) -> None:
         accept, where = raw.get("ACCEPT_CONTENT", ["json"]), self.where

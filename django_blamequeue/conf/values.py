@@ -1,5 +1,5 @@
-"""The pieces ``confcheck`` validates settings values with: predicates, the bounds they state
-in messages, the per-key tables of scalar settings and SQS options, and a schedule entry's
+"""The pieces ``validator`` and the table of backends check settings values with: predicates,
+the bounds they state in messages, the per-key table of scalar settings, and a schedule entry's
 errors. Pure functions of their inputs."""
 
 from __future__ import annotations
@@ -100,14 +100,6 @@ SECONDS_0 = f"seconds >= 0 (at most {MAX_SECONDS:,})"
 COUNT_1 = f"an int from 1 to {MAX_INT:,}"
 COUNT_0 = f"an int from 0 to {MAX_INT:,}"
 RATE = f"(max, per_seconds): max {COUNT_1}, per_seconds {SECONDS}"
-
-#: sqs options that are numbers: key -> (validates, what it should be); a failure is E012.
-SQS_NUMBERS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
-    "MAX_RECEIVE_COUNT": (lambda v: is_int(v) and 1 <= v <= 1000, "an int from 1 to 1000"),
-    "WAIT_TIME_SECONDS": (lambda v: is_int(v) and 0 <= v <= 20, "an int from 0 to 20"),
-    "SEND_GRACE": (lambda v: is_number(v) and v > 0, "seconds > 0"),
-}
-NUMERIC_OPTIONS = frozenset(SQS_NUMBERS)
 
 #: key -> (validates, what it should be); a failure is E012. Seconds and counts stop where the
 #: API's arguments do (``validation.MAX_SECONDS``, ``MAX_INT``): every engine stores them.
