@@ -1,7 +1,16 @@
-"""Shared fixtures: a clean environment, backends per database, consumers stopped per test."""
+"""Shared fixtures: a clean environment, backends per database, consumers stopped per test.
+
+The backends under test come from the table of backends (``conf/engines.py``): the local
+protocol runs on each test database ("default" is SQLite, "postgres" exists when its server
+runs), every other protocol as the backend of its own name, on the test server of that name
+(``tests/servers.py``, whose URL ``tests/settings.py`` configures it with). ``pytest
+--blamequeue-engine ALIAS=ENTRY`` adds an engine from elsewhere to the conformance suite
+(docs/writing-a-backend.md).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -9,18 +18,68 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from django_blamequeue.conf.engines import AVAILABLE
+
 for _name in list(os.environ):
     if _name.startswith("BLAMEQUEUE_") and not _name.startswith("BLAMEQUEUE_TEST_"):
         del os.environ[_name]
 
 LOCAL_BACKENDS = ["default", "postgres"]  # default = SQLite
-ALL_BACKENDS = [*LOCAL_BACKENDS, "redis", "sqs"]
+REMOTE_BACKENDS = [name for name in AVAILABLE if name != "local"]
+ALL_BACKENDS = [*LOCAL_BACKENDS, *REMOTE_BACKENDS]
 #: Backend alias → the server it needs: (test id, env var of its URL, env var that requires it).
 SERVERS = {
-    "postgres": ("postgres", "BLAMEQUEUE_TEST_POSTGRES_URL", "BLAMEQUEUE_TEST_REQUIRE_POSTGRES"),
-    "redis": ("redis", "BLAMEQUEUE_TEST_REDIS_URL", "BLAMEQUEUE_TEST_REQUIRE_REDIS"),
-    "sqs": ("sqs", "BLAMEQUEUE_TEST_SQS_URL", "BLAMEQUEUE_TEST_REQUIRE_SQS"),
+    name: (name, f"BLAMEQUEUE_TEST_{name.upper()}_URL", f"BLAMEQUEUE_TEST_REQUIRE_{name.upper()}")
+    for name in ["postgres", *REMOTE_BACKENDS]
 }
+#: Engines from elsewhere as ``BACKENDS`` entries by alias, in JSON: set by --blamequeue-engine,
+#: read by tests/settings.py (worker subprocesses too) and the conformance suite's parameters.
+ENGINES_VARIABLE = "BLAMEQUEUE_TEST_ENGINES"
+
+
+def backend_id(alias: str) -> str:
+    """A backend's test id: its alias, but "sqlite" for the SQLite "default"."""
+    return "sqlite" if alias == "default" else alias
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--blamequeue-engine",
+        action="append",
+        default=[],
+        metavar="ALIAS=ENTRY",
+        help="run the conformance suite on this backend too: ENTRY is a Backend subclass's "
+        "dotted path, or a BLAMEQUEUE['BACKENDS'] entry as JSON (docs/writing-a-backend.md)",
+    )
+
+
+def engine_option(value: str) -> tuple[str, dict[str, Any]]:
+    """``ALIAS=ENTRY`` of ``--blamequeue-engine`` as (alias, ``BACKENDS`` entry)."""
+    alias, _, entry = value.partition("=")
+    if not alias or not entry:
+        raise pytest.UsageError(f"--blamequeue-engine {value!r}: expected ALIAS=ENTRY")
+    if not entry.lstrip().startswith("{"):
+        return alias, {"BACKEND": entry}
+    try:
+        parsed = json.loads(entry)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--blamequeue-engine {value!r}: {exc}") from None
+    return alias, parsed
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The engines of ``--blamequeue-engine`` join the test settings' ``BACKENDS``."""
+    engines = dict(engine_option(value) for value in config.getoption("blamequeue_engine"))
+    if not engines:
+        return
+    os.environ[ENGINES_VARIABLE] = json.dumps(engines)
+    backends = {**settings.BLAMEQUEUE["BACKENDS"], **engines}
+    settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, "BACKENDS": backends}
+
+
+def external_engines() -> list[str]:
+    """The aliases of the engines from elsewhere (``--blamequeue-engine``, or the variable)."""
+    return list(json.loads(os.environ.get(ENGINES_VARIABLE) or "{}"))
 
 
 def postgres_available() -> bool:
@@ -71,7 +130,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"no {url_var}"))
 
 
-@pytest.fixture(params=LOCAL_BACKENDS, ids=["sqlite", "postgres"])
+@pytest.fixture(params=LOCAL_BACKENDS, ids=backend_id)
 def backend(request: pytest.FixtureRequest) -> str:
     """The backend alias under test; the conformance suite runs once per value."""
     alias: str = request.param

@@ -75,6 +75,10 @@ if SQS_URL:
         "DATABASE": os.environ.get("BLAMEQUEUE_TEST_SQS_DATABASE", "default"),
     }
 
+# Engines from elsewhere under test (pytest --blamequeue-engine; docs/writing-a-backend.md), for
+# worker subprocesses: tests/conftest.py adds them to the pytest process's settings itself.
+BACKENDS.update(json.loads(os.environ.get("BLAMEQUEUE_TEST_ENGINES") or "{}"))
+
 BLAMEQUEUE = {
     "BACKENDS": BACKENDS,
     "DEFAULT_BACKEND": "default",

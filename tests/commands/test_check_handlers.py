@@ -15,7 +15,7 @@ from django_blamequeue import job, queue
 from django_blamequeue.checks import check_handlers
 from django_blamequeue.jobs import registry
 from django_blamequeue.models import Schedule
-from tests.conftest import ALL_BACKENDS, isolate, need_server
+from tests.conftest import ALL_BACKENDS, backend_id, isolate, need_server
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -31,7 +31,7 @@ def gone() -> Iterator[Any]:
     registry.unregister("tests.w8.gone")
 
 
-@pytest.mark.parametrize("backend", ALL_BACKENDS, ids=["sqlite", "postgres", "redis", "sqs"])
+@pytest.mark.parametrize("backend", ALL_BACKENDS, ids=backend_id)
 def test_waiting_jobs_of_a_name_no_handler_answers_are_w008_with_their_count(
     backend: str, gone: Any, settings: SettingsWrapper
 ) -> None:

@@ -14,7 +14,7 @@ from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.jobs import registry
 from django_blamequeue.jobs.registry import JobDefinition
-from tests.conftest import ALL_BACKENDS, isolate, need_server
+from tests.conftest import ALL_BACKENDS, backend_id, external_engines, isolate, need_server
 
 _names = itertools.count()
 
@@ -47,7 +47,15 @@ def _database_of(alias: str) -> str:
     return str(settings.BLAMEQUEUE["BACKENDS"].get(alias, {}).get("DATABASE", "default"))
 
 
-@pytest.fixture(params=ALL_BACKENDS, ids=["sqlite", "postgres", "redis", "sqs"])
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that uses ``backend`` runs once per backend: the table's, then the engines of
+    ``--blamequeue-engine`` (read here, after the options: not when this module is imported)."""
+    if "backend" in metafunc.fixturenames:
+        aliases = [*ALL_BACKENDS, *external_engines()]
+        metafunc.parametrize("backend", aliases, ids=backend_id, indirect=True)
+
+
+@pytest.fixture
 def backend(request: pytest.FixtureRequest, settings: SettingsWrapper) -> str:
     """The backend under test: every conformance test runs once per backend.
 

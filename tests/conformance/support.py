@@ -10,6 +10,7 @@ import dataclasses
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from django.db import connections
 
 from django_blamequeue.backends.base import Backend
@@ -116,3 +117,20 @@ def relay(engine: Backend) -> None:
 
 def close_connections() -> None:
     connections.close_all()
+
+
+def another_backend(backend: str) -> str:
+    """A second backend whose jobs are not in ``backend``'s store: "default" (SQLite), or
+    "postgres" beside it or beside an engine that shares its table. Skips where it is missing
+    (fails where ``make test`` started it)."""
+    from django_blamequeue.backends import get_backend
+    from tests.conftest import need_server
+
+    table = get_backend(backend).database  # None: the engine keeps its own store
+    for other in ("default", "postgres"):
+        if other == backend:
+            continue
+        need_server(other)
+        if table is None or get_backend(other).database != table:
+            return other
+    pytest.skip(f"no backend keeps its jobs apart from {backend!r}")

@@ -22,7 +22,7 @@ from django_blamequeue.testing import wait_until
 
 from . import flowjobs
 from .flowjobs import CALLS
-from .support import claim_one, jobs_in, row
+from .support import another_backend, claim_one, jobs_in, row
 
 pytestmark = pytest.mark.requires("supports_flows")
 
@@ -189,11 +189,7 @@ def test_a_job_carrying_flow_state_claimed_by_a_plain_handler_fails_visibly(
 def test_children_may_run_on_another_backend_than_their_parent(
     backend: str, flows: SimpleNamespace
 ) -> None:
-    from tests.conftest import need_server
-
-    other = "default" if backend != "default" else "postgres"
-    if other == "postgres":
-        need_server("postgres")
+    other = another_backend(backend)
     parent = flows.Report.enqueue(
         {"pages": 2, "broken": [1], "child_backend": other}, backend=backend
     ).job_id

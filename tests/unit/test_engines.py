@@ -1,0 +1,125 @@
+"""The table of backends (conf/engines.py), and entries that name their engine class
+(``"BACKEND": "dotted.path.Class"``, check E014)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.utils.module_loading import import_string
+from pytest_django import Settings as SettingsWrapper
+
+from django_blamequeue import conf
+from django_blamequeue.backends import get_backend
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.conf.engines import AVAILABLE, ENGINES, engine_class
+from django_blamequeue.conf.validator import validate
+from django_blamequeue.exceptions import ErrorCode, QueueError
+from tests.outside_engine.engine import Engine
+
+DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql"}}
+PATH = "tests.outside_engine.engine.Engine"
+BASE = "django_blamequeue.backends.base.Backend"
+
+
+class Kafka(Engine):
+    """An engine of a protocol the table has no row for."""
+
+    protocol = "kafka"
+
+
+def entry(**options: Any) -> dict[str, Any]:
+    return {"BACKENDS": {"default": {"PROTOCOL": "local"}, "out": options}}
+
+
+def found(raw: object) -> list[conf.Problem]:
+    return validate(raw, databases=DATABASES, caches={})
+
+
+# -- the table ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", AVAILABLE)
+def test_each_available_row_names_a_backend_of_its_own_protocol(name: str) -> None:
+    row = ENGINES[name]
+    assert row.path is not None
+    engine = import_string(row.path)
+    assert issubclass(engine, Backend) and engine.protocol == name
+    assert engine_class(row.path) is engine
+    assert set(row.environment.values()) | row.flags | set(row.numbers) <= set(row.defaults)
+
+
+def test_the_available_protocols_and_the_known_ones_are_those_of_the_docs() -> None:
+    assert AVAILABLE == ("local", "redis", "sqs")
+    assert {n: r.label for n, r in ENGINES.items() if not r.available} == {
+        "amqp": "AMQP 0-9-1 (RabbitMQ etc.)",
+        "nats": "NATS JetStream",
+    }
+
+
+def test_an_unavailable_row_refuses_to_build_with_protocol_unavailable() -> None:
+    refused = ENGINES["nats"].refusal("broker")
+    assert refused.code == ErrorCode.PROTOCOL_UNAVAILABLE
+    assert refused.message == (
+        "backend 'broker': protocol 'nats' (NATS JetStream) is known but not available in "
+        "django-blamequeue; use local, redis or sqs"
+    )
+
+
+@pytest.mark.django_db
+def test_get_backend_builds_the_class_the_table_names_for_the_protocol() -> None:
+    engine = get_backend("default")
+    assert type(engine) is import_string(ENGINES["local"].path or "")
+    assert conf.backend_config("default").engine == ENGINES["local"].path
+
+
+# -- entries naming their BACKEND ------------------------------------------------------------------
+def test_a_backend_subclass_of_a_protocol_is_checked_as_that_protocol() -> None:
+    assert found(entry(BACKEND=PATH)) == []
+    [problem] = found(entry(BACKEND=PATH, DATABASE="replica"))
+    assert problem.id == "E005" and 'BLAMEQUEUE["BACKENDS"]["out"]["DATABASE"]' in problem.message
+    [problem] = found(entry(BACKEND=PATH, LISTN=True))
+    assert problem.id == "E001" and 'Did you mean "LISTEN"?' in problem.message
+    assert problem.hint == "Known keys: BACKEND, QUEUES, DATABASE, LISTEN, PREPARE."
+
+
+def test_an_engine_of_another_protocol_gets_its_options_as_written(
+    settings: SettingsWrapper,
+) -> None:
+    path = f"{__name__}.Kafka"
+    settings.BLAMEQUEUE = entry(BACKEND=path, URL="kafka://h:9092", QUEUES=["a"])
+    config = conf.backend_config("out")
+    assert (config.protocol, config.engine, config.queues) == ("kafka", path, ("a",))
+    assert dict(config.options) == {"URL": "kafka://h:9092"}
+    [problem] = found(entry(BACKEND=path, QUEUES="a"))
+    assert problem.id == "E012" and '["QUEUES"]' in problem.message
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        (42, "is 42; expected the dotted path of a " + BASE + " subclass"),
+        ("nowhere.Engine", "which cannot be imported: ModuleNotFoundError: No module named"),
+        ("tests.outside_engine.engine.Nothing", "which cannot be imported: ImportError"),
+        ("collections.OrderedDict", "which is not a subclass of " + BASE),
+        (BASE, "which does not implement"),  # its abstract verbs, named
+    ],
+    ids=["not-a-path", "no-module", "no-class", "not-a-backend", "abstract"],
+)
+def test_a_backend_that_is_no_usable_engine_class_is_e014(value: object, says: str) -> None:
+    [problem] = found(entry(BACKEND=value))
+    assert problem.id == "E014"
+    assert problem.message.startswith(f'BLAMEQUEUE["BACKENDS"]["out"]["BACKEND"] is {value!r}')
+    assert says in problem.message, problem.message
+    assert problem.hint == f"Name a subclass of {BASE}, or choose a PROTOCOL."
+
+
+def test_protocol_and_backend_together_are_e014() -> None:
+    [problem] = found(entry(PROTOCOL="local", BACKEND=PATH))
+    assert problem.id == "E014" and "sets both PROTOCOL and BACKEND" in problem.message
+
+
+def test_e014_refuses_at_run_time_with_invalid_config(settings: SettingsWrapper) -> None:
+    settings.BLAMEQUEUE = entry(BACKEND="nowhere.Engine")
+    with pytest.raises(QueueError) as caught:
+        conf.get_settings()
+    assert caught.value.code == ErrorCode.INVALID_CONFIG
+    assert caught.value.message.startswith('E014: BLAMEQUEUE["BACKENDS"]["out"]["BACKEND"]')
