@@ -17,9 +17,11 @@ DEV_STAMP := $(VENV)/.installed-dev
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 
 PYTEST_ARGS ?=
-# PostgreSQL is always started; redis and sqs (moto_server) only where installed. A server
-# that was started must have its tests run (BLAMEQUEUE_TEST_REQUIRE_*): they cannot skip.
-TEST_SERVERS ?= postgres redis sqs
+# The test servers tests/servers.py knows (postgres redis sqs), read when a recipe needs them.
+SERVER_KINDS = $(shell $(PY) -c 'from tests.servers import KINDS; print(*KINDS)' 2>/dev/null)
+# PostgreSQL is always started; the others (redis, sqs: moto_server) only where installed. A
+# server that was started must have its tests run (BLAMEQUEUE_TEST_REQUIRE_*): they cannot skip.
+TEST_SERVERS ?= $(SERVER_KINDS)
 
 LINT_PATHS := $(wildcard django_blamequeue tests bench testproject)
 
@@ -48,9 +50,10 @@ $(RUNTIME_STAMP): pyproject.toml | $(PY)
 test: $(DEV_STAMP)
 	@mkdir -p $(TMP) && $(VENV)/bin/lint-imports --no-cache >$(TMP)/lint-imports.log 2>&1 || { cat $(TMP)/lint-imports.log; exit 1; }
 	@echo "make test: import layers kept (lint-imports)"
+	@test -n "$(SERVER_KINDS)" || { echo "make test: tests/servers.py lists no KINDS" >&2; exit 1; }
 	@set -u; \
 	dir_of() { echo "$(TMP)/$${1/postgres/pg}"; }; \
-	stop_servers() { for kind in sqs redis postgres; do \
+	stop_servers() { for kind in $(SERVER_KINDS); do \
 	  $(SERVERS) $$kind stop --dir "$$(dir_of $$kind)" || true; done; }; \
 	trap stop_servers EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	for kind in $(TEST_SERVERS); do \
@@ -88,7 +91,7 @@ docs-serve: $(DEV_STAMP)
 
 # Stops servers left running under .tmp before deleting their directories.
 clean:
-	@if test -x $(PY) && test -d $(TMP); then for kind in sqs redis postgres; do \
+	@if test -x $(PY) && test -d $(TMP); then for kind in $(SERVER_KINDS); do \
 	  dir=$(TMP)/$${kind/postgres/pg}; \
 	  test -f $$dir/server.json && $(SERVERS) $$kind stop --dir $$dir; \
 	  done; true; fi

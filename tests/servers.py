@@ -18,6 +18,7 @@ writes ``DIR/server.json``; ``stop`` reads it and stops that pid::
     python -m tests.servers redis start --dir .tmp/redis [--appendonly everysec]
     python -m tests.servers sqs start --dir .tmp/sqs
     python -m tests.servers redis available    # exit 0 if redis-server is installed
+    python -c 'from tests.servers import KINDS; print(*KINDS)'   # the Makefile's list
 
 This module imports only the standard library (psycopg is used for the readiness probe when it is
 installed, ``pg_isready`` otherwise), so it runs before the project is installed.
@@ -48,6 +49,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Literal, Self
 
 __all__ = [
+    "KINDS",
     "PG_USER",
     "MotoServer",
     "PostgresServer",
@@ -57,6 +59,11 @@ __all__ = [
     "find_free_port",
     "main",
 ]
+
+#: The servers, by the name ``make test`` starts them under (PostgreSQL first: it always runs).
+#: A backend's test server bears its protocol's name (tests/conftest.py); its ``start`` prints
+#: ``BLAMEQUEUE_TEST_<KIND>_URL=…``.
+KINDS = ("postgres", "redis", "sqs")
 
 PG_USER = "blamequeue-pg"
 """System user that owns the PostgreSQL data directory when the tests run as root."""
@@ -956,7 +963,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.servers", description="Start or stop a throwaway test server."
     )
-    parser.add_argument("kind", choices=("postgres", "redis", "sqs"))
+    parser.add_argument("kind", choices=KINDS)
     parser.add_argument(
         "action",
         choices=("start", "stop", "available"),
