@@ -11,6 +11,7 @@ from pytest_django import Settings as SettingsWrapper
 
 from django_blamequeue import conf
 from django_blamequeue.checks import check_settings
+from django_blamequeue.conf.engines import AVAILABLE
 from django_blamequeue.exceptions import QueueError
 
 
@@ -39,7 +40,7 @@ def test_an_error_becomes_a_check_error_with_a_prefixed_id_and_the_hint(
     assert isinstance(message, checks.Error)
     assert message.id == "blamequeue.E004"
     assert "AMQP 0-9-1 (RabbitMQ etc.)" in message.msg
-    assert message.hint == "Use one of: local, redis, sqs."
+    assert message.hint == "Use one of: " + ", ".join(AVAILABLE) + "."  # local, redis, sqs
 
 
 def test_a_warning_becomes_a_check_warning(settings: SettingsWrapper) -> None:

@@ -10,6 +10,7 @@ import pytest
 from pytest_django import Settings as SettingsWrapper
 
 from django_blamequeue import conf
+from django_blamequeue.conf.engines import AVAILABLE
 from django_blamequeue.conf.validator import validate
 from django_blamequeue.core.schedules import cron_error
 from django_blamequeue.exceptions import ErrorCode, QueueError
@@ -182,7 +183,7 @@ def test_unknown_protocol_is_e003_and_lists_the_known_ones() -> None:
     problem = only(backend(PROTOCOL="Redis"), "E003")
     assert 'BLAMEQUEUE["BACKENDS"]["fast"]["PROTOCOL"]' in problem.message
     assert 'Did you mean "redis"?' in problem.message
-    assert problem.hint == "Use one of: local, redis, sqs."
+    assert problem.hint == "Use one of: " + ", ".join(AVAILABLE) + "."  # local, redis, sqs
 
 
 def test_a_backend_without_protocol_is_e003() -> None:
@@ -194,7 +195,7 @@ def test_a_backend_without_protocol_is_e003() -> None:
 )
 def test_amqp_and_nats_are_known_but_unavailable_e004(protocol: str, name: str) -> None:
     problem = only(backend(PROTOCOL=protocol), "E004")
-    assert name in problem.message and "local, redis, sqs" in problem.hint
+    assert name in problem.message and ", ".join(AVAILABLE) in problem.hint
 
 
 def test_an_unavailable_protocol_refuses_at_run_time_with_protocol_unavailable(
