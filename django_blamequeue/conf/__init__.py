@@ -135,7 +135,7 @@ def _raw_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
 def _environment_where(environ: Mapping[str, str]) -> Where:
     """Messages about the environment boot name the variables, and say where "default" came
     from."""
-    names = {
+    names: dict[tuple[str, ...], str] = {
         (*_ENTRY, option): variable
         for variable, option in _variables(_protocol_of(environ)).items()
     }

@@ -157,9 +157,9 @@ class _Validator(Findings):
         for name, value in options.items():
             if name in row.numbers:
                 continue  # checked with their ranges after the protocol's checks
-            expected = bool if name in row.flags else str
-            if not (isinstance(value, expected) or (value is None and defaults[name] is None)):
-                self.add("E012", f"{where(*at, name)} is {value!r}; expected a {expected.__name__}")
+            wanted = bool if name in row.flags else str
+            if not (isinstance(value, wanted) or (value is None and defaults[name] is None)):
+                self.add("E012", f"{where(*at, name)} is {value!r}; expected a {wanted.__name__}")
         self.queue_names(at, entry)
         if row.check is not None:
             row.check(self, at, options)
