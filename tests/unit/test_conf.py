@@ -549,7 +549,7 @@ def test_a_missing_required_variable_is_named(
 @pytest.mark.parametrize(
     ("variable", "value", "code"),
     [
-        ("BLAMEQUEUE_PROTOCOL", "kafka", ErrorCode.INVALID_CONFIG),
+        ("BLAMEQUEUE_PROTOCOL", "pigeon", ErrorCode.INVALID_CONFIG),
         ("BLAMEQUEUE_PROTOCOL", "amqp", ErrorCode.PROTOCOL_UNAVAILABLE),
         ("BLAMEQUEUE_REDIS_TLS", "maybe", ErrorCode.INVALID_CONFIG),
     ],

@@ -22,10 +22,10 @@ PATH = "tests.outside_engine.engine.Engine"
 BASE = "django_blamequeue.backends.base.Backend"
 
 
-class Kafka(Engine):
+class Homegrown(Engine):
     """An engine of a protocol the table has no row for."""
 
-    protocol = "kafka"
+    protocol = "homegrown"
 
 
 def entry(**options: Any) -> dict[str, Any]:
@@ -84,11 +84,11 @@ def test_a_backend_subclass_of_a_protocol_is_checked_as_that_protocol() -> None:
 def test_an_engine_of_another_protocol_gets_its_options_as_written(
     settings: SettingsWrapper,
 ) -> None:
-    path = f"{__name__}.Kafka"
-    settings.BLAMEQUEUE = entry(BACKEND=path, URL="kafka://h:9092", QUEUES=["a"])
+    path = f"{__name__}.Homegrown"
+    settings.BLAMEQUEUE = entry(BACKEND=path, URL="homegrown://h:9092", QUEUES=["a"])
     config = conf.backend_config("out")
-    assert (config.protocol, config.engine, config.queues) == ("kafka", path, ("a",))
-    assert dict(config.options) == {"URL": "kafka://h:9092"}
+    assert (config.protocol, config.engine, config.queues) == ("homegrown", path, ("a",))
+    assert dict(config.options) == {"URL": "homegrown://h:9092"}
     [problem] = found(entry(BACKEND=path, QUEUES="a"))
     assert problem.id == "E012" and '["QUEUES"]' in problem.message
 
