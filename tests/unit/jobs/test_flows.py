@@ -85,7 +85,10 @@ def children_of(flow_cls: Any, claimed: Claimed, payload: Any = None, max_depth:
 
 # -- @flow -----------------------------------------------------------------------------------
 def test_on_child_failure_is_fail_or_continue() -> None:
-    assert refused(lambda: flow(on_child_failure="ignore")).code == ErrorCode.BAD_FLOW  # type: ignore[arg-type]
+    mode: Any = "ignore"
+    exc = refused(lambda: flow(on_child_failure=mode))
+    assert exc.code == ErrorCode.BAD_FLOW
+    assert exc.message == 'on_child_failure must be "fail" or "continue"'
 
 
 @pytest.mark.parametrize("missing", ["fan_out", "collect"])
