@@ -12,7 +12,7 @@ from typing import Any
 from django_blamequeue.exceptions import JobTimeout
 from django_blamequeue.worker.execution import Run
 from django_blamequeue.worker.slots import SlotPool
-from tests.unit.test_worker_parts import run
+from tests.unit.worker.test_parts import run
 
 WAIT = 10.0
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -45,6 +46,34 @@ def test_each_available_row_names_a_backend_of_its_own_protocol(name: str) -> No
     assert issubclass(engine, Backend) and engine.protocol == name
     assert engine_class(row.path) is engine
     assert set(row.environment.values()) | row.flags | set(row.numbers) <= set(row.defaults)
+
+
+@pytest.mark.parametrize("name", AVAILABLE)
+def test_each_row_s_options_are_upper_case_and_its_numbers_default_within_bounds(
+    name: str,
+) -> None:
+    row = ENGINES[name]
+    assert not {"PROTOCOL", "BACKEND", "QUEUES"} & set(row.defaults)  # not options
+    assert all(key == key.upper() for key in row.defaults)
+    assert not row.flags & set(row.numbers)
+    for key, (accepts, what) in row.numbers.items():
+        assert accepts(row.defaults[key]), f"{key} default {row.defaults[key]!r} is not {what}"
+
+
+@pytest.mark.parametrize(
+    ("key", "accepted", "refused"),
+    [
+        ("MAX_RECEIVE_COUNT", [1, 1000], [0, 1001, 5.0, True]),
+        ("WAIT_TIME_SECONDS", [0, 20], [-1, 21, 1.5, False]),  # ReceiveMessage's own bounds
+        ("SEND_GRACE", [0.1, 30, 1e6], [0, -1, math.nan, True]),
+    ],
+)
+def test_an_sqs_number_accepts_its_bounds_and_refuses_past_them(
+    key: str, accepted: list[Any], refused: list[Any]
+) -> None:
+    accepts, _ = ENGINES["sqs"].numbers[key]
+    assert all(accepts(v) for v in accepted)
+    assert not any(accepts(v) for v in refused)
 
 
 def test_amqp_and_nats_are_rows_with_only_their_names() -> None:

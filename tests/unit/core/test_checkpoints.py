@@ -121,7 +121,7 @@ def test_a_worker_run_gets_its_slot_at_its_first_checkpoint_and_none_after_its_e
 
     from django_blamequeue.backends.base import Backend
     from django_blamequeue.worker.checkpoint_writer import Checkpointer
-    from tests.unit.test_worker_parts import run
+    from tests.unit.worker.test_parts import run
 
     wake = threading.Event()
     checkpointer = Checkpointer(cast(Backend, None), 1.0, wake)
