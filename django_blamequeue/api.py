@@ -22,6 +22,7 @@ from django_blamequeue.conf import get_settings
 from django_blamequeue.core import ids, validation
 from django_blamequeue.core.controls import ControlState, QueueControl, QueueLimits, WorkerInfo
 from django_blamequeue.core.dag import validate_dag
+from django_blamequeue.core.options import JobOptions
 from django_blamequeue.core.records import EnqueuedJob, JobInfo
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import enqueueing, registry
@@ -91,21 +92,20 @@ class Queue:
         """Store one job; inside ``transaction.atomic()`` it commits or rolls back with it.
         ``concurrency_key``: the key of the queue's per-key limits (docs/control.md);
         ``about``: the model instance the job is about (``JobInfo.about``, ``jobs_about``)."""
-        return self.enqueue_many(
-            queue_name,
-            [payload],
-            name=name,
-            delay=delay,
-            run_at=run_at,
+        given = JobOptions(
+            queue=queue_name,
+            backend=backend,
             priority=priority,
             max_attempts=max_attempts,
             classification=classification,
             trace_id=trace_id,
+            delay=delay,
+            run_at=run_at,
             dedupe_key=dedupe_key,
-            backend=backend,
             concurrency_key=concurrency_key,
             about=about,
-        )[0]
+        )
+        return enqueueing.enqueue(payload, given, definition=_definition(name), name=name)
 
     def enqueue_many(
         self,
@@ -130,23 +130,26 @@ class Queue:
         """Store many jobs of one queue in one statement batch (all or none). ``about``: one
         model instance every job is about; ``abouts``: one per payload; ``concurrency_keys``
         likewise one key per payload."""
-        return enqueueing.enqueue_many(
-            queue_name,
-            payloads,
-            definition=_definition(name),
-            name=name,
-            delay=delay,
-            run_at=run_at,
+        given = JobOptions(
+            queue=queue_name,
+            backend=backend,
             priority=priority,
             max_attempts=max_attempts,
             classification=classification,
             trace_id=trace_id,
+            delay=delay,
+            run_at=run_at,
             dedupe_key=dedupe_key,
-            dedupe_keys=dedupe_keys,
-            backend=backend,
             concurrency_key=concurrency_key,
-            concurrency_keys=concurrency_keys,
             about=about,
+        )
+        return enqueueing.enqueue_many(
+            payloads,
+            given,
+            definition=_definition(name),
+            name=name,
+            dedupe_keys=dedupe_keys,
+            concurrency_keys=concurrency_keys,
             abouts=abouts,
         )
 
@@ -174,20 +177,23 @@ class Queue:
         with tracing.enqueue_span(queue_name, target.alias) as span:
             jobs = []
             for c in children:
-                job = enqueueing.new_job(
-                    queue_name,
-                    c.get("payload"),
-                    definition=_definition(c.get("job")),
-                    name=c.get("job"),
-                    delay=c.get("delay"),
-                    run_at=None,
+                definition = _definition(c.get("job"))
+                given = JobOptions(
+                    queue=queue_name,
                     priority=c.get("priority", 0),
                     max_attempts=c.get("max_attempts"),
                     classification=c.get("classification"),
                     trace_id=c.get("trace_id") or tracing.current_trace_id() or flow_id,
+                    delay=c.get("delay"),
                     dedupe_key=c.get("dedupe_key"),
-                    job_id=by_name[c["name"]],
                     about=c.get("about"),
+                )
+                job = enqueueing.new_job(
+                    enqueueing.merged(given, definition),
+                    c.get("payload"),
+                    definition=definition,
+                    name=c.get("job"),
+                    job_id=by_name[c["name"]],
                     cause={"flow": flow_id},
                 )
                 depends = tuple(by_name[d] for d in c.get("depends_on", ()))

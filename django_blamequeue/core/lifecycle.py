@@ -7,33 +7,18 @@ so every rule is testable as a table.
 
 from __future__ import annotations
 
-import logging
 import traceback as tb
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from django_blamequeue.core.backoff import backoff_seconds
 from django_blamequeue.core.limits import handback_delay, handler_gone
 from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.records import ChildSpec, Transition
+from django_blamequeue.core.retry import RetryPolicy, is_retryable
 from django_blamequeue.core.states import Reason, State, can_transition
 from django_blamequeue.exceptions import Retry, Unrecoverable
 
-logger = logging.getLogger("django_blamequeue.lifecycle")
-
-RetryPredicate = Callable[[BaseException], bool]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Policy:
-    """The knobs that decide retries; from settings and the job's registration."""
-
-    backoff_base: float = 1.0
-    backoff_max: float = 300.0
-    backoff_jitter: bool = False
-    retryable: RetryPredicate | None = None
-    max_snoozes: int = 1000
-    missing_handler_timeout: float = 7 * 86400.0
+#: The retry policy (``core/retry.py``) under the name the lifecycle's callers know.
+Policy = RetryPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,23 +147,10 @@ def unstorable(transition: Transition, exc: BaseException) -> Transition:
     return replace(transition, error=note, traceback=None, result=None, children=())
 
 
-def is_retryable(exc: BaseException, predicate: RetryPredicate | None) -> bool:
-    """``Unrecoverable`` never retries; a predicate that itself raises counts as retryable."""
-    if isinstance(exc, Unrecoverable):
-        return False
-    if predicate is None:
-        return True
-    try:
-        return bool(predicate(exc))
-    except Exception:
-        logger.warning("retryable predicate raised; treating the error as retryable", exc_info=True)
-        return True
-
-
 def _retry_or_fail(
     attempt: int,
     max_attempts: int,
-    policy: Policy,
+    policy: RetryPolicy,
     error: str,
     trace: str,
     reason: Reason,
@@ -187,12 +159,7 @@ def _retry_or_fail(
     """Back to pending after ``delay`` (None: the policy's backoff) while attempts are left."""
     if attempt < max_attempts:
         if delay is None:
-            delay = backoff_seconds(
-                attempt,
-                base=policy.backoff_base,
-                maximum=policy.backoff_max,
-                jitter=policy.backoff_jitter,
-            )
+            delay = policy.delay(attempt)
         return Transition(
             state=State.PENDING, delay=delay, error=error, traceback=trace, reason=reason
         )
@@ -200,7 +167,7 @@ def _retry_or_fail(
 
 
 def decide(
-    outcome: Outcome, *, attempt: int, max_attempts: int, policy: Policy, snoozes: int = 0
+    outcome: Outcome, *, attempt: int, max_attempts: int, policy: RetryPolicy, snoozes: int = 0
 ) -> Transition:
     """The transition for one attempt (``attempt`` is 1-based, counted at claim); always one
     that ``states.ALLOWED`` permits from ``inflight``, the only state an ack applies to.
@@ -214,7 +181,9 @@ def decide(
     return transition
 
 
-def _decide(outcome: Outcome, *, attempt: int, max_attempts: int, policy: Policy) -> Transition:
+def _decide(
+    outcome: Outcome, *, attempt: int, max_attempts: int, policy: RetryPolicy
+) -> Transition:
     match outcome:
         case Succeeded(result):
             return Transition(state=State.DONE, result=result, yields_to_cancel=False)
@@ -249,7 +218,7 @@ def _decide(outcome: Outcome, *, attempt: int, max_attempts: int, policy: Policy
     raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
 
 
-def _hand_back(outcome: Snoozed | NoHandler, *, policy: Policy, snoozes: int) -> Transition:
+def _hand_back(outcome: Snoozed | NoHandler, *, policy: RetryPolicy, snoozes: int) -> Transition:
     """A job that did not really run: back to pending with the attempt given back, or failed
     when it has snoozed ``max_snoozes`` times / waited ``missing_handler_timeout`` for a
     handler no live worker has."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -20,9 +19,10 @@ from django.db import connections
 from django_blamequeue import audit
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
-from django_blamequeue.conf import get_settings
+from django_blamequeue.conf import Settings, get_settings
 from django_blamequeue.context import current_job_or_none
 from django_blamequeue.core import ids, validation, wire
+from django_blamequeue.core.options import JobOptions
 from django_blamequeue.core.records import EnqueuedJob, NewJob
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import origin
@@ -34,62 +34,70 @@ if TYPE_CHECKING:
     from django_blamequeue.jobs.registry import JobDefinition
 
 
+def merged(given: JobOptions, definition: JobDefinition | None) -> JobOptions:
+    """The options in force for an enqueue: what the call gave, then the job's own, then the
+    settings' defaults (``JobOptions.merged``); not checked yet."""
+    return given.merged(definition.options if definition else None, _settings_defaults())
+
+
+#: The settings' layer of a merge, built once per settings object.
+_defaults: list[tuple[Settings, JobOptions]] = []
+
+
+def _settings_defaults() -> JobOptions:
+    settings = get_settings()
+    if _defaults and _defaults[0][0] is settings:
+        return _defaults[0][1]
+    layer = JobOptions(max_attempts=settings.default_max_attempts)
+    _defaults[:] = [(settings, layer)]
+    return layer
+
+
 def new_jobs(
-    queue_name: str,
+    options: JobOptions,
     payloads: Sequence[Any],
     *,
     definition: JobDefinition | None,
     name: str | None,
-    delay: Any,
-    run_at: Any,
-    priority: Any,
-    max_attempts: Any,
-    classification: Any,
-    trace_id: Any,
-    dedupe_keys: Sequence[Any],
+    dedupe_keys: Sequence[Any] | None = None,
     job_ids: Sequence[str | None] | None = None,
     concurrency_keys: Sequence[Any] | None = None,
     abouts: Sequence[Any] | None = None,
     cause: Mapping[str, Any] | None = None,
 ) -> list[NewJob]:
-    """Validated jobs of one queue; what they share is checked once, not per payload.
+    """Validated jobs of one queue from the merged ``options`` (``merged``), checked once for
+    the whole batch, not per payload.
 
-    ``abouts``: the model object (or key) each job is about; ``cause``: origin keys the
-    caller knows (a schedule, a flow). The origin is captured once for the whole batch.
-    A job's concurrency key is the caller's, else its ``@job``'s ``concurrency_key`` (a
-    string, or a callable of the payload); ``ABOUT`` is the job's ``about`` key.
+    Per payload: ``dedupe_keys`` (default: the options' one for every job), ``abouts`` (the
+    model object, or key, each job is about; default: the options' ``about``) and the call's
+    ``concurrency_keys`` (a None takes the ``@job``'s ``concurrency_key``: a string, or a
+    callable of the payload; ``ABOUT`` is the job's ``about`` key). ``cause``: origin keys
+    the caller knows (a schedule, a flow); the origin is captured once for the batch.
     """
-    if max_attempts is None:
-        max_attempts = (definition.max_attempts if definition else None) or (
-            get_settings().default_max_attempts
-        )
+    options = options.checked()
     ctx = current_job_or_none()
-    common: dict[str, Any] = {
-        "queue": validation.queue_name(queue_name),
-        "name": name or queue_name,
-        "priority": validation.priority(priority),
-        "delay": validation.delay(delay),
-        "run_at": validation.run_at(run_at),
-        "max_attempts": validation.positive_int(max_attempts, "max_attempts"),
-        "timeout": definition.timeout if definition else None,
-        "classification": validation.optional_text(classification, "classification", 100),
-    }
+    common: dict[str, Any] = options.stored()
+    common["name"] = name or common["queue"]
     shared_trace = (
-        validation.optional_text(trace_id, "trace_id", 64)
+        options.trace_id
         or tracing.current_trace_id()
         or (ctx.trace_id if ctx and ctx.trace_id else None)
     )
     flow = definition.flow if definition is not None else None
-    keys = _about_keys(abouts, len(payloads))
+    n = len(payloads)
+    if abouts is None:
+        abouts = None if options.about is None else [options.about] * n
+    keys = _about_keys(abouts, n)
     ckeys = _concurrency_keys(payloads, concurrency_keys, definition, keys)
     common["origin"] = origin.capture(cause)
+    dedupes = dedupe_keys if dedupe_keys is not None else [options.dedupe_key] * n
     jobs = []
     for i, payload in enumerate(encode_many(payloads)):
         new = NewJob(
             job_id=(job_ids[i] if job_ids is not None else None) or ids.new_id(),
             payload=payload,
             trace_id=shared_trace or os.urandom(16).hex(),  # uuid4().hex's shape, cheaper
-            dedupe_key=key_or_about(dedupe_keys[i], keys[i], "dedupe_key"),
+            dedupe_key=key_or_about(dedupes[i], keys[i], "dedupe_key"),
             about=keys[i],
             concurrency_key=ckeys[i],
             **common,
@@ -110,7 +118,7 @@ def _concurrency_keys(
 ) -> list[str | None]:
     """Each payload's validated concurrency key (the caller's, else the ``@job``'s; ``ABOUT``:
     the job's ``about`` key, one tenant per object)."""
-    default = definition.concurrency_key if definition is not None else None
+    default = definition.options.concurrency_key if definition is not None else None
     keys: list[str | None] = []
     for i, payload in enumerate(payloads):
         key = given[i] if given is not None else None
@@ -158,66 +166,35 @@ def key_or_about(value: Any, about: str | None, what: str) -> str | None:
 
 
 def new_job(
-    queue_name: str,
+    options: JobOptions,
     payload: Any,
     *,
     definition: JobDefinition | None = None,
     name: str | None = None,
-    delay: Any = None,
-    run_at: Any = None,
-    priority: Any = 0,
-    max_attempts: Any = None,
-    classification: Any = None,
-    trace_id: Any = None,
-    dedupe_key: Any = None,
     job_id: str | None = None,
-    concurrency_key: Any = None,
-    about: Any = None,
     cause: Mapping[str, Any] | None = None,
 ) -> NewJob:
-    """One validated job (the arguments as for ``new_jobs``)."""
+    """One validated job from the merged ``options`` (as for ``new_jobs``)."""
     return new_jobs(
-        queue_name,
-        [payload],
-        definition=definition,
-        name=name,
-        delay=delay,
-        run_at=run_at,
-        priority=priority,
-        max_attempts=max_attempts,
-        classification=classification,
-        trace_id=trace_id,
-        dedupe_keys=[dedupe_key],
-        job_ids=[job_id],
-        concurrency_keys=[concurrency_key],
-        abouts=[about],
-        cause=cause,
+        options, [payload], definition=definition, name=name, job_ids=[job_id], cause=cause
     )[0]
 
 
 def enqueue_many(
-    queue_name: str,
     payloads: Iterable[Any],
+    given: JobOptions,
     *,
     definition: JobDefinition | None = None,
     name: str | None = None,
-    delay: float | None = None,
-    run_at: datetime | None = None,
-    priority: int = 0,
-    max_attempts: int | None = None,
-    classification: str | None = None,
-    trace_id: str | None = None,
-    dedupe_key: str | origin.About | None = None,
     dedupe_keys: Sequence[str | origin.About | None] | None = None,
-    backend: str | None = None,
-    concurrency_key: str | None = None,
     concurrency_keys: Sequence[str | None] | None = None,
-    about: Any = None,
     abouts: Sequence[Any] | None = None,
     cause: Mapping[str, Any] | None = None,
 ) -> list[EnqueuedJob]:
-    """Store many jobs of one queue in one statement batch (all or none). ``about``: one
-    model object all the jobs are about; ``abouts``: one per payload."""
+    """Store many jobs of one queue in one statement batch (all or none). ``given``: the
+    call's options, merged here over the job's own and the settings' (``merged``);
+    ``dedupe_keys``, ``concurrency_keys`` and ``abouts`` give one value per payload instead of
+    the options' one for all."""
     if isinstance(payloads, str | bytes | Mapping) or not isinstance(payloads, Iterable):
         raise QueueError(ErrorCode.BAD_PAYLOAD, "enqueue_many takes an iterable of payloads")
     items = list(payloads)
@@ -229,27 +206,23 @@ def enqueue_many(
         raise QueueError(
             ErrorCode.BAD_ARGUMENT, "concurrency_keys must be a list matching payloads in length"
         )
-    target = get_backend(backend)
+    options = merged(given, definition)
+    target = get_backend(options.backend_alias)
     if not items:
         return []
     # The span is current while the jobs are built: they carry its trace context.
-    with tracing.enqueue_span(queue_name, target.alias) as span:
+    with tracing.enqueue_span(options.queue, target.alias) as span:  # type: ignore[arg-type]
         jobs = new_jobs(
-            queue_name,
+            options,
             items,
             definition=definition,
             name=name,
-            delay=delay,
-            run_at=run_at,
-            priority=priority,
-            max_attempts=max_attempts,
-            classification=classification,
-            trace_id=trace_id,
-            dedupe_keys=dedupe_keys if dedupe_keys is not None else [dedupe_key] * len(items),
+            dedupe_keys=dedupe_keys,
+            # A None among them takes the @job's key, not the call's one for all.
             concurrency_keys=concurrency_keys
             if concurrency_keys is not None
-            else [concurrency_key] * len(items),
-            abouts=abouts if abouts is not None or about is None else [about] * len(items),
+            else [given.concurrency_key] * len(items),
+            abouts=abouts,
             cause=cause,
         )
         flows = [  # a @flow's root: audited as a flow enqueue, with the insert
@@ -268,9 +241,9 @@ def enqueue_many(
         return enqueued
 
 
-def enqueue(queue_name: str, payload: Any = None, **options: Any) -> EnqueuedJob:
-    """One job; ``options`` as for ``enqueue_many`` (``dedupe_key``, ``concurrency_key``)."""
-    return enqueue_many(queue_name, [payload], **options)[0]
+def enqueue(payload: Any, given: JobOptions, **batch: Any) -> EnqueuedJob:
+    """One job; as ``enqueue_many``."""
+    return enqueue_many([payload], given, **batch)[0]
 
 
 def store(target: Backend, jobs: list[NewJob], events: list[audit.Event]) -> list[EnqueuedJob]:

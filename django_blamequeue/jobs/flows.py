@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from django_blamequeue.backends import get_backend
 from django_blamequeue.core import ids
+from django_blamequeue.core.options import UNSET, JobOptions
 from django_blamequeue.core.records import ChildSpec, FlowState
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import enqueueing, origin, registry
@@ -49,6 +50,18 @@ class Child:
     def queue(self) -> str | None:
         definition = getattr(self.job, "definition", self.job)
         return definition.queue if isinstance(definition, JobDefinition) else None
+
+    @property
+    def options(self) -> JobOptions:
+        """What this child gives of its job's options (``build_children`` merges the job's
+        own under them)."""
+        return JobOptions(
+            queue=self.queue or UNSET,
+            backend=self.backend or UNSET,
+            priority=self.priority,
+            max_attempts=self.max_attempts,
+            about=self.about,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,18 +112,15 @@ def flow(
 
         not_directly.__module__ = cls.__module__
         not_directly.__qualname__ = cls.__qualname__
-        definition = register_definition(
-            not_directly,
-            name=name,
+        options = JobOptions(
             queue=queue,
-            max_attempts=max_attempts,
-            timeout=timeout,
-            retryable=None,
             backend=backend,
             priority=priority,
-            flow=spec,
+            max_attempts=max_attempts,
+            timeout=timeout,
             concurrency_key=concurrency_key,
         )
+        definition = register_definition(not_directly, name=name, options=options, flow=spec)
         cls.definition = definition  # type: ignore[attr-defined]
         cls.enqueue = staticmethod(definition.enqueue)  # type: ignore[attr-defined]
         return cls
@@ -147,21 +157,14 @@ def build_children(
         definition = registry.get(name)
         if definition is None:
             raise QueueError(ErrorCode.UNKNOWN_JOB, f"child job {name!r} is not registered")
-        target = get_backend(child.backend or definition.backend or parent_backend)
+        options = enqueueing.merged(replace(child.options, trace_id=parent.trace_id), definition)
+        target = get_backend(options.backend_alias or parent_backend)
         job = enqueueing.new_job(
-            child.queue or definition.queue,
+            options,
             child.payload,
             definition=definition,
             name=name,
-            delay=None,
-            run_at=None,
-            priority=child.priority,
-            max_attempts=child.max_attempts,
-            classification=None,
-            trace_id=parent.trace_id,
-            dedupe_key=None,
             job_id=ids.child_id(parent.job_id, key),
-            about=child.about,
             cause=cause,
         )
         job = replace(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,9 +11,9 @@ from typing import Any, overload
 from asgiref.sync import sync_to_async
 
 from django_blamequeue.context import call_directly
-from django_blamequeue.core.lifecycle import RetryPredicate
+from django_blamequeue.core.options import CALL_OPTIONS, JobOptions, Unset
 from django_blamequeue.core.records import EnqueuedJob
-from django_blamequeue.core.validation import MAX_SECONDS
+from django_blamequeue.core.retry import RetryPredicate
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import calls, enqueueing
 
@@ -28,22 +27,24 @@ class JobDefinition:
 
     func: Callable[..., Any]
     name: str
-    queue: str
-    max_attempts: int | None = None
-    timeout: float | None = None
-    retryable: RetryPredicate | None = None
-    backend: str | None = None
-    priority: int = 0
+    #: The job's own options (``core/options.py``): its queue and backend, the defaults of
+    #: each enqueue (priority, max_attempts, concurrency_key, ...), its timeout and retries.
+    options: JobOptions
     flow: Any = None  # a flow.FlowSpec for @flow classes
-    #: The key of the queue's per-key limits: a string, or a callable of the payload.
-    concurrency_key: str | Callable[[Any], str | None] | None = None
-    # Retries of this job (None: the settings' BACKOFF_BASE, BACKOFF_MAX, BACKOFF_JITTER),
-    # read by the worker when an attempt fails.
-    backoff_base: float | None = None
-    backoff_max: float | None = None
-    jitter: bool | None = None
     #: Run the handler in one transaction with its fenced completion (``worker/atomic.py``).
     atomic: bool = False
+
+    @property
+    def queue(self) -> str:
+        """The queue its jobs go to unless an enqueue names another."""
+        queue = self.options.queue
+        assert not isinstance(queue, Unset), f"job {self.name} has no queue"
+        return queue
+
+    @property
+    def backend(self) -> str | None:
+        """The backend its jobs go to unless an enqueue names another (None: the default)."""
+        return self.options.backend_alias
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function here and now, no queue: ``current_job()`` answers a stand-in
@@ -56,12 +57,11 @@ class JobDefinition:
         return self.enqueue_many([payload], **options)[0]
 
     def enqueue_many(self, payloads: list[Any], **options: Any) -> list[EnqueuedJob]:
+        """Enqueue many runs of this job (all or none); options as ``queue.enqueue_many``'s.
+        An option left out is this job's own (``JobOptions.merged``)."""
         options = calls.aliases(options)
-        options.setdefault("backend", self.backend)
-        options.setdefault("priority", self.priority)
-        return enqueueing.enqueue_many(
-            self.queue, payloads, definition=self, name=self.name, **options
-        )
+        given = JobOptions(**{k: options.pop(k) for k in CALL_OPTIONS.intersection(options)})
+        return enqueueing.enqueue_many(payloads, given, definition=self, name=self.name, **options)
 
     def delay(self, *args: Any, **kwargs: Any) -> EnqueuedJob:
         """Celery's ``task.delay(...)``: enqueue a call with these arguments (``calls``)."""
@@ -90,48 +90,6 @@ class JobDefinition:
     def is_async(self) -> bool:
         """An ``async def`` handler: the worker runs it on its event loop."""
         return self.flow is None and inspect.iscoroutinefunction(self.func)
-
-
-def _check_backoff(base: object, maximum: object, jitter: object) -> None:
-    for value, what in ((base, "backoff_base"), (maximum, "backoff_max")):
-        if value is not None and (
-            not isinstance(value, int | float)
-            or isinstance(value, bool)
-            or not 0 < value <= MAX_SECONDS  # also NaN
-        ):
-            raise QueueError(
-                ErrorCode.INVALID_HANDLER, f"{what} must be seconds > 0 and ≤ {MAX_SECONDS:,}"
-            )
-    if jitter is not None and not isinstance(jitter, bool):
-        raise QueueError(ErrorCode.INVALID_HANDLER, "jitter must be True or False")
-
-
-def _check_key(concurrency_key: object) -> None:
-    if concurrency_key is None or callable(concurrency_key):
-        return
-    if not isinstance(concurrency_key, str) or not concurrency_key:
-        raise QueueError(
-            ErrorCode.INVALID_HANDLER,
-            "concurrency_key must be a non-empty string or a callable of the payload",
-        )
-
-
-def _check(queue: object, max_attempts: object, timeout: object, retryable: object) -> None:
-    if not isinstance(queue, str) or not queue.strip():
-        raise QueueError(ErrorCode.MISSING_QUEUE, "@job needs a non-empty queue name")
-    if max_attempts is not None and (
-        not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
-    ):
-        raise QueueError(ErrorCode.INVALID_HANDLER, "max_attempts must be a positive int")
-    if timeout is not None and (
-        not isinstance(timeout, int | float)
-        or isinstance(timeout, bool)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise QueueError(ErrorCode.INVALID_HANDLER, "timeout must be a positive number of seconds")
-    if retryable is not None and not callable(retryable):
-        raise QueueError(ErrorCode.INVALID_HANDLER, "retryable must be a callable(exc) -> bool")
 
 
 @overload
@@ -181,26 +139,23 @@ def job(
     An ``async def`` handler runs on the worker's event loop (docs/async.md); it cannot be
     ``atomic`` (a transaction cannot span its awaits).
     """
-    _check(queue, max_attempts, timeout, retryable)
-    _check_key(concurrency_key)
-    _check_backoff(backoff_base, backoff_max, jitter)
+    options = JobOptions(
+        queue=queue,
+        backend=backend,
+        priority=priority,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        retryable=retryable,
+        concurrency_key=concurrency_key,
+        backoff_base=backoff_base,
+        backoff_max=backoff_max,
+        jitter=jitter,
+    ).check_defaults()
     if not isinstance(atomic, bool):
         raise QueueError(ErrorCode.INVALID_HANDLER, "atomic must be True or False")
 
     def register(f: Callable[..., Any]) -> JobDefinition:
-        return register_definition(
-            f,
-            name=name,
-            queue=queue,
-            max_attempts=max_attempts,
-            timeout=timeout,
-            retryable=retryable,
-            backend=backend,
-            priority=priority,
-            concurrency_key=concurrency_key,
-            backoff=(backoff_base, backoff_max, jitter),
-            atomic=atomic,
-        )
+        return register_definition(f, name=name, options=options, atomic=atomic)
 
     return register(func) if func is not None else register
 
@@ -209,20 +164,13 @@ def register_definition(
     f: Callable[..., Any],
     *,
     name: str | None,
-    queue: str,
-    max_attempts: int | None,
-    timeout: float | None,
-    retryable: RetryPredicate | None,
-    backend: str | None,
-    priority: int,
+    options: JobOptions,
     flow: Any = None,
-    concurrency_key: str | Callable[[Any], str | None] | None = None,
-    backoff: tuple[float | None, float | None, bool | None] = (None, None, None),
     atomic: bool = False,
 ) -> JobDefinition:
-    _check(queue, max_attempts, timeout, retryable)
-    _check_key(concurrency_key)
-    _check_backoff(*backoff)
+    """Register ``f`` under ``name`` with ``options`` as the job's own (checked here: a
+    ``QueueError`` means nothing was registered)."""
+    options = options.check_defaults()
     if not callable(f):
         raise QueueError(ErrorCode.INVALID_HANDLER, f"{f!r} is not callable")
     if atomic and inspect.iscoroutinefunction(f):
@@ -233,17 +181,8 @@ def register_definition(
     definition = JobDefinition(
         func=f,
         name=name or f"{f.__module__}.{f.__qualname__}",
-        queue=queue,
-        max_attempts=max_attempts,
-        timeout=float(timeout) if timeout is not None else None,
-        retryable=retryable,
-        backend=backend,
-        priority=priority,
+        options=options,
         flow=flow,
-        concurrency_key=concurrency_key,
-        backoff_base=float(backoff[0]) if backoff[0] is not None else None,
-        backoff_max=float(backoff[1]) if backoff[1] is not None else None,
-        jitter=backoff[2],
         atomic=atomic,
     )
     with _lock:

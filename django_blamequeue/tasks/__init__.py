@@ -24,7 +24,6 @@ imports cleanly and the backend refuses to be built.
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 from django.core import checks
@@ -50,7 +49,7 @@ from django_blamequeue.tasks.compat import (
 )
 from django_blamequeue.tasks.results import TaskNotRunnable, TaskStalled, _result, _send
 from django_blamequeue.tasks.running import _register, _task_for
-from django_blamequeue.tasks.task import TASK_OPTIONS, BlameQueueTask
+from django_blamequeue.tasks.task import TASK_OPTIONS, BlameQueueTask, job_options
 
 logger = logging.getLogger("django_blamequeue.tasks")
 
@@ -94,22 +93,10 @@ class BlameQueueBackend(BaseTaskBackend):
             validation.queue_name(task.queue_name)
         except QueueError as exc:
             raise InvalidTask(exc.message) from None
-        attempts = getattr(task, "max_attempts", None)
-        if attempts is not None and (
-            not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1
-        ):
-            raise InvalidTask(f"max_attempts must be a positive int, not {attempts!r}")
-        timeout = getattr(task, "timeout", None)
-        if timeout is not None and (
-            not isinstance(timeout, int | float)
-            or isinstance(timeout, bool)
-            or not math.isfinite(timeout)
-            or timeout <= 0
-        ):
-            raise InvalidTask(f"timeout must be a positive number of seconds, not {timeout!r}")
-        key = getattr(task, "dedupe_key", None)
-        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
-            raise InvalidTask("dedupe_key must be a non-empty string of ≤255 characters")
+        try:
+            job_options(task).check_defaults(quote=True)
+        except QueueError as exc:
+            raise InvalidTask(exc.message) from None
         _register(task)
 
     def check(self, **kwargs: Any) -> list[Any]:

@@ -15,8 +15,8 @@ from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
 from django_blamequeue.context import current_job
-from django_blamequeue.core.lifecycle import is_retryable
 from django_blamequeue.core.records import JobInfo
+from django_blamequeue.core.retry import is_retryable
 from django_blamequeue.exceptions import JobCancelled, JobInterrupted, JobTimeout, QueueError
 from django_blamequeue.jobs import registry
 from django_blamequeue.tasks import attempts
@@ -151,7 +151,7 @@ def _run(name: str, payload: Any) -> Any:
         raise TaskNotRunnable(f"task payload must be an object, not {type(payload).__name__}")
     args, kwargs = payload.get("args", []), payload.get("kwargs", {})
     definition = registry.get(name)
-    retryable = definition.retryable if definition else None
+    retryable = definition.options.retryable if definition else None
     try:
         if task.takes_context:
             value = task.call(TaskContext(task_result=result), *args, **kwargs)

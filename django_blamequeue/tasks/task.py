@@ -6,10 +6,19 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django_blamequeue.core.options import JobOptions
 from django_blamequeue.tasks.compat import Task
 
-#: The job options a ``BlameQueueTask`` carries beyond Django's fields (stored with each run).
+#: The job options a ``BlameQueueTask`` carries beyond Django's fields (stored with each run),
+#: by their ``JobOptions`` names.
 TASK_OPTIONS = ("max_attempts", "timeout", "dedupe_key")
+
+
+def job_options(task: object) -> JobOptions:
+    """The job options a task carries (none for a plain Django ``Task``)."""
+    given: dict[str, Any] = {k: getattr(task, k, None) for k in TASK_OPTIONS}
+    return JobOptions(**given)
+
 
 if TYPE_CHECKING:
     _TaskBase = Task[..., Any]

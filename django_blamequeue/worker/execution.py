@@ -20,8 +20,9 @@ from asgiref.sync import async_to_sync
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import get_settings
 from django_blamequeue.context import JobContext
-from django_blamequeue.core import lifecycle
+from django_blamequeue.core import lifecycle, retry
 from django_blamequeue.core.records import AckResult, Claimed, Transition
+from django_blamequeue.core.retry import RetryPolicy
 from django_blamequeue.core.validation import MAX_SECONDS
 from django_blamequeue.exceptions import ErrorCode, JobInterrupted, QueueError, Snooze
 from django_blamequeue.jobs import calls, registry
@@ -112,7 +113,7 @@ def new_run(c: Claimed, backend: Backend, now: float, lease: float, throttle: fl
     except Exception:  # a resolver that failed (an import): the run will say "no handler"
         logger.exception("looking up the handler of job %s failed", c.job_id)
         definition = None
-    timeout = c.timeout or (definition.timeout if definition else None)
+    timeout = c.timeout or (definition.options.timeout if definition else None)
     ctx = JobContext(
         job_id=c.job_id,
         queue=c.queue,
@@ -316,29 +317,7 @@ def transition_for(
     )
 
 
-#: ``policy_for``'s answers: id(definition) → (definition, settings, policy). Checked by
-#: identity, so a definition registered again or new settings (``override_settings``) get a
-#: new policy; bounded, since tests may register many definitions.
-_policies: dict[int, tuple[registry.JobDefinition | None, object, lifecycle.Policy]] = {}
-
-
-def policy_for(definition: registry.JobDefinition | None) -> lifecycle.Policy:
-    """The retry policy of a job: its own backoff options, else the settings' (built once per
-    definition and settings object, not once per attempt)."""
-    settings = get_settings()
-    cached = _policies.get(id(definition))
-    if cached is not None and cached[0] is definition and cached[1] is settings:
-        return cached[2]
-    d = definition
-    policy = lifecycle.Policy(  # the job's own backoff options win over the settings'
-        backoff_base=d.backoff_base if d and d.backoff_base is not None else settings.backoff_base,
-        backoff_max=d.backoff_max if d and d.backoff_max is not None else settings.backoff_max,
-        backoff_jitter=d.jitter if d and d.jitter is not None else settings.backoff_jitter,
-        retryable=d.retryable if d else None,
-        max_snoozes=settings.max_snoozes,
-        missing_handler_timeout=settings.missing_handler_timeout,
-    )
-    if len(_policies) >= 1024:
-        _policies.clear()
-    _policies[id(definition)] = (definition, settings, policy)
-    return policy
+def policy_for(definition: registry.JobDefinition | None) -> RetryPolicy:
+    """The retry policy of a job: its own backoff options, else the settings'
+    (``core/retry.py``, built once per definition and settings object)."""
+    return retry.policy_for(definition.options if definition else None, get_settings())

@@ -76,7 +76,7 @@ class Probation:
                 extra={"job_id": c.job_id, "queue": c.queue, "attempt": c.attempt},
             )
             run.started = now = time.monotonic()
-            timeout = c.timeout or (run.definition.timeout if run.definition else None)
+            timeout = c.timeout or (run.definition.options.timeout if run.definition else None)
             run.deadline = now + timeout if timeout else None
         return run, bool(marked)
 

@@ -52,7 +52,7 @@ def outcome_of(alias: str, claimed: Claimed, handler: Handler | None = None) -> 
         outcome = execution.invoke(run, handler)
     finally:
         _current.reset(token)
-    policy = lifecycle.Policy(retryable=definition.retryable if definition else None)
+    policy = lifecycle.Policy(retryable=definition.options.retryable if definition else None)
     transition = lifecycle.decide(
         outcome, attempt=claimed.attempt, max_attempts=claimed.max_attempts, policy=policy
     )

@@ -387,5 +387,9 @@ def test_a_task_is_a_registered_job_a_worker_can_run(tasks_backend: Any) -> None
 
     definition = registry.get("tests.tasks.sample.nightly")
     assert definition is not None
-    assert (definition.queue, definition.max_attempts, definition.timeout) == ("tasks", 4, 12.5)
+    assert (definition.queue, definition.options.max_attempts, definition.options.timeout) == (
+        "tasks",
+        4,
+        12.5,
+    )
     assert isinstance(sample.add, Task)

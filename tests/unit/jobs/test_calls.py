@@ -117,4 +117,4 @@ def test_job_keeps_its_backoff_options(names: list[str]) -> None:
     def f(payload: Any) -> None: ...
 
     names.append(f.name)
-    assert (f.backoff_base, f.backoff_max, f.jitter) == (2.0, 60.0, True)
+    assert (f.options.backoff_base, f.options.backoff_max, f.options.jitter) == (2.0, 60.0, True)

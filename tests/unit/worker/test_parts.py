@@ -12,6 +12,7 @@ from pytest_django import Settings as SettingsWrapper
 from django_blamequeue import Retry, current_job
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import lifecycle
+from django_blamequeue.core.options import JobOptions
 from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.records import AckResult, Claimed, Transition
 from django_blamequeue.core.states import Reason, State
@@ -204,7 +205,11 @@ def test_the_retry_policy_is_reused_until_the_settings_or_the_definition_change(
     assert policy_for(None) is first
     settings.BLAMEQUEUE = {"BACKOFF_BASE": 7}
     assert policy_for(None).backoff_base == 7.0
-    own = JobDefinition(func=lambda: None, name="unit.own", queue="q", backoff_base=2.0)
+    own = JobDefinition(
+        func=lambda: None, name="unit.own", options=JobOptions(queue="q", backoff_base=2.0)
+    )
     assert policy_for(own).backoff_base == 2.0
-    again = JobDefinition(func=lambda: None, name="unit.own", queue="q", backoff_max=9.0)
+    again = JobDefinition(
+        func=lambda: None, name="unit.own", options=JobOptions(queue="q", backoff_max=9.0)
+    )
     assert (policy_for(again).backoff_base, policy_for(again).backoff_max) == (7.0, 9.0)
