@@ -177,9 +177,13 @@ class Queue:
         with tracing.enqueue_span(queue_name, target.alias) as span:
             jobs = []
             for c in children:
-                definition = _definition(c.get("job"))
-                given = JobOptions(
-                    queue=queue_name,
+                job = enqueueing.new_job(
+                    queue_name,
+                    c.get("payload"),
+                    definition=_definition(c.get("job")),
+                    name=c.get("job"),
+                    job_id=by_name[c["name"]],
+                    cause={"flow": flow_id},
                     priority=c.get("priority", 0),
                     max_attempts=c.get("max_attempts"),
                     classification=c.get("classification"),
@@ -187,14 +191,6 @@ class Queue:
                     delay=c.get("delay"),
                     dedupe_key=c.get("dedupe_key"),
                     about=c.get("about"),
-                )
-                job = enqueueing.new_job(
-                    enqueueing.merged(given, definition),
-                    c.get("payload"),
-                    definition=definition,
-                    name=c.get("job"),
-                    job_id=by_name[c["name"]],
-                    cause={"flow": flow_id},
                 )
                 depends = tuple(by_name[d] for d in c.get("depends_on", ()))
                 node = {

@@ -166,17 +166,25 @@ def key_or_about(value: Any, about: str | None, what: str) -> str | None:
 
 
 def new_job(
-    options: JobOptions,
+    queue_name: str,
     payload: Any,
     *,
     definition: JobDefinition | None = None,
     name: str | None = None,
     job_id: str | None = None,
     cause: Mapping[str, Any] | None = None,
+    **options: Any,
 ) -> NewJob:
-    """One validated job from the merged ``options`` (as for ``new_jobs``)."""
+    """One validated job of ``queue_name``: ``options`` (``JobOptions`` fields, what the
+    caller gives) merged over the job's own and the settings' (as for ``new_jobs``)."""
+    given = JobOptions(queue=queue_name, **options)
     return new_jobs(
-        options, [payload], definition=definition, name=name, job_ids=[job_id], cause=cause
+        merged(given, definition),
+        [payload],
+        definition=definition,
+        name=name,
+        job_ids=[job_id],
+        cause=cause,
     )[0]
 
 

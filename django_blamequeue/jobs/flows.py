@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from django_blamequeue.backends import get_backend
 from django_blamequeue.core import ids
-from django_blamequeue.core.options import UNSET, JobOptions
+from django_blamequeue.core.options import JobOptions
 from django_blamequeue.core.records import ChildSpec, FlowState
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import enqueueing, origin, registry
@@ -50,18 +50,6 @@ class Child:
     def queue(self) -> str | None:
         definition = getattr(self.job, "definition", self.job)
         return definition.queue if isinstance(definition, JobDefinition) else None
-
-    @property
-    def options(self) -> JobOptions:
-        """What this child gives of its job's options (``build_children`` merges the job's
-        own under them)."""
-        return JobOptions(
-            queue=self.queue or UNSET,
-            backend=self.backend or UNSET,
-            priority=self.priority,
-            max_attempts=self.max_attempts,
-            about=self.about,
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,15 +145,19 @@ def build_children(
         definition = registry.get(name)
         if definition is None:
             raise QueueError(ErrorCode.UNKNOWN_JOB, f"child job {name!r} is not registered")
-        options = enqueueing.merged(replace(child.options, trace_id=parent.trace_id), definition)
-        target = get_backend(options.backend_alias or parent_backend)
+        target = get_backend(child.backend or definition.backend or parent_backend)
         job = enqueueing.new_job(
-            options,
+            child.queue or definition.queue,
             child.payload,
             definition=definition,
             name=name,
             job_id=ids.child_id(parent.job_id, key),
             cause=cause,
+            # what the child gives, over its job's own options
+            priority=child.priority,
+            max_attempts=child.max_attempts,
+            about=child.about,
+            trace_id=parent.trace_id,
         )
         job = replace(
             job,
