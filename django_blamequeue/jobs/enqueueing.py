@@ -184,6 +184,7 @@ def new_job(
         definition=definition,
         name=name,
         job_ids=[job_id],
+        concurrency_keys=[given.concurrency_key],
         cause=cause,
     )[0]
 
