@@ -21,7 +21,7 @@ from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import get_settings
 from django_blamequeue.core import ids, validation
 from django_blamequeue.core.controls import ControlState, QueueControl, QueueLimits, WorkerInfo
-from django_blamequeue.core.dag import validate_dag
+from django_blamequeue.core.dag import DAG_OPTIONS, validate_dag
 from django_blamequeue.core.options import JobOptions
 from django_blamequeue.core.records import EnqueuedJob, JobInfo
 from django_blamequeue.exceptions import ErrorCode, QueueError
@@ -177,6 +177,9 @@ class Queue:
         with tracing.enqueue_span(queue_name, target.alias) as span:
             jobs = []
             for c in children:
+                given = {k: c[k] for k in DAG_OPTIONS if k in c}  # the rest: the job's own
+                given.setdefault("priority", 0)
+                given["trace_id"] = c.get("trace_id") or tracing.current_trace_id() or flow_id
                 job = enqueueing.new_job(
                     queue_name,
                     c.get("payload"),
@@ -184,13 +187,7 @@ class Queue:
                     name=c.get("job"),
                     job_id=by_name[c["name"]],
                     cause={"flow": flow_id},
-                    priority=c.get("priority", 0),
-                    max_attempts=c.get("max_attempts"),
-                    classification=c.get("classification"),
-                    trace_id=c.get("trace_id") or tracing.current_trace_id() or flow_id,
-                    delay=c.get("delay"),
-                    dedupe_key=c.get("dedupe_key"),
-                    about=c.get("about"),
+                    **given,
                 )
                 depends = tuple(by_name[d] for d in c.get("depends_on", ()))
                 node = {

@@ -8,21 +8,11 @@ from typing import Any
 from django_blamequeue.core.validation import MAX_KEY, shown, storable
 from django_blamequeue.exceptions import ErrorCode, QueueError
 
-CHILD_KEYS = frozenset(
-    {
-        "name",
-        "job",
-        "payload",
-        "depends_on",
-        "priority",
-        "classification",
-        "trace_id",
-        "max_attempts",
-        "dedupe_key",
-        "delay",
-        "about",
-    }
+#: The job options an ``enqueue_flow`` child may give (``JobOptions``' names).
+DAG_OPTIONS = frozenset(
+    {"priority", "classification", "trace_id", "max_attempts", "dedupe_key", "delay", "about"}
 )
+CHILD_KEYS = frozenset({"name", "job", "payload", "depends_on"}) | DAG_OPTIONS
 #: A cycle's message spells at most this many names: the first ones, "…", the last ones.
 CYCLE_SHOWN = 12
 

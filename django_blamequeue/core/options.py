@@ -241,5 +241,7 @@ _SLOTS: Final = tuple(getattr(JobOptions, name).__set__ for name in _NAMES)
 _new: Final = object.__new__
 _DELAY: Final = _NAMES.index("delay")
 _RUN_AT: Final = _NAMES.index("run_at")
+#: Every option's name.
+OPTION_NAMES: Final = frozenset(_NAMES)
 #: The options an enqueue's keyword arguments may give (``job.enqueue(priority=5)``).
 CALL_OPTIONS: Final = frozenset(f.name for f in fields(JobOptions) if f.metadata.get("call"))

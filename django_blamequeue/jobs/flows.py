@@ -11,12 +11,12 @@ out twice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from django_blamequeue.backends import get_backend
 from django_blamequeue.core import ids
-from django_blamequeue.core.options import JobOptions
+from django_blamequeue.core.options import OPTION_NAMES, JobOptions
 from django_blamequeue.core.records import ChildSpec, FlowState
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import enqueueing, origin, registry
@@ -50,6 +50,10 @@ class Child:
     def queue(self) -> str | None:
         definition = getattr(self.job, "definition", self.job)
         return definition.queue if isinstance(definition, JobDefinition) else None
+
+
+#: ``Child``'s fields that are job options, by their ``JobOptions`` names.
+_CHILD_OPTIONS = tuple(f.name for f in fields(Child) if f.name in OPTION_NAMES)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,11 +157,8 @@ def build_children(
             name=name,
             job_id=ids.child_id(parent.job_id, key),
             cause=cause,
-            # what the child gives, over its job's own options
-            priority=child.priority,
-            max_attempts=child.max_attempts,
-            about=child.about,
             trace_id=parent.trace_id,
+            **{name: getattr(child, name) for name in _CHILD_OPTIONS},  # over its job's own
         )
         job = replace(
             job,

@@ -35,6 +35,7 @@ from django_blamequeue.api import queue
 from django_blamequeue.backends import get_backend
 from django_blamequeue.conf import backend_config
 from django_blamequeue.core import validation
+from django_blamequeue.core.options import CALL_OPTIONS
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.tasks import attempts
 from django_blamequeue.tasks.compat import (
@@ -136,9 +137,8 @@ class BlameQueueBackend(BaseTaskBackend):
             name=task.module_path,
             run_at=run_after,
             priority=task.priority,
-            max_attempts=getattr(task, "max_attempts", None),
-            dedupe_key=getattr(task, "dedupe_key", None),
             backend=self.blamequeue_backend,
+            **{k: getattr(task, k, None) for k in TASK_OPTIONS if k in CALL_OPTIONS},
         )
         info = queue.get_job(enq.job_id, backend=enq.backend)
         if info is None:  # pragma: no cover - the row was just written in this transaction
