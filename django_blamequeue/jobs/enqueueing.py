@@ -219,7 +219,8 @@ def enqueue_many(
     target = get_backend(options.backend_alias)
     if not items:
         return []
-    # The span is current while the jobs are built: they carry its trace context.
+    # The span is current while the jobs are built: they carry its trace context. Its queue
+    # is the name as given (new_jobs checks it, inside the span).
     with tracing.enqueue_span(options.queue, target.alias) as span:  # type: ignore[arg-type]
         jobs = new_jobs(
             options,
