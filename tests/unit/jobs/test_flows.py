@@ -106,7 +106,7 @@ def test_a_flow_class_is_registered_with_its_options_and_gets_enqueue(
     report = flow_of(names, lambda p: [], on_child_failure="continue", max_attempts=7)
     definition = report.definition
     assert registry.get(definition.name) is definition
-    assert (definition.queue, definition.max_attempts) == ("reports", 7)
+    assert (definition.queue, definition.options.max_attempts) == ("reports", 7)
     assert isinstance(definition.flow, FlowSpec)
     assert (definition.flow.cls, definition.flow.on_child_failure) == (report, "continue")
     assert report.enqueue == definition.enqueue
