@@ -22,7 +22,6 @@ from django_blamequeue.conf import get_settings
 from django_blamequeue.core import ids, validation
 from django_blamequeue.core.controls import ControlState, QueueControl, QueueLimits, WorkerInfo
 from django_blamequeue.core.dag import DAG_OPTIONS, validate_dag
-from django_blamequeue.core.options import JobOptions
 from django_blamequeue.core.records import EnqueuedJob, JobInfo
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import enqueueing, registry
@@ -92,19 +91,19 @@ class Queue:
         """Store one job; inside ``transaction.atomic()`` it commits or rolls back with it.
         ``concurrency_key``: the key of the queue's per-key limits (docs/control.md);
         ``about``: the model instance the job is about (``JobInfo.about``, ``jobs_about``)."""
-        given = JobOptions(
-            queue=queue_name,
-            backend=backend,
-            priority=priority,
-            max_attempts=max_attempts,
-            classification=classification,
-            trace_id=trace_id,
-            delay=delay,
-            run_at=run_at,
-            dedupe_key=dedupe_key,
-            concurrency_key=concurrency_key,
-            about=about,
-        )
+        given = {  # the call's options, by JobOptions' names (merged in enqueueing)
+            "queue": queue_name,
+            "backend": backend,
+            "priority": priority,
+            "max_attempts": max_attempts,
+            "classification": classification,
+            "trace_id": trace_id,
+            "delay": delay,
+            "run_at": run_at,
+            "dedupe_key": dedupe_key,
+            "concurrency_key": concurrency_key,
+            "about": about,
+        }
         return enqueueing.enqueue(payload, given, definition=_definition(name), name=name)
 
     def enqueue_many(
@@ -130,19 +129,19 @@ class Queue:
         """Store many jobs of one queue in one statement batch (all or none). ``about``: one
         model instance every job is about; ``abouts``: one per payload; ``concurrency_keys``
         likewise one key per payload."""
-        given = JobOptions(
-            queue=queue_name,
-            backend=backend,
-            priority=priority,
-            max_attempts=max_attempts,
-            classification=classification,
-            trace_id=trace_id,
-            delay=delay,
-            run_at=run_at,
-            dedupe_key=dedupe_key,
-            concurrency_key=concurrency_key,
-            about=about,
-        )
+        given = {  # the call's options, by JobOptions' names (merged in enqueueing)
+            "queue": queue_name,
+            "backend": backend,
+            "priority": priority,
+            "max_attempts": max_attempts,
+            "classification": classification,
+            "trace_id": trace_id,
+            "delay": delay,
+            "run_at": run_at,
+            "dedupe_key": dedupe_key,
+            "concurrency_key": concurrency_key,
+            "about": about,
+        }
         return enqueueing.enqueue_many(
             payloads,
             given,

@@ -6,7 +6,7 @@ Every way a job is defined or enqueued (``@job`` and ``@flow``, ``queue.enqueue`
 children, a schedule, the django.tasks backend) builds one ``JobOptions`` and hands it on.
 The rules live here, once:
 
-- **merging** (``merged``): each option is the call's, else the job definition's, else the
+- **merging** (``merge``): each option is the call's, else the job definition's, else the
   settings' default, else the built-in one. A layer *gives* an option when its value is not
   the field's default: ``None`` for most options (``max_attempts=None`` means "the
   default"), ``UNSET`` for ``queue``, ``backend`` and ``priority``, where ``None`` is a value
@@ -23,6 +23,7 @@ methods. docs/design.md, "Adding a job option", lists the rest.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from operator import attrgetter
@@ -99,15 +100,20 @@ class JobOptions:
     backoff_max: float | None = None
     jitter: bool | None = None
 
-    def merged(self, *defaults: JobOptions | None) -> JobOptions:
-        """These options over ``defaults``, the most specific first (the job definition's,
-        then the settings'): each option from the first layer that gives it, else the
-        built-in default (priority 0, the default backend)."""
-        below = _given_by(defaults)
-        values = _values(self)
-        return _build(
-            [v if v is not u else b for v, u, b in zip(values, _UNSETS, below, strict=True)]
-        )
+    @classmethod
+    def merge(cls, given: Mapping[str, Any], *defaults: JobOptions | None) -> JobOptions:
+        """The options in force for one enqueue: ``given`` (the call's keyword arguments, by
+        option name) over ``defaults``, the most specific first (the job definition's, then
+        the settings'). Each option is the first one given, else the built-in default
+        (priority 0, the default backend). Not checked: see ``checked``."""
+        values = list(_given_by(defaults))
+        for name, value in given.items():
+            i = _INDEX.get(name)
+            if i is None:
+                raise TypeError(f"JobOptions has no option {name!r}")
+            if value is not _UNSETS[i]:
+                values[i] = value
+        return _build(values)
 
     def check_defaults(self, *, quote: bool = False) -> JobOptions:
         """A job's own options, checked when it is registered (``@job``, ``@flow``, a
@@ -194,7 +200,7 @@ def _refuse(message: str, value: object, quote: bool) -> None:
 def _build(values: list[Any]) -> JobOptions:
     """Options of these values, in field order: what ``__init__`` does (a frozen dataclass's
     sets each slot with ``object.__setattr__``) without its keyword arguments, for the copies
-    every enqueue makes (``merged``, ``checked``)."""
+    every enqueue makes (``merge``, ``checked``)."""
     options = _new(JobOptions)
     for set_slot, value in zip(_SLOTS, values, strict=True):
         set_slot(options, value)
@@ -232,6 +238,7 @@ def _given_by(layers: tuple[JobOptions | None, ...]) -> tuple[Any, ...]:
 #: The last layer of every merge: what an option is when nobody gave it.
 BUILT_IN: Final = JobOptions(priority=0, backend=None)
 _NAMES: Final = tuple(f.name for f in fields(JobOptions))
+_INDEX: Final = {name: i for i, name in enumerate(_NAMES)}
 #: Each field's "not given" value (its default), in field order.
 _UNSETS: Final = tuple(f.default for f in fields(JobOptions))
 _values: Final = attrgetter(*_NAMES)

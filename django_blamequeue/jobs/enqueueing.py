@@ -34,10 +34,11 @@ if TYPE_CHECKING:
     from django_blamequeue.jobs.registry import JobDefinition
 
 
-def merged(given: JobOptions, definition: JobDefinition | None) -> JobOptions:
-    """The options in force for an enqueue: what the call gave, then the job's own, then the
-    settings' defaults (``JobOptions.merged``); not checked yet."""
-    return given.merged(definition.options if definition else None, _settings_defaults())
+def merged(given: Mapping[str, Any], definition: JobDefinition | None) -> JobOptions:
+    """The options in force for an enqueue: what the call gave (its keyword arguments, by
+    option name), then the job's own, then the settings' defaults (``JobOptions.merge``); not
+    checked yet."""
+    return JobOptions.merge(given, definition.options if definition else None, _settings_defaults())
 
 
 #: The settings' layer of a merge, built once per settings object.
@@ -175,23 +176,22 @@ def new_job(
     cause: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> NewJob:
-    """One validated job of ``queue_name``: ``options`` (``JobOptions`` fields, what the
+    """One validated job of ``queue_name``: ``options`` (by ``JobOptions``' names, what the
     caller gives) merged over the job's own and the settings' (as for ``new_jobs``)."""
-    given = JobOptions(queue=queue_name, **options)
     return new_jobs(
-        merged(given, definition),
+        merged({"queue": queue_name, **options}, definition),
         [payload],
         definition=definition,
         name=name,
         job_ids=[job_id],
-        concurrency_keys=[given.concurrency_key],
+        concurrency_keys=[options.get("concurrency_key")],
         cause=cause,
     )[0]
 
 
 def enqueue_many(
     payloads: Iterable[Any],
-    given: JobOptions,
+    given: Mapping[str, Any],
     *,
     definition: JobDefinition | None = None,
     name: str | None = None,
@@ -201,7 +201,8 @@ def enqueue_many(
     cause: Mapping[str, Any] | None = None,
 ) -> list[EnqueuedJob]:
     """Store many jobs of one queue in one statement batch (all or none). ``given``: the
-    call's options, merged here over the job's own and the settings' (``merged``);
+    call's options by name (``queue`` among them), merged here over the job's own and the
+    settings' (``merged``);
     ``dedupe_keys``, ``concurrency_keys`` and ``abouts`` give one value per payload instead of
     the options' one for all."""
     if isinstance(payloads, str | bytes | Mapping) or not isinstance(payloads, Iterable):
@@ -231,7 +232,7 @@ def enqueue_many(
             # A None among them takes the @job's key, not the call's one for all.
             concurrency_keys=concurrency_keys
             if concurrency_keys is not None
-            else [given.concurrency_key] * len(items),
+            else [given.get("concurrency_key")] * len(items),
             abouts=abouts,
             cause=cause,
         )
@@ -251,7 +252,7 @@ def enqueue_many(
         return enqueued
 
 
-def enqueue(payload: Any, given: JobOptions, **batch: Any) -> EnqueuedJob:
+def enqueue(payload: Any, given: Mapping[str, Any], **batch: Any) -> EnqueuedJob:
     """One job; as ``enqueue_many``."""
     return enqueue_many([payload], given, **batch)[0]
 

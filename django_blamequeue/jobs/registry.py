@@ -58,9 +58,9 @@ class JobDefinition:
 
     def enqueue_many(self, payloads: list[Any], **options: Any) -> list[EnqueuedJob]:
         """Enqueue many runs of this job (all or none); options as ``queue.enqueue_many``'s.
-        An option left out is this job's own (``JobOptions.merged``)."""
+        An option left out is this job's own (``JobOptions.merge``)."""
         options = calls.aliases(options)
-        given = JobOptions(**{k: options.pop(k) for k in CALL_OPTIONS.intersection(options)})
+        given = {k: options.pop(k) for k in CALL_OPTIONS.intersection(options)}
         return enqueueing.enqueue_many(payloads, given, definition=self, name=self.name, **options)
 
     def delay(self, *args: Any, **kwargs: Any) -> EnqueuedJob:

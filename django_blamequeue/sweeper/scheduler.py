@@ -19,7 +19,7 @@ from django.db.models import Q
 from django_blamequeue import audit
 from django_blamequeue.backends import get_backend
 from django_blamequeue.conf import get_settings
-from django_blamequeue.core.options import UNSET, JobOptions
+from django_blamequeue.core.options import UNSET
 from django_blamequeue.core.schedules import latest_due
 from django_blamequeue.jobs import enqueueing, registry
 from django_blamequeue.models import Schedule
@@ -94,12 +94,12 @@ class Scheduler:
             )
             if not moved:
                 return 0  # another sweeper fired this occurrence
-            given = JobOptions(
-                queue=s.queue or UNSET,  # blank: the job's own
-                backend=s.backend or UNSET,
-                priority=0,  # a schedule's runs are at priority 0, whatever their @job says
-                dedupe_key=f"schedule:{s.name}:{due.isoformat()}",
-            )
+            given = {
+                "queue": s.queue or UNSET,  # blank: the job's own
+                "backend": s.backend or UNSET,
+                "priority": 0,  # a schedule's runs are at priority 0, whatever their @job says
+                "dedupe_key": f"schedule:{s.name}:{due.isoformat()}",
+            }
             job = enqueueing.enqueue(
                 s.payload, given, definition=definition, name=s.job, cause={"schedule": s.name}
             )

@@ -66,25 +66,31 @@ def own(**options: Any) -> JobOptions:
 def test_the_call_wins_then_the_definition_then_the_settings(
     option: str, call: Any, definition: Any, expected: Any
 ) -> None:
-    merged = JobOptions(**{option: call}).merged(own(**{option: definition}), SETTINGS)
+    merged = JobOptions.merge({option: call}, own(**{option: definition}), SETTINGS)
     assert getattr(merged, option) == expected
 
 
 def test_what_nobody_gives_is_the_built_in_default() -> None:
-    merged = JobOptions().merged(None, JobOptions())
+    merged = JobOptions.merge({}, None, JobOptions())
     assert (merged.priority, merged.backend, merged.queue) == (0, None, UNSET)
     assert (BUILT_IN.priority, BUILT_IN.backend) == (0, None)
     assert (merged.max_attempts, merged.timeout, merged.dedupe_key) == (None, None, None)
 
 
+def test_an_option_left_out_is_not_given_and_an_unknown_name_is_a_type_error() -> None:
+    assert JobOptions.merge({}, own(priority=7), SETTINGS).priority == 7
+    with pytest.raises(TypeError, match="'expires'"):
+        JobOptions.merge({"expires": 60}, None, SETTINGS)
+
+
 def test_a_merge_leaves_its_layers_as_they_were_and_follows_new_ones() -> None:
-    call, definition = JobOptions(priority=2), own(max_attempts=4)
-    first = call.merged(definition, SETTINGS)
+    call, definition = {"priority": 2}, own(max_attempts=4)
+    first = JobOptions.merge(call, definition, SETTINGS)
     assert (first.priority, first.max_attempts) == (2, 4)
-    assert (call.max_attempts, definition.priority) == (None, 0)
-    assert call.merged(own(max_attempts=6), SETTINGS).max_attempts == 6  # no stale cache
-    assert call.merged(None, JobOptions(max_attempts=9)).max_attempts == 9  # new settings
-    assert call.merged(definition, SETTINGS) == first
+    assert (call, definition.priority, definition.max_attempts) == ({"priority": 2}, 0, 4)
+    assert JobOptions.merge(call, own(max_attempts=6), SETTINGS).max_attempts == 6  # not stale
+    assert JobOptions.merge(call, None, JobOptions(max_attempts=9)).max_attempts == 9
+    assert JobOptions.merge(call, definition, SETTINGS) == first
 
 
 # -- checks at registration ----------------------------------------------------------------
@@ -166,7 +172,7 @@ def test_only_given_defaults_are_checked_and_seconds_become_floats() -> None:
 
 # -- checks per enqueue ---------------------------------------------------------------------
 def checked(**given: Any) -> JobOptions:
-    return JobOptions(**{"queue": "q"} | given).merged(None, SETTINGS).checked()
+    return JobOptions.merge({"queue": "q"} | given, None, SETTINGS).checked()
 
 
 @pytest.mark.parametrize(
@@ -233,11 +239,12 @@ def test_the_checks_run_in_a_fixed_order_so_the_first_bad_option_is_named() -> N
 
 
 def test_checked_answers_the_stored_forms_and_copies_only_when_they_differ() -> None:
-    plain = JobOptions(queue="q", priority=1).merged(None, SETTINGS)
+    plain = JobOptions.merge({"queue": "q", "priority": 1}, None, SETTINGS)
     assert plain.checked() is plain
     east = timezone(timedelta(hours=5))
     at = datetime(2030, 1, 1, 5, tzinfo=east)
-    timed = JobOptions(queue="q", delay=timedelta(seconds=90), run_at=at).merged(None, SETTINGS)
+    given = {"queue": "q", "delay": timedelta(seconds=90), "run_at": at}
+    timed = JobOptions.merge(given, None, SETTINGS)
     assert (timed.checked().delay, timed.checked().run_at) == (
         90.0,
         datetime(2030, 1, 1, tzinfo=UTC),
@@ -247,7 +254,7 @@ def test_checked_answers_the_stored_forms_and_copies_only_when_they_differ() -> 
 
 
 def test_stored_options_are_newjob_fields_of_the_same_name() -> None:
-    stored = JobOptions(queue="q", priority=1).merged(None, SETTINGS).stored()
+    stored = JobOptions.merge({"queue": "q", "priority": 1}, None, SETTINGS).stored()
     assert set(stored) <= {f.name for f in fields(NewJob)}
     assert {"queue", "priority", "max_attempts", "timeout", "delay", "run_at"} <= set(stored)
     assert (stored["queue"], stored["priority"], stored["max_attempts"]) == ("q", 1, 3)
