@@ -1,16 +1,16 @@
-"""A job's options in one carrier: a ``@job``'s defaults, one enqueue's values, and the options
-in force once they are merged.
+"""A job's options in one carrier: a ``@job``'s own, and the options in force for an enqueue.
 
-Every way a job is defined or enqueued (``@job`` and ``@flow``, ``queue.enqueue`` and
-``enqueue_many``, ``.delay`` / ``.apply_async``, a flow's ``Child``, ``enqueue_flow``'s
-children, a schedule, the django.tasks backend) builds one ``JobOptions`` and hands it on.
-The rules live here, once:
+A job definition (``@job``, ``@flow``, a django.tasks task) keeps its options as a
+``JobOptions``. Every enqueue (``queue.enqueue`` and ``enqueue_many``, ``.delay`` /
+``.apply_async``, a flow's ``Child``, ``enqueue_flow``'s children, a schedule, the
+django.tasks backend) hands its keyword arguments by option name to ``jobs/enqueueing.py``,
+which merges them into one ``JobOptions`` and passes that on. The rules live here, once:
 
 - **merging** (``merge``): each option is the call's, else the job definition's, else the
-  settings' default, else the built-in one. A layer *gives* an option when its value is not
-  the field's default: ``None`` for most options (``max_attempts=None`` means "the
-  default"), ``UNSET`` for ``queue``, ``backend`` and ``priority``, where ``None`` is a value
-  of its own (``backend=None``: the default backend; ``priority=None``: refused).
+  settings' default, else the built-in one. A layer *gives* an option when it names it with a
+  value other than the field's default: ``None`` for most options (``max_attempts=None``
+  means "the default"), ``UNSET`` for ``queue``, ``backend`` and ``priority``, where ``None``
+  is a value of its own (``backend=None``: the default backend; ``priority=None``: refused).
 - **checking**: ``check_defaults`` when a job is registered (``INVALID_HANDLER``), ``checked``
   for each enqueue on the merged options (``BAD_ARGUMENT``, ``MISSING_QUEUE``). Both say what
   ``core/validation.py``'s bounds say; neither touches storage.
@@ -67,7 +67,7 @@ STORED: Final = {"stored": True}
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobOptions:
-    """Options of one job (a definition's defaults, a call's values, or the two merged).
+    """Options of one job: a definition's own, or those in force for an enqueue (``merge``).
 
     Values are as given until ``check_defaults`` or ``checked`` answers a checked copy.
     """
@@ -229,10 +229,11 @@ def _given_by(layers: tuple[JobOptions | None, ...]) -> tuple[Any, ...]:
             for i, (unset, value) in enumerate(zip(_UNSETS, _values(layer), strict=True)):
                 if given[i] is _UNSETS[i] and value is not unset:
                     given[i] = value
+    answer = tuple(given)
     if len(_merges) >= 1024:
         _merges.clear()
-    _merges[key] = (layers, tuple(given))
-    return tuple(given)
+    _merges[key] = (layers, answer)
+    return answer
 
 
 #: The last layer of every merge: what an option is when nobody gave it.

@@ -1,10 +1,12 @@
-"""From enqueue arguments to stored jobs: validate, encode, build ``NewJob``s, store them.
+"""From enqueue arguments to stored jobs: merge and check the options, encode, build
+``NewJob``s, store them.
 
 Every way a job is enqueued goes through here — the ``queue`` facade, ``@job``'s
-``.enqueue``, a flow's fan-out and the scheduler — so each rule (defaults from the job's
-definition, the trace id, the transactional outbox) is written once. Everything is checked and
-every payload encoded before a backend is called: a ``QueueError`` from here means nothing
-was written. Callers resolve the job's definition (``registry``) and pass it in.
+``.enqueue``, a flow's fan-out and the scheduler — so each rule (the call's options over the
+job's own and the settings', ``core/options.py``; the trace id; the transactional outbox) is
+applied once. Everything is checked and every payload encoded before a backend is called: a
+``QueueError`` from here means nothing was written. Callers resolve the job's definition
+(``registry``) and pass it in, with the options the call gave by name.
 """
 
 from __future__ import annotations
@@ -202,9 +204,8 @@ def enqueue_many(
 ) -> list[EnqueuedJob]:
     """Store many jobs of one queue in one statement batch (all or none). ``given``: the
     call's options by name (``queue`` among them), merged here over the job's own and the
-    settings' (``merged``);
-    ``dedupe_keys``, ``concurrency_keys`` and ``abouts`` give one value per payload instead of
-    the options' one for all."""
+    settings' (``merged``); ``dedupe_keys``, ``concurrency_keys`` and ``abouts`` give one value
+    per payload instead of the options' one for all."""
     if isinstance(payloads, str | bytes | Mapping) or not isinstance(payloads, Iterable):
         raise QueueError(ErrorCode.BAD_PAYLOAD, "enqueue_many takes an iterable of payloads")
     items = list(payloads)

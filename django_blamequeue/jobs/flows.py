@@ -158,7 +158,7 @@ def build_children(
             job_id=ids.child_id(parent.job_id, key),
             cause=cause,
             trace_id=parent.trace_id,
-            **{name: getattr(child, name) for name in _CHILD_OPTIONS},  # over its job's own
+            **{option: getattr(child, option) for option in _CHILD_OPTIONS},  # over its job's
         )
         job = replace(
             job,
