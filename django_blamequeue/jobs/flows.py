@@ -158,7 +158,8 @@ def build_children(
             job_id=ids.child_id(parent.job_id, key),
             cause=cause,
             trace_id=parent.trace_id,
-            **{option: getattr(child, option) for option in _CHILD_OPTIONS},  # over its job's
+            # the child's options, over its job's own
+            **{option: getattr(child, option) for option in _CHILD_OPTIONS},
         )
         job = replace(
             job,
