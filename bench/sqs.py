@@ -159,7 +159,7 @@ def drain(backend: Any, cfg: dict[str, Any], n: int) -> float:
     for p in procs:
         if p.wait(timeout=1800) != 0:
             raise SystemExit(f"a worker exited with {p.returncode}")
-    done = backend.jobs().filter(state="done")
+    done = backend.jobtable.jobs().filter(state="done")
     assert done.count() == n, f"{done.count()} of {n} done"
     window = done.aggregate(a=Min("started_at"), b=Max("finished_at"))
     return n / (window["b"] - window["a"]).total_seconds()

@@ -4,6 +4,8 @@ Verbs take ``now``: ``None`` means the storage engine's own clock (the database'
 Redis ``TIME``); tests pass a later ``now`` to move time instead of sleeping. Every ack is
 fenced by the lease token: a stale token gives ``AckResult(ok=False)`` for that item and
 changes nothing. The core reads the ``supports_*`` flags; it never branches on the class.
+The verbs a backend may lack (flows, its own outbox) raise ``NotImplementedError`` here, and
+the flag that says whether it has them is read first.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django_blamequeue.backends import marks
-from django_blamequeue.backends.flow_verbs import FlowVerbs
 from django_blamequeue.backends.hooks import Hooks, current_hooks
 from django_blamequeue.backends.resilience import Resilience
 from django_blamequeue.conf import BackendConfig
@@ -28,11 +29,14 @@ from django_blamequeue.core.records import (
     Claimed,
     EffectsFence,
     EnqueuedJob,
+    FlowState,
     JobInfo,
     LeaseSignals,
     NewJob,
+    OutboxItem,
     PruneReport,
     QueueStats,
+    Report,
     RescueReport,
 )
 
@@ -42,7 +46,7 @@ if TYPE_CHECKING:
     from django_blamequeue.audit import Event
 
 
-class Backend(FlowVerbs, metaclass=ABCMeta):
+class Backend(metaclass=ABCMeta):
     protocol: str = ""
     #: ``extend_lease`` works (SQS can only extend up to its 12-hour visibility cap, etc.).
     supports_extend_lease = True
@@ -308,6 +312,85 @@ class Backend(FlowVerbs, metaclass=ABCMeta):
     def waiting_names(self) -> dict[tuple[str, str], int]:
         """Jobs waiting to run (pending, delayed included, and blocked) by (queue, name)."""
 
+    # -- parent/child flows (only with ``supports_flows``; called by ``relay`` and ``sweeper``,
+    # never by another backend) -------------------------------------------------------------
+    def flow_state(self, parent_id: str) -> FlowState:
+        """What ``collect`` sees: the tally, results and errors of a parent's children."""
+        raise NotImplementedError
+
+    def flow_states(self, parent_ids: Sequence[str]) -> dict[str, FlowState]:
+        """``flow_state`` of several parents (the worker reads them with the claim that
+        leased their ``collect``); a backend may answer in one round trip."""
+        return {p: self.flow_state(p) for p in parent_ids}
+
+    def deliver_reports(self, reports: Sequence[Report], now: datetime | None = None) -> int:
+        """Record child reports on their parents' rows, once each; settle what is due."""
+        raise NotImplementedError
+
+    def report_terminal(self, ids: Sequence[str]) -> int:
+        """Write reports for the terminal children among ``ids`` (same transaction)."""
+        raise NotImplementedError
+
+    def settle_reported(self, parent_ids: Sequence[str], now: datetime | None = None) -> list[str]:
+        """Settle the due parents among ``parent_ids`` in a transaction of their own (the
+        relay's step after an ack recorded reports on them, the flow sweeper's first check);
+        answers the parents settled."""
+        raise NotImplementedError
+
+    def unsent_for(self, job_ids: Sequence[str], kind: str) -> set[str]:
+        """The ids among ``job_ids`` that still have an unsent outbox row of ``kind``."""
+        raise NotImplementedError
+
+    def child_states(self, ids: Sequence[str]) -> dict[str, str]:
+        """The state of each of these jobs that exists here (a backend may answer in one
+        round trip)."""
+        return {i.job_id: i.state for i in (self.get(j) for j in ids) if i is not None}
+
+    # -- the flow sweeper's verbs (``sweeper/flow_repair.py`` runs the algorithm) ----------
+    def waiting_parents(self, after: str, limit: int) -> list[str]:
+        """Ids of parents parked in ``waiting_children``, in id order, after ``after``."""
+        raise NotImplementedError
+
+    def pending_children(self, parent_id: str) -> list[tuple[str, str]]:
+        """``(child id, backend alias)`` of the parent's children that have not reported."""
+        raise NotImplementedError
+
+    def reland(self, parent_id: str, child_ids: Sequence[str], now: datetime | None = None) -> int:
+        """Land these unreported children again from the parent's manifest (their full
+        specs are there), only while the parent still waits for them (checked atomically
+        with the landing); answers how many were landed."""
+        raise NotImplementedError
+
+    def cascade_due(self, limit: int) -> list[str]:
+        """Parents that settled fail-fast or were cancelled while children may still run."""
+        raise NotImplementedError
+
+    def cascade(
+        self, parent_id: str, now: datetime | None = None
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """Cancel the parent's unfinished children here; answers how many, and the
+        ``(backend alias, child id)`` of its unreported children on other backends."""
+        raise NotImplementedError
+
+    def cascade_done(self, parent_id: str) -> None:
+        """Nothing is left to cancel for this parent elsewhere (a no-op where
+        ``cascade_due`` is derived from the rows themselves)."""
+
+    # -- an engine's own outbox (only with ``has_outbox``) ---------------------------------
+    def take_outbox(self, limit: int, after: str = "") -> list[OutboxItem]:
+        """Lease up to ``limit`` unsent entries after ``after`` (an earlier item's ``ref``)
+        for this relay; an entry whose lease runs out is offered again."""
+        raise NotImplementedError
+
+    def outbox_done(self, items: Sequence[OutboxItem], error: str | None = None) -> None:
+        """Delivered: forget these entries; with ``error``: keep them, count the attempt."""
+        raise NotImplementedError
+
+    def send_unsent(self, limit: int = 500) -> int:
+        """With ``sends_later``: send jobs whose message a crash left unsent."""
+        raise NotImplementedError
+
+    # -- what a burst worker waits for ----------------------------------------------------
     def backlog(self, queues: Sequence[str]) -> Backlog:
         """What a burst worker still waits for (``due``: pending and due, in flight, parents
         waiting for their children, outbox entries on their way here) and what it leaves

@@ -104,7 +104,7 @@ def test_prepare_false_sends_the_statements_as_django_does(settings: Any) -> Non
         **settings.BLAMEQUEUE,
         "BACKENDS": {**settings.BLAMEQUEUE["BACKENDS"], "postgres": options},
     }
-    assert get_backend("postgres").prepares is False
+    assert get_backend("postgres").jobtable.prepares is False
     queue.enqueue_many("prep", [{"i": i} for i in range(3)], backend="postgres")
     _claimed_and_done("postgres", 3)
     assert _prepared("postgres") == []

@@ -84,7 +84,7 @@ def test_a_script_that_has_written_cannot_be_killed_half_way(make: Make) -> None
         jobs = [new_job("atomic", {"i": i}) for i in range(n)]
         headers, payloads = [job_header(j) for j in jobs], [j.payload.body for j in jobs]
         answers: list[str] = []
-        runner = threading.Thread(target=lambda: b._run("enqueue", headers, payloads))
+        runner = threading.Thread(target=lambda: b.scripts.run("enqueue", headers, payloads))
         runner.start()
         killer = type(admin).from_url(server.url)
         deadline = time.monotonic() + 30

@@ -47,7 +47,7 @@ def counts(b: SqsBackend, q: str, *, dlq: bool = False) -> dict[str, int]:
 
 
 def ledger(b: SqsBackend, job_id: str) -> dict[str, Any]:
-    row: dict[str, Any] = b.jobs().filter(id=job_id).values().get()
+    row: dict[str, Any] = b.jobtable.jobs().filter(id=job_id).values().get()
     return row
 
 
@@ -60,7 +60,7 @@ def create_queue(b: SqsBackend, q: str, **attributes: str) -> None:
 
 def send_copy(b: SqsBackend, job_id: str) -> None:
     """A second message of a job, as a relay or send step that ran twice would send."""
-    row = b.jobs().filter(id=job_id).values_list(*sqs_messages.SEND_COLUMNS).get()
+    row = b.jobtable.jobs().filter(id=job_id).values_list(*sqs_messages.SEND_COLUMNS).get()
     b.transport.send(row[1], [sqs_messages.outgoing(sqs_messages.of_row(row), job_id)])
 
 
@@ -110,7 +110,7 @@ def test_a_message_over_the_queues_maximum_size_is_refused_before_anything_is_wr
                     queue.enqueue("small", accented, backend="sqs")
         assert caught.value.code == ErrorCode.PAYLOAD_TOO_LARGE
         assert "MaximumMessageSize" in str(caught.value)
-    assert sqs.jobs().filter(queue="small").count() == 1  # the ASCII one
+    assert sqs.jobtable.jobs().filter(queue="small").count() == 1  # the ASCII one
     assert OutboxEntry.objects.using(sqs.db).count() == 0
     assert sum(counts(sqs, "small").values()) == 1
 
@@ -179,7 +179,7 @@ def test_a_delay_past_15_minutes_is_parked_in_the_ledger_and_sent_when_due(
     assert counts(sqs, "parked")["delayed"] == 1
     assert ledger(sqs, job_id)["sent_at"] is not None
     # Sent again at its due time (as after a lost message): no delay left, claimable at once.
-    sqs.jobs().filter(id=job_id).update(sent_at=None)
+    sqs.jobtable.jobs().filter(id=job_id).update(sent_at=None)
     assert sqs.send_due(now=due) == 1
     [c] = sqs.claim(["parked"], 10, 30, now=due)
     assert c.job_id == job_id
@@ -241,7 +241,7 @@ def test_the_send_step_mends_a_crash_between_the_ledger_insert_and_the_send(
     job_id = queue.enqueue("crash", {}, backend="sqs").job_id
     # What a crash right after the ledger's commit leaves: a row, no message, sent_at NULL.
     sqs.transport.client.purge_queue(QueueUrl=sqs.transport.queue("crash").url)
-    sqs.jobs().filter(id=job_id).update(sent_at=None)
+    sqs.jobtable.jobs().filter(id=job_id).update(sent_at=None)
     now = sqs.now()
     assert sqs.send_due(now=now) == 0  # within SEND_GRACE: its sender may still be at it
     assert sqs.send_due(now=now + timedelta(seconds=31)) == 1
@@ -301,7 +301,7 @@ def test_a_deleted_queue_is_recreated_and_its_pending_jobs_sent_again(sqs: SqsBa
     info = sqs.transport.queue("gone")
     sqs.transport.client.delete_queue(QueueUrl=info.url)
     assert sqs.claim(["gone"], 10, 30) == []  # finds the queue gone: recreates it
-    assert sqs.jobs().filter(queue="gone", sent_at=None).count() == 3
+    assert sqs.jobtable.jobs().filter(queue="gone", sent_at=None).count() == 3
     # The send step sends them again (these were enqueued just now: after SEND_GRACE).
     assert sqs.send_due(now=sqs.now() + timedelta(seconds=31)) == 3
     claimed = sqs.claim(["gone"], 10, 30)
@@ -318,7 +318,7 @@ def test_an_enqueue_while_sqs_is_down_fails_and_writes_nothing(
         with pytest.raises(QueueError) as caught:
             queue.enqueue("down", {}, backend="sqs")
         assert caught.value.code == ErrorCode.BACKEND_UNAVAILABLE
-    assert list(b.jobs().values_list("id", flat=True)) == [first]
+    assert list(b.jobtable.jobs().values_list("id", flat=True)) == [first]
     own_moto.start()  # empty, as moto always restarts: the queue and the first message are gone
     second = queue.enqueue("down", {}, backend="sqs").job_id  # recreates the queue
     # The send step sends the first again from the ledger (it waits SEND_GRACE for it).

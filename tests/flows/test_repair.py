@@ -153,7 +153,7 @@ def test_a_kill_between_the_fan_out_ack_and_the_child_inserts_is_mended(
     b = get_backend(backend)
     parent = jobs.Report.enqueue({"pages": 4}, backend=backend)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(b, "_land", lambda children: None)  # the manifest is stored, no child is
+        m.setattr(b.manifests, "land", lambda children: None)  # the manifest is stored, no child is
         work(backend, ["reports"])
     assert FlowDependency.objects.using(db(backend)).filter(job_id=parent.job_id).count() == 4
     assert Job.objects.using(db(backend)).filter(parent_id=parent.job_id).count() == 0

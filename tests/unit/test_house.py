@@ -1,11 +1,13 @@
 """The house rules of the test tree, checked on the source: every module of the package is
 imported by some test module (an ``import`` statement, not a string), and every package has
 tests named after it. The scanner is tested too, so the guards cannot pass by scanning
-nothing."""
+nothing. And one rule of the package's shape: classes are composed, not stacked."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 from functools import cache
 from pathlib import Path
 
@@ -195,3 +197,25 @@ def test_every_package_has_tests_named_after_it() -> None:
     assert untested == [], (
         f"no tests/**/<name>/test_*.py nor tests/**/test_<name>.py for {untested}"
     )
+
+
+#: The most classes of the package one class may stand on, itself included (its MRO).
+TALLEST = 6
+
+
+def height(cls: type) -> int:
+    """How many of the package's classes make up ``cls``: its MRO, the package's part."""
+    return sum(1 for c in cls.__mro__ if c.__module__.startswith("django_blamequeue"))
+
+
+def test_no_class_hierarchy_is_taller_than_six() -> None:
+    classes = [
+        cls
+        for name in sorted(package_modules())
+        for _, cls in inspect.getmembers(importlib.import_module(name), inspect.isclass)
+        if cls.__module__ == name
+    ]
+    assert len(classes) > 100  # every module imported, its own classes found
+    tallest = max(classes, key=height)
+    print(f"tallest: {tallest.__module__}.{tallest.__qualname__}, {height(tallest)} classes")
+    assert height(tallest) <= TALLEST, [c.__qualname__ for c in tallest.__mro__]

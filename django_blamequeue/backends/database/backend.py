@@ -1,10 +1,13 @@
-"""The local backend's verbs. Each is one short transaction on the configured database.
+"""The local backend: jobs are rows of the project's own database (SQLite or PostgreSQL).
 
-Enqueue joins the caller's transaction (``atomic(savepoint=False)``), so a job enqueued inside
-``transaction.atomic()`` is a row of that transaction and rolls back with it. The writes and
-read-outs it shares with the SQS ledger live in ``backends/jobtable``; what is here is only
-the local backend's: the one-statement enqueue, the claim, the combined ack-and-claim, the
-rescuer's pass and LISTEN.
+The job table is the queue itself: transactional, LISTEN-able on PostgreSQL, cheap to poll on
+SQLite. Each verb is one short transaction on the configured database; enqueue joins the
+caller's (``atomic(savepoint=False)``), so a job enqueued inside ``transaction.atomic()`` is a
+row of that transaction and rolls back with it.
+
+What the local backend shares with the SQS ledger it holds as the parts of
+``backends/jobtable`` and hands those verbs to them; what is written here is its own: the
+one-statement enqueue, the claim, the combined ack-and-claim, the rescuer's pass and LISTEN.
 """
 
 from __future__ import annotations
@@ -13,54 +16,82 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 
 from django_blamequeue import audit
 from django_blamequeue.backends import wakeup
-from django_blamequeue.backends.database.base import CHANNEL, CONTROL_CHANNEL, LocalBase
+from django_blamequeue.backends.base import Backend
 from django_blamequeue.backends.database.listen import PgListener
-from django_blamequeue.backends.jobtable import sql
+from django_blamequeue.backends.jobtable import effects, sql
 from django_blamequeue.backends.jobtable.acks import Acks
 from django_blamequeue.backends.jobtable.checkpoints import Checkpoints
-from django_blamequeue.backends.jobtable.control import ControlRows
-from django_blamequeue.backends.jobtable.dag import DagRelease
-from django_blamequeue.backends.jobtable.effects import InTransaction
+from django_blamequeue.backends.jobtable.control_rows import ControlRows
+from django_blamequeue.backends.jobtable.flows import Flows
 from django_blamequeue.backends.jobtable.inserts import Inserts
 from django_blamequeue.backends.jobtable.leases import RESCUE_COLUMNS, Leases
 from django_blamequeue.backends.jobtable.limited import LimitedClaims
 from django_blamequeue.backends.jobtable.listing import Listing
 from django_blamequeue.backends.jobtable.manifests import Manifests
-from django_blamequeue.backends.jobtable.reports import ChildReports
-from django_blamequeue.backends.jobtable.rows import claimed_from_pg_row, claimed_from_row, to_dt
+from django_blamequeue.backends.jobtable.rows import claimed_from_pg_row, claimed_from_row
+from django_blamequeue.backends.jobtable.table import CHANNEL, CONTROL_CHANNEL, JobTable
+from django_blamequeue.conf import BackendConfig
+from django_blamequeue.core.controls import ControlState, HandlerWait
 from django_blamequeue.core.limits import QueueLimits
 from django_blamequeue.core.records import (
     Ack,
     AckResult,
+    Backlog,
+    CancelResult,
     Claimed,
+    EffectsFence,
     EnqueuedJob,
+    FlowState,
+    JobInfo,
+    LeaseSignals,
     NewJob,
+    PruneReport,
+    QueueStats,
+    Report,
     RescueReport,
 )
-from django_blamequeue.core.states import TERMINAL, State
+from django_blamequeue.core.states import State
+from django_blamequeue.models import Job
 
 
-class DatabaseBackend(
-    LocalBase,
-    Inserts,
-    Leases,
-    Checkpoints,
-    InTransaction,
-    Acks,
-    Listing,
-    Manifests,
-    ChildReports,
-    DagRelease,
-    ControlRows,
-    LimitedClaims,
-):
+class DatabaseBackend(Backend):
     """The local backend: SQLite or PostgreSQL, through Django's own connections."""
 
+    protocol = "local"
+    transactional_enqueue = True
     supports_flows = True
+    supports_apply_and_claim = True
+    effects_with_ack = True
+    unavailable_errors: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+
+    def __init__(self, config: BackendConfig) -> None:
+        super().__init__(config)
+        table = self.jobtable = JobTable(Job, config)
+        self.db = self.database = table.db
+        self.supports_listen = table.is_postgres and bool(config.options.get("LISTEN", True))
+        self.cheap_polling = not table.is_postgres
+        self.flows = Flows(table, self._released)
+        self.manifests = Manifests(table, self.flows, self)
+        self.inserts = Inserts(table, self.flows)
+        self.acks = Acks(table, self.flows, self.manifests)
+        self.leases = Leases(table, self.flows)
+        self.checkpoints = Checkpoints(table)
+        self.listing = Listing(table, self.manifests, self._released)
+        self.control_rows = ControlRows(table, listen=self.supports_listen)
+        self.limited = LimitedClaims(table)
+
+    def _released(self, rows: Sequence[tuple[str, str]], now: datetime) -> None:
+        """Jobs a transaction made pending from a state that holds no message: the table is
+        the queue, so waking workers is all they need."""
+        self.jobtable.notify([queue for _, queue in rows])
+
+    @property
+    def effects_database(self) -> str:
+        return self.db
 
     # -- enqueue ---------------------------------------------------------------------------
     def enqueue_many(
@@ -75,16 +106,16 @@ class DatabaseBackend(
         # Jobs neither blocked nor delayed wake idle workers at commit. A job deduplicated
         # away, or one whose run_at is still ahead, makes that one empty claim.
         wake = sorted({j.queue for j in jobs if not (j.blocked or j.delay)})
-        if self._one_statement(jobs, events):
-            self._insert_rows(jobs, now, wake)  # autocommit: the INSERT is the transaction
+        if self.inserts.one_statement(jobs, events):
+            self.inserts.insert_rows(jobs, now, wake)  # autocommit: the INSERT is the transaction
             wakeup.notify(wake)
             return [
                 EnqueuedJob(job_id=j.job_id, queue_name=j.queue, backend=self.alias) for j in jobs
             ]
         with transaction.atomic(using=self.db, savepoint=False):
-            answer, _ = self._insert(jobs, now, wake)
+            answer, _ = self.inserts.insert(jobs, now, wake)
             transaction.on_commit(lambda: wakeup.notify(wake), using=self.db)
-            self._record_enqueue(jobs, answer, events)
+            self.inserts.record_enqueue(jobs, answer, events)
         return [answer[j.job_id] for j in jobs]
 
     # -- leasing ---------------------------------------------------------------------------
@@ -118,7 +149,7 @@ class DatabaseBackend(
         if not acks and (limit <= 0 or not queues):
             return [], []
         with transaction.atomic(using=self.db):
-            results = self._apply(acks, now) if acks else []
+            results = self.acks.apply(acks, now) if acks else []
             claimed = (
                 self._claim(queues, limit, lease_s, now, limits) if limit > 0 and queues else []
             )
@@ -133,21 +164,23 @@ class DatabaseBackend(
         limits: Mapping[str, QueueLimits] | None = None,
     ) -> list[Claimed]:
         """The claim, inside the caller's transaction: the queues named in ``limits`` under
-        their limits (``limited.py``), then the others with what is left of ``limit``."""
+        their limits (``jobtable/limited.py``), then the others with what is left of
+        ``limit``."""
+        table = self.jobtable
         limited = [q for q in queues if limits and q in limits]
         qs = [q for q in queues if not (limits and q in limits)]
-        claimed = self._claim_limited(limited, limit, lease_s, now, limits or {}) if limited else []
+        claimed = self.limited.claim(limited, limit, lease_s, now, limits or {}) if limited else []
         limit -= len(claimed)
-        if qs and limit > 0 and self.is_postgres:
+        if qs and limit > 0 and table.is_postgres:
             params = [qs, self.alias, now, now, float(lease_s), now, now]
-            rows = self._fetch(sql.claim_postgresql(limit), params, generic=True)
+            rows = table.fetch(sql.claim_postgresql(limit), params, generic=True)
             claimed += [claimed_from_pg_row(r) for r in rows]
         elif qs and limit > 0:
-            t = self._now(now)
+            t = table.clock(now)
             expires = t + timedelta(seconds=lease_s)
-            a = self._adapt
+            a = table.adapt
             params = [a(expires), a(t), a(t), *qs, self.alias, a(t), limit]
-            with self.connection.cursor() as cur:
+            with table.connection.cursor() as cur:
                 cur.execute(sql.claim_sqlite(len(qs)), params)
                 claimed += [claimed_from_row(r) for r in cur.fetchall()]
         claimed.sort(key=lambda c: (-c.priority, c.available_at or c.lease_expires_at, c.job_id))
@@ -159,30 +192,189 @@ class DatabaseBackend(
         if not acks:
             return []
         with transaction.atomic(using=self.db):
-            return self._apply(acks, now)
+            return self.acks.apply(acks, now)
+
+    def fence_effects(self, ack: Ack, *, attempt: int, now: datetime | None = None) -> EffectsFence:
+        effects.require_transaction(self.jobtable)
+        [result] = self.acks.apply([ack], now)
+        return effects.answer(result)
+
+    def extend_lease(
+        self, job_id: str, token: str, seconds: float, now: datetime | None = None
+    ) -> bool:
+        return self.leases.extend(job_id, token, seconds, now)
+
+    def renew_leases(
+        self, leases: Sequence[tuple[str, str]], seconds: float, now: datetime | None = None
+    ) -> frozenset[str]:
+        return self.leases.renew(leases, seconds, now)
+
+    def lease_signals(self, leases: Sequence[tuple[str, str]]) -> LeaseSignals:
+        return self.leases.signals(leases)
+
+    def set_progress(self, job_id: str, token: str, progress: int) -> bool:
+        return self.leases.set_progress(job_id, token, progress)
+
+    def run_alone(self, job_id: str, token: str) -> bool:
+        return self.leases.run_alone(job_id, token)
+
+    def save_checkpoints(
+        self, items: Sequence[tuple[str, str, str]], now: datetime | None = None
+    ) -> frozenset[str]:
+        return self.checkpoints.save(items, now)
 
     def rescue_expired(
         self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
     ) -> RescueReport:
         with transaction.atomic(using=self.db):
-            t = self._now(now)
-            qs = self.jobs().filter(state=State.INFLIGHT, lease_expires_at__lt=t)
+            t = self.jobtable.clock(now)
+            qs = self.jobtable.jobs().filter(state=State.INFLIGHT, lease_expires_at__lt=t)
             qs = qs.order_by("lease_expires_at")
-            if self.is_postgres:
+            if self.jobtable.is_postgres:
                 qs = qs.select_for_update(skip_locked=True)
             rows = list(qs.values_list(*RESCUE_COLUMNS)[:limit])
-            groups = self._rescue_rows(rows, t, max_stalled)
+            groups = self.leases.rescue_rows(rows, t, max_stalled)
         return RescueReport(
             repended=len(groups[State.PENDING]),
             failed=len(groups[State.FAILED]),
             cancelled=len(groups[State.CANCELLED]),
         )
 
+    # -- operations ------------------------------------------------------------------------
+    def cancel(self, job_id: str, now: datetime | None = None) -> CancelResult:
+        return self.flows.cancel(job_id, now)
+
+    def cancel_flow(self, flow_id: str, now: datetime | None = None) -> int:
+        return self.flows.cancel_flow(flow_id, now)
+
+    def purge(self, queue: str) -> int:
+        return self.listing.purge(queue)
+
+    def get(self, job_id: str) -> JobInfo | None:
+        return self.listing.get(job_id)
+
+    def size(self, queue: str) -> int:
+        return self.listing.size(queue)
+
+    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        return self.listing.dlq_list(queue, limit, offset)
+
+    def dlq_size(self, queue: str) -> int:
+        return self.listing.dlq_size(queue)
+
+    def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
+        return self.listing.dlq_retry(job_id, now)
+
+    def dlq_retry_all(self, queue: str, now: datetime | None = None) -> int:
+        return self.listing.dlq_retry_all(queue, now)
+
+    def jobs_about(self, about: str, limit: int) -> list[JobInfo]:
+        return self.listing.jobs_about(about, limit)
+
+    def flow_jobs(self, flow_id: str) -> list[JobInfo]:
+        return self.flows.flow_jobs(flow_id)
+
+    def stats(self) -> list[QueueStats]:
+        return self.listing.stats()
+
+    def prune(
+        self,
+        *,
+        done_before: datetime | None,
+        cancelled_before: datetime | None,
+        failed_before: datetime | None,
+        limit: int = 5000,
+    ) -> PruneReport:
+        return self.listing.prune(
+            done_before=done_before,
+            cancelled_before=cancelled_before,
+            failed_before=failed_before,
+            limit=limit,
+        )
+
+    def backlog(self, queues: Sequence[str]) -> Backlog:
+        return self.listing.backlog(queues)
+
+    # -- the control plane -----------------------------------------------------------------
+    def controls(self, queues: Sequence[str] | None = None) -> dict[str, ControlState]:
+        return self.control_rows.controls(queues)
+
+    def pause(
+        self, queue: str, *, reason: str = "", by: str | None = None, now: datetime | None = None
+    ) -> ControlState:
+        return self.control_rows.pause(queue, reason=reason, by=by, now=now)
+
+    def resume(
+        self, queue: str, *, by: str | None = None, now: datetime | None = None
+    ) -> ControlState:
+        return self.control_rows.resume(queue, by=by, now=now)
+
+    def set_limits(
+        self,
+        queue: str,
+        limits: QueueLimits | None,
+        *,
+        by: str | None = None,
+        now: datetime | None = None,
+    ) -> ControlState:
+        return self.control_rows.set_limits(queue, limits, by=by, now=now)
+
+    def handler_waits(self, queues: Sequence[str] | None = None) -> list[HandlerWait]:
+        return self.control_rows.handler_waits(queues)
+
+    def waiting_names(self) -> dict[tuple[str, str], int]:
+        return self.control_rows.waiting_names()
+
+    # -- parent/child flows ----------------------------------------------------------------
+    def flow_state(self, parent_id: str) -> FlowState:
+        return self.manifests.flow_state(parent_id)
+
+    def flow_states(self, parent_ids: Sequence[str]) -> dict[str, FlowState]:
+        return self.manifests.flow_states(parent_ids)
+
+    def deliver_reports(self, reports: Sequence[Report], now: datetime | None = None) -> int:
+        return self.flows.deliver_reports(reports, now)
+
+    def report_terminal(self, ids: Sequence[str]) -> int:
+        return self.flows.report_terminal(ids)
+
+    def settle_reported(self, parent_ids: Sequence[str], now: datetime | None = None) -> list[str]:
+        return self.flows.settle_reported(parent_ids, now)
+
+    def unsent_for(self, job_ids: Sequence[str], kind: str) -> set[str]:
+        return self.flows.unsent_for(job_ids, kind)
+
+    def child_states(self, ids: Sequence[str]) -> dict[str, str]:
+        return self.manifests.child_states(ids)
+
+    def waiting_parents(self, after: str, limit: int) -> list[str]:
+        return self.manifests.waiting_parents(after, limit)
+
+    def pending_children(self, parent_id: str) -> list[tuple[str, str]]:
+        return self.manifests.pending_children(parent_id)
+
+    def reland(self, parent_id: str, child_ids: Sequence[str], now: datetime | None = None) -> int:
+        return self.manifests.reland(parent_id, child_ids, now)
+
+    def cascade_due(self, limit: int) -> list[str]:
+        return self.flows.cascade_due(limit)
+
+    def cascade(
+        self, parent_id: str, now: datetime | None = None
+    ) -> tuple[int, list[tuple[str, str]]]:
+        return self.flows.cascade(parent_id, now)
+
+    # -- clock, wake-ups, connections ------------------------------------------------------
+    def now(self) -> datetime:
+        return self.jobtable.now()
+
     def listener(self, queues: Sequence[str]) -> Any:
         if not self.supports_listen:
             return None
-
         return PgListener(self.db, CHANNEL, queues, control=CONTROL_CHANNEL)
 
+    def on_unavailable(self) -> None:
+        self.jobtable.on_unavailable()
 
-__all__ = ["TERMINAL", "DatabaseBackend", "to_dt"]
+
+__all__ = ["DatabaseBackend"]

@@ -8,15 +8,19 @@ same transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django_blamequeue import audit
 from django_blamequeue.backends.jobtable import sql
-from django_blamequeue.backends.jobtable.base import LedgerBase
+from django_blamequeue.backends.jobtable.table import JobTable
 from django_blamequeue.core.records import Ack, AckResult
 from django_blamequeue.core.states import TERMINAL, State
+
+if TYPE_CHECKING:
+    from django_blamequeue.backends.jobtable.flows import Flows
+    from django_blamequeue.backends.jobtable.manifests import Manifests
 
 ACK_CHUNK = 500
 _TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
@@ -43,32 +47,61 @@ def _ack_row_pg(a: Ack) -> tuple[Any, ...]:
     )
 
 
-class Acks(LedgerBase):
-    def _apply(self, acks: Sequence[Ack], now: datetime | None) -> list[AckResult]:
+def _ack_params(a: Ack, now: datetime, stamp: Any, adapt: Callable[[Any], Any]) -> list[Any]:
+    """One row of ``sql.ack_many``; ``stamp`` is ``now`` adapted for the driver."""
+    t = a.transition
+    available = now + timedelta(seconds=t.delay) if t.state == State.PENDING else None
+    return [
+        a.job_id,
+        a.token,
+        t.state.value,
+        t.result.body if t.result else None,
+        t.error,
+        t.traceback,
+        t.reason.value if t.reason else None,
+        adapt(available) if available is not None else None,
+        stamp,
+        int(t.give_back_attempt),
+        int(t.yields_to_cancel),
+        int(t.state == State.DONE),
+        int(t.snoozed),
+    ]
+
+
+class Acks:
+    """Finished attempts applied to the job table, each fenced by its lease token."""
+
+    def __init__(self, table: JobTable, flows: Flows, manifests: Manifests) -> None:
+        self.table = table
+        self.flows = flows
+        self.manifests = manifests  # a fan-out ack stores the parent's manifest
+
+    def apply(self, acks: Sequence[Ack], now: datetime | None) -> list[AckResult]:
         """The acks, inside the caller's transaction."""
+        table = self.table
         applied: dict[str, tuple[Any, ...]] = {}
         fan_outs = [a for a in acks if a.transition.state == State.WAITING_CHILDREN]
         plain = [a for a in acks if a.transition.state != State.WAITING_CHILDREN]
-        if fan_outs or not self.is_postgres:
-            now = self._now(now)  # PostgreSQL's plain acks read the clock in the statement
+        if fan_outs or not table.is_postgres:
+            now = table.clock(now)  # PostgreSQL's plain acks read the clock in the statement
         fanned: dict[str, State | None] = {}
         if fan_outs:
             assert now is not None  # read just above
-            fanned = self.apply_fan_outs(fan_outs, now)
+            fanned = self.manifests.apply_fan_outs(fan_outs, now)
         for start in range(0, len(plain), ACK_CHUNK):
             chunk = plain[start : start + ACK_CHUNK]
-            if self.is_postgres:
+            if table.is_postgres:
                 varying, params = sql.unnest_params(
                     list(zip(*map(_ack_row_pg, chunk), strict=False)), joined=2
                 )
-                statement = sql.ack_many_postgresql(varying, self.table)
-                found = self._fetch(statement, [*params, now])
+                statement = sql.ack_many_postgresql(varying, table.name)
+                found = table.fetch(statement, [*params, now])
             else:
                 assert now is not None
-                stamp = self._adapt(now)
-                params = [p for a in chunk for p in self._ack_params(a, now, stamp)]
-                statement = sql.ack_many(self.connection.vendor, len(chunk), self.table)
-                with self.connection.cursor() as cur:
+                adapt, stamp = table.adapt, table.adapt(now)
+                params = [p for ack in chunk for p in _ack_params(ack, now, stamp, adapt)]
+                statement = sql.ack_many(table.connection.vendor, len(chunk), table.name)
+                with table.connection.cursor() as cur:
                     cur.execute(statement, params)
                     found = cur.fetchall()
             for r in found:
@@ -88,26 +121,6 @@ class Acks(LedgerBase):
                 )
         return answer
 
-    def _ack_params(self, a: Ack, now: datetime, stamp: Any) -> list[Any]:
-        """One row of ``sql.ack_many``; ``stamp`` is ``now`` adapted for the driver."""
-        t = a.transition
-        available = now + timedelta(seconds=t.delay) if t.state == State.PENDING else None
-        return [
-            a.job_id,
-            a.token,
-            t.state.value,
-            t.result.body if t.result else None,
-            t.error,
-            t.traceback,
-            t.reason.value if t.reason else None,
-            self._adapt(available) if available is not None else None,
-            stamp,
-            int(t.give_back_attempt),
-            int(t.yields_to_cancel),
-            int(t.state == State.DONE),
-            int(t.snoozed),
-        ]
-
     def _after_acks(
         self, acks: Sequence[Ack], applied: dict[str, tuple[Any, ...]], now: datetime | None
     ) -> None:
@@ -116,20 +129,20 @@ class Acks(LedgerBase):
         done_in_flows = [r[0] for r in applied.values() if r[1] == State.DONE and r[3] and not r[4]]
         cancelled = [r[0] for r in applied.values() if r[1] == State.CANCELLED]
         if done_in_flows or cancelled:
-            clock = self._now(now)
+            clock = self.table.clock(now)
             if done_in_flows:
-                self.release_dependants(done_in_flows, clock)
+                self.flows.release_dependants(done_in_flows, clock)
             if cancelled:
-                self.cascade_cancel(cancelled, clock)
+                self.flows.cascade_cancel(cancelled, clock)
         children = [r for r in applied.values() if r[4] and r[1] in _TERMINAL_VALUES]
         if children:
             # A parent here gets the report in this transaction; one elsewhere, through the
             # outbox. Either way exactly once: only a pending manifest row changes.
-            here = [r[0] for r in children if r[7] in (self.alias, None)]
-            recorded = self.record_children(here, now) if here else set()
+            here = [r[0] for r in children if r[7] in (self.table.alias, None)]
+            recorded = self.flows.record_children(here, now) if here else set()
             if len(recorded) < len(children):
-                self.report_terminal([r[0] for r in children if r[0] not in recorded])
-        self._notify(
+                self.flows.report_terminal([r[0] for r in children if r[0] not in recorded])
+        self.table.notify(
             [
                 r[2]
                 for a in acks
@@ -138,24 +151,25 @@ class Acks(LedgerBase):
                 and a.transition.delay == 0
             ]
         )
-        success = audit.needed(audit.CONSUME_SUCCESS)
-        events = [ev for a in acks for ev in self._ack_events(a, applied.get(a.job_id), success)]
-        audit.record(events, using=self.db)
+        success, alias = audit.needed(audit.CONSUME_SUCCESS), self.table.alias
+        events = [ev for a in acks for ev in _ack_events(a, applied.get(a.job_id), alias, success)]
+        audit.record(events, using=self.table.db)
 
-    def _ack_events(
-        self, a: Ack, row: tuple[Any, ...] | None, success: bool = True
-    ) -> list[audit.Event]:
-        """The audit events of one ack; ``success``: is a done ack's event wanted at all."""
-        if row is None:
-            return [audit.lock_lost(a.job_id, self.alias, a.transition.state.value)]
-        _, state, queue, _flow, _parent, attempts, name, _parent_backend = row
-        return audit.ack_events(
-            a.transition,
-            state,
-            job_id=a.job_id,
-            queue=queue,
-            backend=self.alias,
-            attempt=attempts,
-            name=name,
-            happy=success,
-        )
+
+def _ack_events(
+    a: Ack, row: tuple[Any, ...] | None, alias: str, success: bool = True
+) -> list[audit.Event]:
+    """The audit events of one ack; ``success``: is a done ack's event wanted at all."""
+    if row is None:
+        return [audit.lock_lost(a.job_id, alias, a.transition.state.value)]
+    _, state, queue, _flow, _parent, attempts, name, _parent_backend = row
+    return audit.ack_events(
+        a.transition,
+        state,
+        job_id=a.job_id,
+        queue=queue,
+        backend=alias,
+        attempt=attempts,
+        name=name,
+        happy=success,
+    )

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 
 from django_blamequeue import audit
-from django_blamequeue.backends.jobtable.base import LedgerBase
+from django_blamequeue.backends.jobtable.table import JobTable
 
 CHUNK = 500
 
@@ -35,24 +35,30 @@ def save_many(vendor: str, n: int, table: str) -> str:
     )
 
 
-class Checkpoints(LedgerBase):
-    def save_checkpoints(
+class Checkpoints:
+    """The checkpoint column of held leases: written fenced, read back by the next claim."""
+
+    def __init__(self, table: JobTable) -> None:
+        self.table = table
+
+    def save(
         self, items: Sequence[tuple[str, str, str]], now: datetime | None = None
     ) -> frozenset[str]:
         # One value per job (the last): an UPDATE … FROM would apply an arbitrary one of two.
         latest = {job_id: (token, text) for job_id, token, text in items}
         if not latest:
             return frozenset()
+        table = self.table
         rows = list(latest.items())
         stored: list[tuple[Any, ...]] = []
-        with transaction.atomic(using=self.db):
+        with transaction.atomic(using=table.db):
             for start in range(0, len(rows), CHUNK):
                 chunk = rows[start : start + CHUNK]
                 params: list[Any] = []
                 for job_id, (token, text) in chunk:
                     params += [job_id, token, text]
-                statement = save_many(self.connection.vendor, len(chunk), self.table)
-                with self.connection.cursor() as cur:
+                statement = save_many(table.connection.vendor, len(chunk), table.name)
+                with table.connection.cursor() as cur:
                     cur.execute(statement, params)
                     stored += [tuple(r) for r in cur.fetchall()]
             if stored and audit.needed(audit.CHECKPOINT):
@@ -61,12 +67,12 @@ class Checkpoints(LedgerBase):
                         action=audit.CHECKPOINT,
                         job_id=job_id,
                         queue=queue,
-                        backend=self.alias,
+                        backend=table.alias,
                         attempt=attempts,
                         data={"bytes": len(latest[job_id][1].encode("utf-8"))},
                     )
                     for job_id, queue, attempts in stored
                 ]
-                audit.record(events, using=self.db)
+                audit.record(events, using=table.db)
         done = {r[0] for r in stored}
         return frozenset(j for j in latest if j not in done)

@@ -9,24 +9,14 @@ after such a commit; its backend schedules it on commit.
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from django_blamequeue.backends.jobtable.acks import Acks
-from django_blamequeue.core.records import Ack, AckResult, EffectsFence
+from django_blamequeue.backends.jobtable.table import JobTable
+from django_blamequeue.core.records import AckResult, EffectsFence
 
 
-class InTransaction(Acks):
-    effects_with_ack = True
-
-    @property
-    def effects_database(self) -> str:
-        return self.db
-
-    def fence_effects(self, ack: Ack, *, attempt: int, now: datetime | None = None) -> EffectsFence:
-        if not self.connection.in_atomic_block:
-            raise RuntimeError("fence_effects runs inside the atomic run's transaction")
-        [result] = self._apply([ack], now)
-        return answer(result)
+def require_transaction(table: JobTable) -> None:
+    """The fenced ack joins the atomic run's open transaction, never one of its own."""
+    if not table.connection.in_atomic_block:
+        raise RuntimeError("fence_effects runs inside the atomic run's transaction")
 
 
 def answer(result: AckResult) -> EffectsFence:

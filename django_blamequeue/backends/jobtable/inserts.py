@@ -10,16 +10,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import OperationalError
 
 from django_blamequeue import audit
 from django_blamequeue.backends.jobtable import sql
-from django_blamequeue.backends.jobtable.base import CHANNEL, LedgerBase
+from django_blamequeue.backends.jobtable.table import CHANNEL, JobTable
 from django_blamequeue.core.records import EnqueuedJob, NewJob
 from django_blamequeue.core.states import ACTIVE, State
 from django_blamequeue.models import FlowDependency, JobFields
+
+if TYPE_CHECKING:
+    from django_blamequeue.backends.jobtable.flows import Flows
 
 _ACTIVE = [s.value for s in ACTIVE]
 _PENDING, _BLOCKED = State.PENDING.value, State.BLOCKED.value
@@ -98,57 +101,62 @@ def _origin_json(origin: Any) -> str | None:
     return text
 
 
-class Inserts(LedgerBase):
-    # -- insert ----------------------------------------------------------------------------
-    def _one_statement(self, jobs: Sequence[NewJob], events: Sequence[audit.Event]) -> bool:
+def _values(j: NewJob, now: datetime | None) -> tuple[Any, ...]:
+    """A new row's values, in the order of ``_INSERT_COLUMNS``. With ``now`` None (the
+    PostgreSQL statement reads the clock), ``available_at`` is the ``run_at`` or None."""
+    if now is None:
+        available = j.run_at
+    else:
+        available = j.run_at or (now + timedelta(seconds=j.delay) if j.delay else now)
+    return (
+        j.job_id,
+        j.queue,
+        j.name,
+        _BLOCKED if j.blocked else _PENDING,
+        j.payload.body,
+        j.payload.content_type,
+        j.payload.content_encoding,
+        j.priority,
+        available,
+        j.max_attempts,
+        j.timeout,
+        j.classification,
+        j.trace_id,
+        j.dedupe_key,
+        j.flow_id,
+        j.parent_id,
+        j.flow_key,
+        j.flow_phase,
+        j.flow_mode,
+        j.parent_backend,
+        j.flow_depth,
+        j.about,
+        _origin_json(j.origin),
+        j.concurrency_key,
+        now,
+        now,
+    )
+
+
+class Inserts:
+    """New rows of the job table: the insert, its dedupe answers, its DAG edges and audit."""
+
+    def __init__(self, table: JobTable, flows: Flows) -> None:
+        self.table = table
+        self.flows = flows  # a dependency already done releases a dependant stored after it
+
+    def one_statement(self, jobs: Sequence[NewJob], events: Sequence[audit.Event]) -> bool:
         """Can this enqueue be a single autocommit INSERT (PostgreSQL, nothing else to write,
         not inside the caller's transaction)? Then it costs one round trip and one commit."""
         return (
-            self.is_postgres
-            and not self.connection.in_atomic_block
+            self.table.is_postgres
+            and not self.table.connection.in_atomic_block
             and not events
             and not any(j.dedupe_key or j.depends_on for j in jobs)
             and not audit.needed(audit.ENQUEUE)
         )
 
-    @staticmethod
-    def _values(j: NewJob, now: datetime | None) -> tuple[Any, ...]:
-        """A new row's values, in the order of ``_INSERT_COLUMNS``. With ``now`` None (the
-        PostgreSQL statement reads the clock), ``available_at`` is the ``run_at`` or None."""
-        if now is None:
-            available = j.run_at
-        else:
-            available = j.run_at or (now + timedelta(seconds=j.delay) if j.delay else now)
-        return (
-            j.job_id,
-            j.queue,
-            j.name,
-            _BLOCKED if j.blocked else _PENDING,
-            j.payload.body,
-            j.payload.content_type,
-            j.payload.content_encoding,
-            j.priority,
-            available,
-            j.max_attempts,
-            j.timeout,
-            j.classification,
-            j.trace_id,
-            j.dedupe_key,
-            j.flow_id,
-            j.parent_id,
-            j.flow_key,
-            j.flow_phase,
-            j.flow_mode,
-            j.parent_backend,
-            j.flow_depth,
-            j.about,
-            _origin_json(j.origin),
-            j.concurrency_key,
-            now,
-            now,
-        )
-
-    def _insert_rows(
+    def insert_rows(
         self, jobs: Sequence[NewJob], now: datetime | None, notify: Sequence[str] = ()
     ) -> set[str]:
         """Insert ``jobs`` (conflicting ones are skipped); answer the ids inserted.
@@ -158,33 +166,34 @@ class Inserts(LedgerBase):
         within its variable limit (in-process wake-ups are the caller's). Either way a handful
         of statements instead of the ORM's per-field preparation of every row.
         """
-        columns, defaults = _insert_layout(self.connection, self.model)
+        table = self.table
+        columns, defaults = _insert_layout(table.connection, table.model)
         inserted: set[str] = set()
-        if self.is_postgres:
-            rows = [(*self._values(j, None), *defaults, float(j.delay or 0.0)) for j in jobs]
+        if table.is_postgres:
+            rows = [(*_values(j, None), *defaults, float(j.delay or 0.0)) for j in jobs]
             varying, arrays = sql.unnest_params(list(zip(*rows, strict=True)))
-            statement = sql.insert_jobs_postgresql(columns, varying, len(notify), self.table)
+            statement = sql.insert_jobs_postgresql(columns, varying, len(notify), table.name)
             head = [now, *(a for q in notify for a in (CHANNEL, q))]
-            inserted.update(r[0] for r in self._fetch(statement, [*head, *arrays]))
+            inserted.update(r[0] for r in table.fetch(statement, [*head, *arrays]))
             return inserted
-        with self.connection.cursor() as cur:
-            clock = self._now(now)
-            rows = [self._values(j, clock) + defaults for j in jobs]
+        with table.connection.cursor() as cur:
+            clock = table.clock(now)
+            rows = [_values(j, clock) + defaults for j in jobs]
             names = [c for c, _ in columns]
-            a = self._adapt
-            datetimes = _datetime_columns(self.model)
+            a = table.adapt
+            datetimes = _datetime_columns(table.model)
             dt = {i for i, (c, _) in enumerate(columns) if c in datetimes}
-            per = max(1, self.connection.features.max_query_params // len(names))
+            per = max(1, table.connection.features.max_query_params // len(names))
             for start in range(0, len(rows), per):
                 chunk = rows[start : start + per]
                 params: list[Any] = []
                 for row in chunk:
                     params += [a(v) if i in dt else v for i, v in enumerate(row)]
-                cur.execute(sql.insert_jobs_sqlite(names, len(chunk), self.table), params)
+                cur.execute(sql.insert_jobs_sqlite(names, len(chunk), table.name), params)
                 inserted.update(r[0] for r in cur.fetchall())
         return inserted
 
-    def _insert(
+    def insert(
         self, jobs: Sequence[NewJob], now: datetime | None, notify: Sequence[str] = ()
     ) -> tuple[dict[str, EnqueuedJob], set[str]]:
         """Insert ignoring conflicts; a dedupe-key conflict answers the holder of the key.
@@ -193,16 +202,17 @@ class Inserts(LedgerBase):
         already existed: a re-delivered enqueue, or a re-landed child).
         """
         answer: dict[str, EnqueuedJob] = {}
+        alias, rows = self.table.alias, self.table.jobs
         todo = list(jobs)
         inserted_all: set[str] = set()
         for _ in range(5):  # the holder may turn terminal between our insert and our look-up
-            inserted = self._insert_rows(todo, now, notify)
+            inserted = self.insert_rows(todo, now, notify)
             inserted_all |= inserted
             notify = ()  # sent with the first statement
             keyed = [j.job_id for j in todo if j.dedupe_key and j.job_id not in inserted]
             # A keyed job not inserted: its key is held, or its id exists (a re-enqueued child).
             present = (
-                inserted | set(self.jobs().filter(id__in=keyed).values_list("id", flat=True))
+                inserted | set(rows().filter(id__in=keyed).values_list("id", flat=True))
                 if keyed
                 else inserted
             )
@@ -210,11 +220,11 @@ class Inserts(LedgerBase):
             for j in todo:
                 if not j.dedupe_key or j.job_id in present:
                     answer[j.job_id] = EnqueuedJob(
-                        job_id=j.job_id, queue_name=j.queue, backend=self.alias
+                        job_id=j.job_id, queue_name=j.queue, backend=alias
                     )
                     continue
                 holder = (
-                    self.jobs()
+                    rows()
                     .filter(queue=j.queue, dedupe_key=j.dedupe_key, state__in=_ACTIVE)
                     .values_list("id", flat=True)
                     .first()
@@ -223,14 +233,14 @@ class Inserts(LedgerBase):
                     retry.append(j)
                 else:
                     answer[j.job_id] = EnqueuedJob(
-                        job_id=holder, queue_name=j.queue, backend=self.alias, deduplicated=True
+                        job_id=holder, queue_name=j.queue, backend=alias, deduplicated=True
                     )
             if not retry:
                 return answer, inserted_all
             todo = retry
         raise OperationalError("dedupe insert did not settle after 5 tries")
 
-    def _record_enqueue(
+    def record_enqueue(
         self,
         jobs: Sequence[NewJob],
         answer: dict[str, EnqueuedJob],
@@ -239,7 +249,7 @@ class Inserts(LedgerBase):
         audited: bool = True,
     ) -> None:
         """The rest of an enqueue's transaction: DAG edges of the jobs inserted (not those
-        deduplicated away) and, if ``audited``, the audit rows (``_audit_enqueue``)."""
+        deduplicated away) and, if ``audited``, the audit rows (``audit_enqueue``)."""
         inserted = [j for j in jobs if not answer[j.job_id].deduplicated]
         edges = [
             FlowDependency(
@@ -252,20 +262,20 @@ class Inserts(LedgerBase):
             for dep in j.depends_on
         ]
         if edges:
-            FlowDependency.objects.using(self.db).bulk_create(edges, ignore_conflicts=True)
+            FlowDependency.objects.using(self.table.db).bulk_create(edges, ignore_conflicts=True)
             # Jobs of one flow may arrive in several batches (the outbox relay pages): a
             # dependency that already finished releases a dependant stored after it.
             finished = list(
-                self.jobs()
+                self.table.jobs()
                 .filter(id__in={e.depends_on_id for e in edges}, state="done")
                 .values_list("id", flat=True)
             )
             if finished:
-                self.release_dependants(finished, self._now(None))
+                self.flows.release_dependants(finished, self.table.clock(None))
         if audited:
-            self._audit_enqueue(inserted, events)
+            self.audit_enqueue(inserted, events)
 
-    def _audit_enqueue(self, inserted: Sequence[NewJob], events: Sequence[audit.Event]) -> None:
+    def audit_enqueue(self, inserted: Sequence[NewJob], events: Sequence[audit.Event]) -> None:
         evs = list(events)
         if audit.needed(audit.ENQUEUE):
             evs += [
@@ -273,9 +283,9 @@ class Inserts(LedgerBase):
                     action=audit.ENQUEUE,
                     job_id=j.job_id,
                     queue=j.queue,
-                    backend=self.alias,
+                    backend=self.table.alias,
                     data={"name": j.name},
                 )
                 for j in inserted
             ]
-        audit.record(evs, using=self.db)
+        audit.record(evs, using=self.table.db)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import F, Value
@@ -14,12 +14,15 @@ from django.db.models.functions import Greatest
 
 from django_blamequeue import audit
 from django_blamequeue.backends.jobtable import sql
-from django_blamequeue.backends.jobtable.base import LedgerBase
+from django_blamequeue.backends.jobtable.table import JobTable
 from django_blamequeue.backends.rescuelog import Rescued, log_rescued
 from django_blamequeue.core.lifecycle import rescue
 from django_blamequeue.core.records import LeaseSignals
 from django_blamequeue.core.rules import STALLED_MESSAGE
 from django_blamequeue.core.states import State
+
+if TYPE_CHECKING:
+    from django_blamequeue.backends.jobtable.flows import Flows
 
 ACK_CHUNK = 500
 #: The columns ``_rescue_rows`` takes, in order.
@@ -36,13 +39,16 @@ RESCUE_COLUMNS = (
 )
 
 
-class Leases(LedgerBase):
-    # -- leases ----------------------------------------------------------------------------
-    def extend_lease(
-        self, job_id: str, token: str, seconds: float, now: datetime | None = None
-    ) -> bool:
-        with transaction.atomic(using=self.db):
-            until = self._now(now) + timedelta(seconds=seconds)
+class Leases:
+    """Held leases in the job table: each write fenced by the token, and the rescue."""
+
+    def __init__(self, table: JobTable, flows: Flows) -> None:
+        self.table = table
+        self.flows = flows  # a rescue that ends a job reports it and cascades its cancel
+
+    def extend(self, job_id: str, token: str, seconds: float, now: datetime | None = None) -> bool:
+        with transaction.atomic(using=self.table.db):
+            until = self.table.clock(now) + timedelta(seconds=seconds)
             return self._fenced_update(
                 job_id,
                 token,
@@ -55,23 +61,26 @@ class Leases(LedgerBase):
         self, job_id: str, token: str, action: str, data: dict[str, Any], **fields: Any
     ) -> bool:
         """Update a held lease's row (only with the right token); audit it if it changed."""
-        with transaction.atomic(using=self.db):
-            held = self.jobs().filter(id=job_id, lease_token=token, state=State.INFLIGHT)
+        with transaction.atomic(using=self.table.db):
+            held = self.table.jobs().filter(id=job_id, lease_token=token, state=State.INFLIGHT)
             changed = bool(held.update(**fields))
             if changed and audit.needed(action):
-                event = audit.Event(action=action, job_id=job_id, backend=self.alias, data=data)
-                audit.record([event], using=self.db)
+                event = audit.Event(
+                    action=action, job_id=job_id, backend=self.table.alias, data=data
+                )
+                audit.record([event], using=self.table.db)
         return changed
 
-    def renew_leases(
+    def renew(
         self, leases: Sequence[tuple[str, str]], seconds: float, now: datetime | None = None
     ) -> frozenset[str]:
+        """Renew the held leases among ``leases``; answer the lost ids."""
         if not leases:
             return frozenset()
-        renewed = {r[0] for r in self._renew(leases, seconds, now)}
+        renewed = {r[0] for r in self.renew_rows(leases, seconds, now)}
         return frozenset(j for j, _ in leases if j not in renewed)
 
-    def _renew(
+    def renew_rows(
         self,
         leases: Sequence[tuple[str, str]],
         seconds: float,
@@ -80,29 +89,30 @@ class Leases(LedgerBase):
     ) -> list[tuple[Any, ...]]:
         """Renew the held leases among ``leases`` (one statement per 500); answer
         ``returning`` of each renewed row."""
+        table = self.table
         renewed: list[tuple[Any, ...]] = []
-        with transaction.atomic(using=self.db):
-            t = self._now(now)
-            expiry = self._adapt(t + timedelta(seconds=seconds))
+        with transaction.atomic(using=table.db):
+            t = table.clock(now)
+            expiry = table.adapt(t + timedelta(seconds=seconds))
             for start in range(0, len(leases), ACK_CHUNK):
                 chunk = leases[start : start + ACK_CHUNK]
                 params: list[Any] = [expiry, expiry]
                 for job_id, token in chunk:
                     params += [job_id, token]
                 statement = sql.renew_many(
-                    self.connection.vendor, len(chunk), self.table, returning
+                    table.connection.vendor, len(chunk), table.name, returning
                 )
-                with self.connection.cursor() as cur:
+                with table.connection.cursor() as cur:
                     cur.execute(statement, params)
                     renewed += [tuple(r) for r in cur.fetchall()]
         return renewed
 
-    def lease_signals(self, leases: Sequence[tuple[str, str]]) -> LeaseSignals:
+    def signals(self, leases: Sequence[tuple[str, str]]) -> LeaseSignals:
         if not leases:
             return LeaseSignals()
         held = dict(leases)
         rows = (
-            self.jobs()
+            self.table.jobs()
             .filter(id__in=list(held))
             .values_list("id", "lease_token", "state", "cancel_requested")
         )
@@ -119,8 +129,8 @@ class Leases(LedgerBase):
         return LeaseSignals(lost=frozenset(lost), cancel_requested=frozenset(cancel))
 
     def run_alone(self, job_id: str, token: str) -> bool:
-        with transaction.atomic(using=self.db):
-            held = self.jobs().filter(id=job_id, lease_token=token, state=State.INFLIGHT)
+        with transaction.atomic(using=self.table.db):
+            held = self.table.jobs().filter(id=job_id, lease_token=token, state=State.INFLIGHT)
             return bool(held.update(alone_token=token))
 
     def set_progress(self, job_id: str, token: str, progress: int) -> bool:
@@ -128,7 +138,7 @@ class Leases(LedgerBase):
             job_id, token, audit.PROGRESS, {"progress": progress}, progress=progress
         )
 
-    def _rescue_rows(
+    def rescue_rows(
         self, rows: Sequence[tuple[Any, ...]], t: datetime, max_stalled: int
     ) -> dict[State, list[tuple[Any, ...]]]:
         """Apply the rescue of expired leases, inside the caller's transaction.
@@ -140,6 +150,7 @@ class Leases(LedgerBase):
         so a row renewed meanwhile is left alone. Answers the rows by the state they were
         sent to, and logs each (after commit).
         """
+        table, alias = self.table, self.table.alias
         groups: dict[State, list[tuple[Any, ...]]] = {s: [] for s in State}
         for row in rows:
             _job_id, attempts, max_attempts, stalls, cancel_requested, _q, _n, alone, token = row
@@ -161,28 +172,28 @@ class Leases(LedgerBase):
         }
         msg = STALLED_MESSAGE
         if groups[State.PENDING]:
-            self.jobs().filter(id__in=[r[0] for r in groups[State.PENDING]], **fence).update(
+            table.jobs().filter(id__in=[r[0] for r in groups[State.PENDING]], **fence).update(
                 state=State.PENDING, available_at=t, error=msg, reason="stalled", **common
             )
         if groups[State.FAILED]:
-            self.jobs().filter(id__in=[r[0] for r in groups[State.FAILED]], **fence).update(
+            table.jobs().filter(id__in=[r[0] for r in groups[State.FAILED]], **fence).update(
                 state=State.FAILED, finished_at=t, error=msg, reason="stalled", **common
             )
-            self.report_terminal([r[0] for r in groups[State.FAILED]])
+            self.flows.report_terminal([r[0] for r in groups[State.FAILED]])
         if groups[State.CANCELLED]:
             ids = [r[0] for r in groups[State.CANCELLED]]
-            self.jobs().filter(id__in=ids, **fence).update(
+            table.jobs().filter(id__in=ids, **fence).update(
                 state=State.CANCELLED, finished_at=t, reason="cancelled", **common
             )
-            self.report_terminal(ids)
-            self.cascade_cancel(ids, t)
-        self._notify([r[5] for r in groups[State.PENDING]])
+            self.flows.report_terminal(ids)
+            self.flows.cascade_cancel(ids, t)
+        table.notify([r[5] for r in groups[State.PENDING]])
         events = [
             audit.Event(
                 action=audit.STALLED,
                 job_id=r[0],
                 queue=r[5],
-                backend=self.alias,
+                backend=alias,
                 attempt=r[1],
                 data={"to": to.value, "stalls": r[3] + 1},
             )
@@ -193,15 +204,15 @@ class Leases(LedgerBase):
                 action=audit.DLQ_WRITE,
                 job_id=r[0],
                 queue=r[5],
-                backend=self.alias,
+                backend=alias,
                 attempt=r[1],
                 data={"reason": "stalled", "error": msg},
             )
             for r in groups[State.FAILED]
         ]
-        audit.record(events, using=self.db)
+        audit.record(events, using=table.db)
         rescued = _rescued(groups)
-        transaction.on_commit(lambda: log_rescued(self.alias, rescued), using=self.db)
+        transaction.on_commit(lambda: log_rescued(alias, rescued), using=table.db)
         return groups
 
 

@@ -25,8 +25,8 @@ from typing import Any
 from django.utils import timezone
 
 from django_blamequeue.backends.jobtable import sql
-from django_blamequeue.backends.jobtable.base import LedgerBase
 from django_blamequeue.backends.jobtable.rows import claimed_from_row
+from django_blamequeue.backends.jobtable.table import JobTable
 from django_blamequeue.core import limits as rule
 from django_blamequeue.core.limits import InFlight, QueueLimits
 from django_blamequeue.core.records import Claimed
@@ -51,27 +51,32 @@ class Gate:
     cursor: str | None
 
 
-class LimitedClaims(LedgerBase):
+class LimitedClaims:
+    """Claims of a job table's paused or limited queues, under each queue's control row."""
+
+    def __init__(self, table: JobTable) -> None:
+        self.table = table
+
     # -- the lock and the counts -----------------------------------------------------------
     def _lock_control(self, queue: str) -> tuple[Any, ...]:
         """The queue's control row, locked for this transaction (made if missing)."""
-        lock = " FOR UPDATE" if self.is_postgres else ""
+        lock = " FOR UPDATE" if self.table.is_postgres else ""
         select = f"SELECT {_CONTROL_COLUMNS} FROM {CONTROL} WHERE backend = %s AND queue = %s"
-        with self.connection.cursor() as cur:
-            cur.execute(select + lock, [self.alias, queue])
+        with self.table.connection.cursor() as cur:
+            cur.execute(select + lock, [self.table.alias, queue])
             row = cur.fetchone()
             if row is None:
                 cur.execute(
                     f"INSERT INTO {CONTROL} (backend, queue, paused, reason, has_limits, "
                     "limited, version) VALUES (%s, %s, %s, '', %s, %s, 0) "
                     "ON CONFLICT (backend, queue) DO NOTHING",
-                    [self.alias, queue, False, False, False],
+                    [self.table.alias, queue, False, False, False],
                 )
-                cur.execute(select + lock, [self.alias, queue])
+                cur.execute(select + lock, [self.table.alias, queue])
                 row = cur.fetchone()
         return tuple(row)
 
-    def _gate(
+    def gate(
         self,
         queue: str,
         defaults: QueueLimits | None,
@@ -96,7 +101,7 @@ class LimitedClaims(LedgerBase):
                 else None,
             )
         limits = rule.in_force(live, defaults)
-        if self.is_postgres and scan:
+        if self.table.is_postgres and scan:
             t, jobs, by_key, candidates = self._look(queue, now, scan)
             counted = self._count(queue, limits, t, inflight=(jobs, by_key))
             return Gate(queue, limits, counted, t, cursor), candidates
@@ -110,7 +115,7 @@ class LimitedClaims(LedgerBase):
     ) -> tuple[datetime, int, dict[str, int], list[tuple[str, str | None]]]:
         """PostgreSQL, after the lock: the clock, the jobs in flight by key and the first
         ``scan`` candidates in claim order, in one round trip."""
-        t = self.table
+        t = self.table.name
         clock = "COALESCE(%s::timestamptz, statement_timestamp())"
         statement = (
             f"SELECT 0, NULL::varchar, NULL::varchar, 0::bigint, {clock} "
@@ -122,7 +127,7 @@ class LimitedClaims(LedgerBase):
         )
         jobs, by_key, candidates = 0, {}, []
         stamp: datetime | None = None
-        with self.connection.cursor() as cur:
+        with self.table.connection.cursor() as cur:
             cur.execute(statement, [now, queue, queue, now, scan])
             for kind, job_id, key, n, clock_value in cur.fetchall():
                 if kind == 0:
@@ -139,9 +144,9 @@ class LimitedClaims(LedgerBase):
     def _clock(self) -> datetime:
         """The engine's clock read after the lock (not the statement's start time, which may
         precede the wait): a claim's starts are stamped after the previous holder's."""
-        if not self.is_postgres:
+        if not self.table.is_postgres:
             return timezone.now()
-        with self.connection.cursor() as cur:
+        with self.table.connection.cursor() as cur:
             cur.execute("SELECT clock_timestamp()")
             value: datetime = cur.fetchone()[0]
             return value
@@ -158,13 +163,13 @@ class LimitedClaims(LedgerBase):
         starts; a window's rows older than it are deleted first."""
         jobs, by_key = inflight or (0, {})
         starts, by_key_starts = 0, {}
-        a = self._adapt
-        with self.connection.cursor() as cur:
+        a = self.table.adapt
+        with self.table.connection.cursor() as cur:
             if inflight is None and (
                 limits.concurrency is not None or limits.key_concurrency is not None
             ):
                 cur.execute(
-                    f"SELECT concurrency_key, count(*) FROM {self.table} "
+                    f"SELECT concurrency_key, count(*) FROM {self.table.name} "
                     "WHERE queue = %s AND state = 'inflight' GROUP BY concurrency_key",
                     [queue],
                 )
@@ -179,10 +184,12 @@ class LimitedClaims(LedgerBase):
                 scope = "key <> ''" if keyed else "key = ''"
                 where = f"WHERE backend = %s AND queue = %s AND {scope}"
                 cur.execute(
-                    f"DELETE FROM {RATE} {where} AND started_at <= %s", [self.alias, queue, since]
+                    f"DELETE FROM {RATE} {where} AND started_at <= %s",
+                    [self.table.alias, queue, since],
                 )
                 cur.execute(
-                    f"SELECT key, count(*) FROM {RATE} {where} GROUP BY key", [self.alias, queue]
+                    f"SELECT key, count(*) FROM {RATE} {where} GROUP BY key",
+                    [self.table.alias, queue],
                 )
                 for key, n in cur.fetchall():
                     if keyed:
@@ -191,24 +198,24 @@ class LimitedClaims(LedgerBase):
                         starts = n
         return InFlight(jobs=jobs, by_key=by_key, starts=starts, starts_by_key=by_key_starts)
 
-    def _record_starts(self, gate: Gate, claimed: Sequence[Claimed]) -> None:
+    def record_starts(self, gate: Gate, claimed: Sequence[Claimed]) -> None:
         """The claimed jobs' starts, in the windows that count them."""
         rows: list[Any] = []
-        stamp = self._adapt(gate.now)
+        alias, stamp = self.table.alias, self.table.adapt(gate.now)
         for c in claimed:
             if gate.limits.rate_limit is not None:
-                rows += [self.alias, gate.queue, "", stamp]
+                rows += [alias, gate.queue, "", stamp]
             if gate.limits.key_rate_limit is not None and c.concurrency_key is not None:
-                rows += [self.alias, gate.queue, c.concurrency_key, stamp]
+                rows += [alias, gate.queue, c.concurrency_key, stamp]
         if rows:
             values = ", ".join(["(%s, %s, %s, %s)"] * (len(rows) // 4))
-            with self.connection.cursor() as cur:
+            with self.table.connection.cursor() as cur:
                 cur.execute(
                     f"INSERT INTO {RATE} (backend, queue, key, started_at) VALUES {values}", rows
                 )
 
-    # -- the local backend's limited claim -------------------------------------------------
-    def _claim_limited(
+    # -- the local backend's limited claim (the SQS backend's: ``sqs/receive.py``) -----------
+    def claim(
         self,
         queues: Sequence[str],
         limit: int,
@@ -223,14 +230,14 @@ class LimitedClaims(LedgerBase):
             left = limit - len(claimed)
             if left <= 0:
                 break
-            looked = self._gate(queue, defaults.get(queue), now, scan=rule.window_scan(left))
+            looked = self.gate(queue, defaults.get(queue), now, scan=rule.window_scan(left))
             if looked is None:
                 continue
             gate, candidates = looked
             ids = self._pick(gate, left, candidates)
             if ids:
                 got = self._lease_ids(ids, lease_s, gate.now)
-                self._record_starts(gate, got)
+                self.record_starts(gate, got)
                 claimed += got
         return claimed
 
@@ -248,12 +255,12 @@ class LimitedClaims(LedgerBase):
         return ids
 
     def _candidates(self, queue: str, t: datetime, n: int) -> list[tuple[str, str | None]]:
-        with self.connection.cursor() as cur:
+        with self.table.connection.cursor() as cur:
             cur.execute(
-                f"SELECT id, concurrency_key FROM {self.table} WHERE state = 'pending' "
+                f"SELECT id, concurrency_key FROM {self.table.name} WHERE state = 'pending' "
                 "AND queue = %s AND available_at <= %s "
                 "ORDER BY priority DESC, available_at, id LIMIT %s",
-                [queue, self._adapt(t), n],
+                [queue, self.table.adapt(t), n],
             )
             return [(r[0], r[1]) for r in cur.fetchall()]
 
@@ -303,10 +310,10 @@ class LimitedClaims(LedgerBase):
             if len(found) >= wanted:
                 break
         if found:
-            with self.connection.cursor() as cur:
+            with self.table.connection.cursor() as cur:
                 cur.execute(
                     f"UPDATE {CONTROL} SET key_cursor = %s WHERE backend = %s AND queue = %s",
-                    [found[-1], self.alias, gate.queue],
+                    [found[-1], self.table.alias, gate.queue],
                 )
         return found
 
@@ -323,13 +330,13 @@ class LimitedClaims(LedgerBase):
         if wanted <= 0:
             return []
         skip = [*full, *found]
-        t = self.table
+        t = self.table.name
         nxt = (
             f"SELECT concurrency_key FROM {t} WHERE state = 'pending' AND queue = %s "
             "AND concurrency_key > {prev} ORDER BY concurrency_key LIMIT 1"
         )
         skip_param: Any = skip
-        if self.is_postgres:
+        if self.table.is_postgres:
             excluded = "NOT (k = ANY(%s::varchar[]))"
         else:
             excluded, skip_param = "k NOT IN (SELECT value FROM json_each(%s))", json.dumps(skip)
@@ -346,7 +353,7 @@ class LimitedClaims(LedgerBase):
         if upto is not None:
             params.append(upto)
         params.append(wanted)
-        with self.connection.cursor() as cur:
+        with self.table.connection.cursor() as cur:
             cur.execute(statement, params)
             return [r[0] for r in cur.fetchall()]
 
@@ -355,12 +362,12 @@ class LimitedClaims(LedgerBase):
     ) -> list[tuple[str, str | None]]:
         """Each key's first ``per_key`` due jobs, in claim order within the key."""
         one = (
-            f"SELECT id, concurrency_key FROM {self.table} WHERE state = 'pending' "
+            f"SELECT id, concurrency_key FROM {self.table.name} WHERE state = 'pending' "
             "AND queue = %s AND concurrency_key = {key} AND available_at <= %s "
             "ORDER BY priority DESC, available_at, id LIMIT %s"
         )
-        with self.connection.cursor() as cur:
-            if self.is_postgres:
+        with self.table.connection.cursor() as cur:
+            if self.table.is_postgres:
                 cur.execute(
                     "SELECT h.id, h.concurrency_key FROM unnest(%s::varchar[]) "
                     "WITH ORDINALITY AS u(k, i) CROSS JOIN LATERAL ("
@@ -371,24 +378,24 @@ class LimitedClaims(LedgerBase):
                 return [(r[0], r[1]) for r in cur.fetchall()]
             heads: list[tuple[str, str | None]] = []
             for key in keys:
-                cur.execute(one.format(key="%s"), [queue, key, self._adapt(t), per_key])
+                cur.execute(one.format(key="%s"), [queue, key, self.table.adapt(t), per_key])
                 heads += [(r[0], r[1]) for r in cur.fetchall()]
             return heads
 
     def _lease_ids(self, ids: Sequence[str], lease_s: float, t: datetime) -> list[Claimed]:
         """Lease the picked jobs still pending (a cancel may have won meanwhile)."""
-        a = self._adapt
+        a = self.table.adapt
         expires = a(t + timedelta(seconds=lease_s))
-        if self.is_postgres:
+        if self.table.is_postgres:
             token = "replace(gen_random_uuid()::text, '-', '')"
             where, params = "id = ANY(%s::varchar[])", [expires, a(t), a(t), list(ids)]
         else:
             token = "lower(hex(randomblob(16)))"
             where = f"id IN ({sql.placeholders(ids)})"
             params = [expires, a(t), a(t), *ids]
-        with self.connection.cursor() as cur:
+        with self.table.connection.cursor() as cur:
             cur.execute(
-                f"UPDATE {self.table} SET state = 'inflight', attempts = attempts + 1, "
+                f"UPDATE {self.table.name} SET state = 'inflight', attempts = attempts + 1, "
                 f"lease_token = {token}, lease_expires_at = %s, started_at = %s, "
                 f"updated_at = %s WHERE {where} AND state = 'pending' "
                 f"RETURNING {sql.CLAIM_COLUMNS}",

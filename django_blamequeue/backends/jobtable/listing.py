@@ -11,8 +11,9 @@ from django.db import transaction
 from django.db.models import Count, Min, Q
 
 from django_blamequeue import audit
-from django_blamequeue.backends.jobtable.base import LedgerBase
+from django_blamequeue.backends.jobtable.manifests import Manifests
 from django_blamequeue.backends.jobtable.rows import info_from_model
+from django_blamequeue.backends.jobtable.table import JobTable, Released
 from django_blamequeue.core.records import Backlog, JobInfo, PruneReport, QueueStats
 from django_blamequeue.core.rules import DLQ_RETRY_RESETS
 from django_blamequeue.core.states import ACTIVE, WAITING, State
@@ -21,68 +22,77 @@ from django_blamequeue.models import FlowDependency, OutboxEntry
 _ACTIVE = [s.value for s in ACTIVE]
 
 
-class Listing(LedgerBase):
+class Listing:
+    """What operators read and do on a job table, beyond a job's lifecycle."""
+
+    def __init__(self, table: JobTable, manifests: Manifests, released: Released) -> None:
+        self.table = table
+        self.manifests = manifests  # a parent's look-up shows its children's tally
+        self.released = released  # a DLQ retry makes failed jobs pending
+
     def purge(self, queue: str) -> int:
-        with transaction.atomic(using=self.db):
+        with transaction.atomic(using=self.table.db):
             ids = list(
-                self.jobs()
+                self.table.jobs()
                 .filter(queue=queue, state__in=[s.value for s in WAITING])
                 .values_list("id", flat=True)
             )
             for start in range(0, len(ids), 5000):
                 chunk = ids[start : start + 5000]
-                FlowDependency.objects.using(self.db).filter(job_id__in=chunk).delete()
-                self.jobs().filter(id__in=chunk, state__in=[s.value for s in WAITING]).delete()
+                FlowDependency.objects.using(self.table.db).filter(job_id__in=chunk).delete()
+                self.table.jobs().filter(
+                    id__in=chunk, state__in=[s.value for s in WAITING]
+                ).delete()
             audit.record(
                 [
                     audit.Event(
                         action=audit.PURGE,
                         queue=queue,
-                        backend=self.alias,
+                        backend=self.table.alias,
                         data={"count": len(ids)},
                     )
                 ],
-                using=self.db,
+                using=self.table.db,
             )
         return len(ids)
 
     def get(self, job_id: str) -> JobInfo | None:
-        job = self.jobs().filter(id=job_id).first()
+        job = self.table.jobs().filter(id=job_id).first()
         if job is None:
             return None
-        deps = FlowDependency.objects.using(self.db).filter(job_id=job_id, kind="dag")
-        tally = self.children_tally(job_id) if job.flow_phase else None
-        return info_from_model(job, self.alias, [d.depends_on_id for d in deps], tally)
+        deps = FlowDependency.objects.using(self.table.db).filter(job_id=job_id, kind="dag")
+        tally = self.manifests.children_tally(job_id) if job.flow_phase else None
+        return info_from_model(job, self.table.alias, [d.depends_on_id for d in deps], tally)
 
     def jobs_about(self, about: str, limit: int) -> list[JobInfo]:
         """Newest first, on the ``(about, id)`` index."""
-        rows = self.jobs().filter(about=about).order_by("-id")[:limit]
-        return [info_from_model(j, self.alias) for j in rows]
+        rows = self.table.jobs().filter(about=about).order_by("-id")[:limit]
+        return [info_from_model(j, self.table.alias) for j in rows]
 
     def size(self, queue: str) -> int:
         # An OR, not ``state IN``: pending rows are ``bq_job_queue_state``'s, inflight rows
         # ``bq_job_inflight_key``'s (a BitmapOr of the two on PostgreSQL).
         live = Q(queue=queue, state=State.PENDING) | Q(queue=queue, state=State.INFLIGHT)
-        n: int = self.jobs().filter(live).count()
+        n: int = self.table.jobs().filter(live).count()
         return n
 
     def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
-        rows = self.jobs().filter(queue=queue, state=State.FAILED).order_by("id")
-        return [info_from_model(j, self.alias) for j in rows[offset : offset + limit]]
+        rows = self.table.jobs().filter(queue=queue, state=State.FAILED).order_by("id")
+        return [info_from_model(j, self.table.alias) for j in rows[offset : offset + limit]]
 
     def dlq_size(self, queue: str) -> int:
-        n: int = self.jobs().filter(queue=queue, state=State.FAILED).count()
+        n: int = self.table.jobs().filter(queue=queue, state=State.FAILED).count()
         return n
 
     def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
-        return self._dlq_retry(self.jobs().filter(id=job_id), now) == 1
+        return self._dlq_retry(self.table.jobs().filter(id=job_id), now) == 1
 
     def dlq_retry_all(self, queue: str, now: datetime | None = None) -> int:
-        return self._dlq_retry(self.jobs().filter(queue=queue), now)
+        return self._dlq_retry(self.table.jobs().filter(queue=queue), now)
 
     def _dlq_retry(self, qs: Any, now: datetime | None) -> int:
-        with transaction.atomic(using=self.db):
-            t = self._now(now)
+        with transaction.atomic(using=self.table.db):
+            t = self.table.clock(now)
             rows = list(qs.filter(state=State.FAILED).values_list("id", "queue", "dedupe_key"))
             held = self._held_keys([(q, k) for _, q, k in rows if k])
             # rule: dlq-retry. A dedupe key now held by a newer live job stays in the DLQ.
@@ -92,34 +102,36 @@ class Listing(LedgerBase):
             n = 0
             for start in range(0, len(ids), 5000):
                 n += (
-                    self.jobs()
+                    self.table.jobs()
                     .filter(id__in=ids[start : start + 5000], state=State.FAILED)
                     .update(**resets, updated_at=t)
                 )
-            self._made_pending([(r[0], r[1]) for r in rows], t)
+            self.released([(r[0], r[1]) for r in rows], t)
             audit.record(
                 [
-                    audit.Event(action=audit.DLQ_RETRY, job_id=r[0], queue=r[1], backend=self.alias)
+                    audit.Event(
+                        action=audit.DLQ_RETRY, job_id=r[0], queue=r[1], backend=self.table.alias
+                    )
                     for r in rows
                 ],
-                using=self.db,
+                using=self.table.db,
             )
         return n
 
     def _held_keys(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         held: set[tuple[str, str]] = set()
         for queue, key in set(keys):
-            if self.jobs().filter(queue=queue, dedupe_key=key, state__in=_ACTIVE).exists():
+            if self.table.jobs().filter(queue=queue, dedupe_key=key, state__in=_ACTIVE).exists():
                 held.add((queue, key))
         return held
 
     def backlog(self, queues: Sequence[str]) -> Backlog:
         """One aggregate over the queues' live rows, and the unsent outbox rows (flow reports
         on their way count as due work: they may release or settle jobs here)."""
-        t = self._now(None)
+        t = self.table.clock(None)
         later = Q(state=State.PENDING, available_at__gt=t)
         found = (
-            self.jobs()
+            self.table.jobs()
             .filter(  # an OR per state: each on its own partial index (see ``size``)
                 Q(queue__in=list(queues), state=State.INFLIGHT)
                 | Q(queue__in=list(queues), state__in=[State.PENDING, State.WAITING_CHILDREN])
@@ -129,31 +141,29 @@ class Listing(LedgerBase):
                 first=Min("available_at", filter=later),
             )
         )  # fmt: skip
-        unsent: int = OutboxEntry.objects.using(self.db).filter(sent_at__isnull=True).count()
+        unsent: int = OutboxEntry.objects.using(self.table.db).filter(sent_at__isnull=True).count()
         return Backlog(
             due=found["due"] + unsent, delayed=found["delayed"], next_due_at=found["first"]
         )
 
     def stats(self) -> list[QueueStats]:
-        from django.db.models import Count, Min
-
         counts: dict[str, dict[str, int]] = {}
         for queue, state, n in (
-            self.jobs().order_by().values_list("queue", "state").annotate(n=Count("id"))
+            self.table.jobs().order_by().values_list("queue", "state").annotate(n=Count("id"))
         ):
             counts.setdefault(queue, {s.value: 0 for s in State})[state] = n
         oldest = dict(
-            self.jobs()
+            self.table.jobs()
             .filter(state=State.PENDING)
             .order_by()
             .values_list("queue")
             .annotate(m=Min("available_at"))
             .values_list("queue", "m")
         )
-        now = self.now()
+        now = self.table.now()
         later = {
             q: (n, first)
-            for q, n, first in self.jobs()
+            for q, n, first in self.table.jobs()
             .filter(state=State.PENDING, available_at__gt=now)
             .order_by()
             .values_list("queue")
@@ -162,7 +172,7 @@ class Listing(LedgerBase):
         }
         recent: dict[tuple[str, str], int] = {
             (q, s): n
-            for q, s, n in self.jobs()
+            for q, s, n in self.table.jobs()
             .filter(state__in=[State.DONE, State.FAILED], finished_at__gte=now - timedelta(hours=1))
             .order_by()
             .values_list("queue", "state")
@@ -170,7 +180,7 @@ class Listing(LedgerBase):
         }
         return [
             QueueStats(
-                backend=self.alias,
+                backend=self.table.alias,
                 queue=q,
                 counts=c,
                 oldest_pending_age=max(0.0, (now - oldest[q]).total_seconds())
@@ -200,16 +210,16 @@ class Listing(LedgerBase):
         ):
             if before is None:
                 continue
-            with transaction.atomic(using=self.db):
+            with transaction.atomic(using=self.table.db):
                 ids = list(
-                    self.jobs()
+                    self.table.jobs()
                     .filter(state=state, finished_at__lt=before)
                     .order_by()
                     .values_list("id", flat=True)[:limit]
                 )
                 if ids:
-                    deps = FlowDependency.objects.using(self.db)
+                    deps = FlowDependency.objects.using(self.table.db)
                     deps.filter(job_id__in=ids).delete()
                     deps.filter(depends_on_id__in=ids, kind="dag").delete()
-                    total += self.jobs().filter(id__in=ids, state=state).delete()[0]
+                    total += self.table.jobs().filter(id__in=ids, state=state).delete()[0]
         return PruneReport(jobs=total)

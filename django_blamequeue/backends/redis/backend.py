@@ -4,49 +4,112 @@ script, so each is atomic and a crash (of a worker, or of Redis itself) never ha
 Time is Redis ``TIME`` inside the scripts unless a verb is given ``now``. Enqueue is
 idempotent by job id (the outbox relay may send twice). Claims and acks are batched: one
 script call leases up to ``limit`` jobs, one applies a batch of acks, and ``apply_and_claim``
-does both in one call per worker round.
+does both in one call per worker round. Reads that need no atomicity are pipelines; every
+write is a script (``ScriptRunner`` runs them and does what each leaves for Python).
+
+Flows: a child's terminal transition reports in the same script, onto its parent's manifest
+(and the parent settles there and then) when the parent is on this backend, else into this
+Redis's outbox, bound for the parent's backend. The relay takes those entries (and the
+enqueues of children that live elsewhere) with ``take_outbox`` and delivers them, at least
+once; targets record them once.
+
+Queue control: each change is one script (``control.lua``) that updates the queue's control
+hash, bumps its version and publishes on ``P:ctlwake``; every claim script reads the hash
+itself (``limits.lua``), so pause and limits hold for every worker from the moment the script
+ran. The audit row (with the acting user) follows the script.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from django_blamequeue import audit
+from django_blamequeue.backends import wakeup
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.backends.flowstate import state_from_rows
 from django_blamequeue.backends.redis import lua
 from django_blamequeue.backends.redis.codec import (
     Blobs,
     ack_rows,
     ack_spec,
+    child_spec,
     claimed_from,
+    control_from,
+    info_from,
     job_header,
     limits_spec,
+    outbox_item,
+    report_spec,
+    text,
 )
-from django_blamequeue.backends.redis.control import Control
-from django_blamequeue.backends.redis.flows import Flows
-from django_blamequeue.backends.redis.operations import Operations
+from django_blamequeue.backends.redis.connection import UNAVAILABLE, warnings
+from django_blamequeue.backends.redis.keys import Keys, from_us, to_us
+from django_blamequeue.backends.redis.listen import RedisListener
+from django_blamequeue.backends.redis.runner import ScriptRunner
 from django_blamequeue.backends.rescuelog import log_rescued
-from django_blamequeue.core.controls import QueueLimits
+from django_blamequeue.conf import BackendConfig
+from django_blamequeue.core import wire
+from django_blamequeue.core.controls import ControlState, HandlerWait, QueueLimits
 from django_blamequeue.core.records import (
     Ack,
     AckResult,
+    Backlog,
+    CancelResult,
+    ChildSpec,
     Claimed,
     EnqueuedJob,
+    FlowState,
+    JobInfo,
     LeaseSignals,
     NewJob,
+    OutboxItem,
+    PruneReport,
+    QueueStats,
+    Report,
     RescueReport,
 )
 from django_blamequeue.core.states import State
+from django_blamequeue.models import OutboxEntry
 
+logger = logging.getLogger("django_blamequeue.redis")
 ENQUEUE_CHUNK = 1000  # jobs per script call: keeps each call short (Redis runs one at a time)
 ACK_CHUNK = 500
+PURGE_CHUNK = 5000
+RETRY_CHUNK = 1000
+NAMES_CAP = 100_000  # jobs per queue ``waiting_names`` looks at
+OUTBOX_LEASE_S = 30.0  # a relay that dies mid-send leaves its entries for this long
 
 
-class RedisBackend(Operations, Flows, Control):
+class RedisBackend(Backend):
     """Jobs in Redis (through django-redis or a URL); outbox and audit rows in Django."""
+
+    protocol = "redis"
+    supports_listen = True
+    supports_flows = True
+    supports_apply_and_claim = True
+    has_outbox = True
+    #: How idle workers are woken (the worker's banner shows it).
+    wake_up = "pub/sub (SUBSCRIBE)"
+    unavailable_errors: tuple[type[BaseException], ...] = UNAVAILABLE
+
+    def __init__(self, config: BackendConfig) -> None:
+        super().__init__(config)
+        options = config.options
+        self.keys = Keys(str(options.get("KEY_PREFIX") or "blamequeue"))
+        #: The Django database of this backend's audit rows (and of the outbox table an
+        #: enqueue inside ``transaction.atomic()`` goes through).
+        self.audit_db = str(options.get("DATABASE") or "default")
+        self.scripts = ScriptRunner(self.alias, options, self.keys, self.audit_db)
+        self._warned = False
+
+    @property
+    def client(self) -> Any:
+        return self.scripts.client
 
     # -- enqueue ---------------------------------------------------------------------------
     def enqueue_many(
@@ -64,7 +127,7 @@ class RedisBackend(Operations, Flows, Control):
         for start in range(0, len(jobs), ENQUEUE_CHUNK):
             chunk = jobs[start : start + ENQUEUE_CHUNK]
             calls.append(([job_header(j) for j in chunk], [j.payload.body for j in chunk]))
-        replies = self._run_many("enqueue", calls, now)
+        replies = self.scripts.run_many("enqueue", calls, now)
         rows = [row for r in replies for row in r.result]
         answers = [
             EnqueuedJob(
@@ -75,7 +138,7 @@ class RedisBackend(Operations, Flows, Control):
             )
             for j, row in zip(jobs, rows, strict=True)
         ]
-        self._after(replies, events)
+        self.scripts.after(replies, events)
         return answers
 
     # -- leasing ---------------------------------------------------------------------------
@@ -104,9 +167,9 @@ class RedisBackend(Operations, Flows, Control):
         if limit <= 0 or not queues:
             return []
         spec = self._claim_spec(queues, limit, lease_s, limits)
-        reply = self._run("claim", spec, now=now, after=False)
+        reply = self.scripts.run("claim", spec, now=now, after=False)
         claimed = claimed_from(reply.result)
-        self._after([reply], audit.start_events(claimed, self.alias))
+        self.scripts.after([reply], audit.start_events(claimed, self.alias))
         return claimed
 
     @staticmethod
@@ -119,7 +182,7 @@ class RedisBackend(Operations, Flows, Control):
             chunk = acks[start : start + ACK_CHUNK]
             blobs = Blobs()
             spec = self._ack_batch(chunk, blobs)
-            reply = self._run("ack", spec, blobs, now, after=False)
+            reply = self.scripts.run("ack", spec, blobs, now, after=False)
             results += self._acked(chunk, ack_rows(reply.result), reply)
         return results
 
@@ -141,7 +204,7 @@ class RedisBackend(Operations, Flows, Control):
             return self.apply_many(acks, now), []
         blobs = Blobs()
         spec = [self._ack_batch(acks, blobs), self._claim_spec(queues, limit, lease_s, limits)]
-        reply = self._run("ack_claim", spec, blobs, now, after=False)
+        reply = self.scripts.run("ack_claim", spec, blobs, now, after=False)
         rows, claimed_rows = reply.result
         claimed = claimed_from(claimed_rows)
         return self._acked(
@@ -177,13 +240,15 @@ class RedisBackend(Operations, Flows, Control):
                     name=name,
                     happy=success,
                 )
-        self._after([reply], evs)
+        self.scripts.after([reply], evs)
         return results
 
     def extend_lease(
         self, job_id: str, token: str, seconds: float, now: datetime | None = None
     ) -> bool:
-        reply = self._run("extend", [job_id, token, str(round(seconds * 1_000_000))], now=now)
+        reply = self.scripts.run(
+            "extend", [job_id, token, str(round(seconds * 1_000_000))], now=now
+        )
         changed = bool(int(reply.result))
         if changed and audit.needed(audit.LEASE_EXTENDED):
             data = {"seconds": seconds}
@@ -194,7 +259,7 @@ class RedisBackend(Operations, Flows, Control):
         return changed
 
     def set_progress(self, job_id: str, token: str, progress: int) -> bool:
-        changed = bool(int(self._run("progress", [job_id, token, int(progress)]).result))
+        changed = bool(int(self.scripts.run("progress", [job_id, token, int(progress)]).result))
         if changed and audit.needed(audit.PROGRESS):
             data = {"progress": progress}
             event = audit.Event(action=audit.PROGRESS, job_id=job_id, backend=self.alias, data=data)
@@ -208,7 +273,7 @@ class RedisBackend(Operations, Flows, Control):
             return frozenset()
         latest = {job_id: (token, text) for job_id, token, text in items}
         spec = [[job_id, token, text] for job_id, (token, text) in latest.items()]
-        return frozenset(lua.text(x) for x in self._run("checkpoint", spec, now=now).result)
+        return frozenset(lua.text(x) for x in self.scripts.run("checkpoint", spec, now=now).result)
 
     def renew_leases(
         self, leases: Sequence[tuple[str, str]], seconds: float, now: datetime | None = None
@@ -216,7 +281,7 @@ class RedisBackend(Operations, Flows, Control):
         if not leases:
             return frozenset()
         spec = [str(round(seconds * 1_000_000)), [list(lease) for lease in leases]]
-        return frozenset(x.decode() for x in self._run("renew", spec, now=now).result)
+        return frozenset(x.decode() for x in self.scripts.run("renew", spec, now=now).result)
 
     def lease_signals(self, leases: Sequence[tuple[str, str]]) -> LeaseSignals:
         if not leases:
@@ -236,7 +301,7 @@ class RedisBackend(Operations, Flows, Control):
     def rescue_expired(
         self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
     ) -> RescueReport:
-        repended, failed, cancelled, rows = self._run(
+        repended, failed, cancelled, rows = self.scripts.run(
             "rescue", [limit, max_stalled], now=now
         ).result
         if rows:
@@ -244,7 +309,371 @@ class RedisBackend(Operations, Flows, Control):
         return RescueReport(repended=repended, failed=failed, cancelled=cancelled)
 
     def run_alone(self, job_id: str, token: str) -> bool:
-        return bool(int(self._run("alone", [job_id, token]).result))
+        return bool(int(self.scripts.run("alone", [job_id, token]).result))
+
+    # -- operations ------------------------------------------------------------------------
+    def cancel(self, job_id: str, now: datetime | None = None) -> CancelResult:
+        found, cancelled, requested, state = self.scripts.run("cancel", [job_id], now=now).result
+        if not int(found):
+            return CancelResult(found=False)
+        return CancelResult(
+            found=True,
+            cancelled=bool(int(cancelled)),
+            requested=bool(int(requested)),
+            state=State(state.decode()),
+        )
+
+    def cancel_flow(self, flow_id: str, now: datetime | None = None) -> int:
+        return int(self.scripts.run("cancel_flow", [flow_id], now=now).result)
+
+    def purge(self, queue: str) -> int:
+        """Waiting jobs are deleted ``PURGE_CHUNK`` per script call (each call atomic)."""
+        total = 0
+        while True:
+            n = int(self.scripts.run("purge", [queue, PURGE_CHUNK]).result)
+            total += n
+            if n < PURGE_CHUNK:
+                break
+        event = audit.Event(
+            action=audit.PURGE, queue=queue, backend=self.alias, data={"count": total}
+        )
+        audit.record([event], using=self.audit_db)
+        return total
+
+    def _hashes(self, ids: Sequence[str]) -> list[JobInfo]:
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.keys.job(job_id))
+        return [info_from(raw, self.alias) for raw in pipe.execute() if raw]
+
+    def get(self, job_id: str) -> JobInfo | None:
+        raw = self.client.hgetall(self.keys.job(job_id))
+        return info_from(raw, self.alias) if raw else None
+
+    def jobs_about(self, about: str, limit: int) -> list[JobInfo]:
+        """Newest first from the ``P:about:KEY`` index (written by the enqueue script)."""
+        ids = self.client.zrevrange(self.keys.about(about), 0, limit - 1)
+        return self._hashes([i.decode() for i in ids])
+
+    def size(self, queue: str) -> int:
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(k.queue(queue, "ready"))
+        pipe.zcard(k.queue(queue, "delayed"))
+        pipe.hget(k.leased, queue)
+        return sum(int(n or 0) for n in pipe.execute())
+
+    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        ids = self.client.zrange(self.keys.queue(queue, "dlq"), offset, offset + limit - 1)
+        return self._hashes([i.decode() for i in ids])
+
+    def dlq_size(self, queue: str) -> int:
+        return int(self.client.zcard(self.keys.queue(queue, "dlq")))
+
+    def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
+        retried, _, _ = self.scripts.run("dlq_retry", ["ids", [job_id]], now=now).result
+        return bool(retried)
+
+    def dlq_retry_all(self, queue: str, now: datetime | None = None) -> int:
+        total, offset = 0, 0
+        while True:
+            args = ["queue", queue, offset, RETRY_CHUNK]
+            reply = self.scripts.run("dlq_retry", args, now=now)
+            retried, skipped, seen = (int(n) for n in reply.result)
+            total += retried
+            offset += skipped  # held by a newer live job: stays in the DLQ, step over it
+            if seen < RETRY_CHUNK:
+                return total
+
+    def flow_jobs(self, flow_id: str) -> list[JobInfo]:
+        ids = sorted(i.decode() for i in self.client.smembers(self.keys.flow(flow_id)))
+        return self._hashes(ids)
+
+    def stats(self) -> list[QueueStats]:
+        now = self.now()
+        rows = self.scripts.run("stats", now=now).result
+        out = []
+        states = [s.value for s in State]
+        for row in sorted(rows, key=lambda r: r[0]):
+            queue, *numbers = row
+            pending, blocked, inflight, waiting, done, failed, cancelled = numbers[:7]
+            counts = dict.fromkeys(states, 0)
+            counts.update(
+                pending=pending,
+                blocked=blocked,
+                inflight=inflight,
+                waiting_children=waiting,
+                done=done,
+                failed=failed,
+                cancelled=cancelled,
+            )
+            if not any(counts.values()):
+                continue
+            oldest = from_us(numbers[7])
+            next_due = from_us(numbers[11])
+            out.append(
+                QueueStats(
+                    backend=self.alias,
+                    queue=queue.decode(),
+                    counts=counts,
+                    oldest_pending_age=max(0.0, (now - oldest).total_seconds()) if oldest else None,
+                    done_last_hour=numbers[8],
+                    failed_last_hour=numbers[9],
+                    delayed=numbers[10],
+                    next_delayed_in=(next_due - now).total_seconds() if next_due else None,
+                )
+            )
+        return out
+
+    def prune(
+        self,
+        *,
+        done_before: datetime | None,
+        cancelled_before: datetime | None,
+        failed_before: datetime | None,
+        limit: int = 5000,
+    ) -> PruneReport:
+        def cut(value: datetime | None) -> Any:
+            return False if value is None else str(to_us(value))
+
+        args = [cut(done_before), cut(cancelled_before), cut(failed_before), limit]
+        return PruneReport(jobs=int(self.scripts.run("prune", args).result))
+
+    def backlog(self, queues: Sequence[str]) -> Backlog:
+        """Ready and due-delayed jobs, leased ones and parked parents count as due, with the
+        outbox entries on their way (this Redis's own, and the outbox table's rows bound
+        here); delayed ones past Redis ``TIME``, apart. Two round trips, no script."""
+        k = self.keys
+        now = str(to_us(self.now()))
+        pipe = self.client.pipeline(transaction=False)
+        for q in queues:
+            pipe.zcard(k.queue(q, "ready"))
+            pipe.zcount(k.queue(q, "delayed"), "-inf", now)  # due, not promoted yet
+            pipe.hget(k.leased, q)
+            pipe.scard(k.queue(q, "waiting"))
+        pipe.zcard(k.outbox)
+        pipe.zcard(k.outbox_leased)
+        for q in queues:
+            pipe.zcount(k.queue(q, "delayed"), f"({now}", "+inf")
+            pipe.zrangebyscore(k.queue(q, "delayed"), f"({now}", "+inf", 0, 1, withscores=True)
+        replies = pipe.execute()
+        split = 4 * len(queues) + 2
+        due = sum(int(n or 0) for n in replies[:split])
+        later = replies[split:]
+        firsts = [int(first[0][1]) for first in later[1::2] if first]
+        rows = OutboxEntry.objects.using(self.audit_db).filter(
+            sent_at__isnull=True, backend=self.alias
+        )
+        return Backlog(
+            due=due + rows.count(),
+            delayed=sum(int(n) for n in later[0::2]),
+            next_due_at=from_us(min(firsts)) if firsts else None,
+        )
+
+    # -- parent/child flows ----------------------------------------------------------------
+    def _manifest(self, parent_id: str) -> dict[str, dict[str, Any]]:
+        """child id → {"s": status, "k": key, "b": backend, "j": spec, "r", "t", "e"}."""
+        children: dict[str, dict[str, Any]] = {}
+        for field, value in self.client.hgetall(self.keys.manifest(parent_id)).items():
+            kind, _, child = field.decode().partition(":")
+            children.setdefault(child, {})[kind] = value
+        return children
+
+    def flow_state(self, parent_id: str) -> FlowState:
+        rows = [
+            {
+                "key": text(c.get("k")),
+                "status": text(c.get("s")),
+                "result": c.get("r"),
+                "result_type": text(c.get("t")),
+                "error": text(c.get("e")),
+            }
+            for c in self._manifest(parent_id).values()
+        ]
+        return state_from_rows(rows)
+
+    def deliver_reports(self, reports: Sequence[Report], now: datetime | None = None) -> int:
+        unique = {(r.parent_id, r.child_id): r for r in reversed(reports)}  # first one wins
+        if not unique:
+            return 0
+        blobs = Blobs()
+        spec = [report_spec(r, blobs) for r in unique.values()]
+        return int(self.scripts.run("deliver_reports", spec, blobs, now).result)
+
+    def report_terminal(self, ids: Sequence[str]) -> int:
+        return int(self.scripts.run("report_terminal", list(ids)).result) if ids else 0
+
+    def unsent_for(self, job_ids: Sequence[str], kind: str) -> set[str]:
+        if not job_ids:
+            return set()
+        counts = self.client.hmget(self.keys.unsent(kind), list(job_ids))
+        return {j for j, n in zip(job_ids, counts, strict=True) if n and int(n) > 0}
+
+    def child_states(self, ids: Sequence[str]) -> dict[str, str]:
+        """The state of each of these jobs that exists here, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hget(self.keys.job(job_id), "state")
+        return {j: s.decode() for j, s in zip(ids, pipe.execute(), strict=True) if s}
+
+    def settle_reported(self, parent_ids: Sequence[str], now: datetime | None = None) -> list[str]:
+        return (
+            list(self.scripts.run("settle", list(parent_ids), now=now).result) if parent_ids else []
+        )
+
+    # -- the outbox, taken by the relay ------------------------------------------------------
+    def take_outbox(self, limit: int, after: str = "") -> list[OutboxItem]:
+        lease = round(OUTBOX_LEASE_S * 1_000_000)
+        taken = self.scripts.run("outbox_take", [limit, lease, int(after or 0)]).result
+        return [outbox_item(raw) for raw in taken]
+
+    def outbox_done(self, items: Sequence[OutboxItem], error: str | None = None) -> None:
+        spec = ["done" if error is None else "failed", [[i.ref, error or ""] for i in items]]
+        self.scripts.run("outbox_done", spec)
+
+    # -- the flow sweeper's verbs (the algorithm: sweeper/flow_repair.py) ---------------
+    def waiting_parents(self, after: str, limit: int) -> list[str]:
+        start = b"(" + after.encode() if after else b"-"
+        return [
+            raw.decode()
+            for raw in self.client.zrangebylex(self.keys.waiting, start, b"+", 0, limit)
+        ]
+
+    def pending_children(self, parent_id: str) -> list[tuple[str, str]]:
+        return [
+            (child_id, text(m.get("b")) or self.alias)
+            for child_id, m in self._manifest(parent_id).items()
+            if m.get("s") == b"pending"
+        ]
+
+    def reland(self, parent_id: str, child_ids: Sequence[str], now: datetime | None = None) -> int:
+        manifest = self._manifest(parent_id)
+        blobs = Blobs()
+        children = []
+        for child_id in child_ids:
+            m = manifest.get(child_id)
+            if m is None or m.get("s") != b"pending":
+                continue
+            job = wire.job_from_body(json.loads(m["j"]))
+            spec = ChildSpec(
+                key=text(m.get("k")) or "", job=job, backend=text(m.get("b")) or self.alias
+            )
+            children.append(child_spec(spec, blobs))
+        if not children:
+            return 0
+        return int(self.scripts.run("reland", [parent_id, children], blobs, now).result)
+
+    def cascade_due(self, limit: int) -> list[str]:
+        return sorted(raw.decode() for raw in self.client.smembers(self.keys.cascade))[:limit]
+
+    def cascade(
+        self, parent_id: str, now: datetime | None = None
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """Children here were cancelled by the script that settled or cancelled the parent;
+        answers its unreported children on other backends (none while it still waits)."""
+        state = self.client.hget(self.keys.job(parent_id), "state")
+        if state == b"waiting_children" or state is None:
+            return 0, []
+        return 0, [
+            (alias, child_id)
+            for child_id, m in self._manifest(parent_id).items()
+            if (alias := text(m.get("b")) or self.alias) != self.alias and m.get("s") == b"pending"
+        ]
+
+    def cascade_done(self, parent_id: str) -> None:
+        self.client.srem(self.keys.cascade, parent_id)
+
+    # -- the control plane -----------------------------------------------------------------
+    def controls(self, queues: Sequence[str] | None = None) -> dict[str, ControlState]:
+        names = (
+            list(queues)
+            if queues is not None
+            else sorted(text(q) or "" for q in self.client.smembers(self.keys.controls))
+        )
+        pipe = self.client.pipeline(transaction=False)
+        for q in names:
+            pipe.hgetall(self.keys.queue(q, "ctl"))
+        return {
+            q: control_from(q, raw) for q, raw in zip(names, pipe.execute(), strict=True) if raw
+        }
+
+    def pause(
+        self, queue: str, *, reason: str = "", by: str | None = None, now: datetime | None = None
+    ) -> ControlState:
+        spec = ["pause", queue, reason, by if by is not None else False]
+        return self._control(spec, audit.PAUSE, {"reason": reason}, by, now)
+
+    def resume(
+        self, queue: str, *, by: str | None = None, now: datetime | None = None
+    ) -> ControlState:
+        return self._control(["resume", queue], audit.RESUME, {}, by, now)
+
+    def set_limits(
+        self,
+        queue: str,
+        limits: QueueLimits | None,
+        *,
+        by: str | None = None,
+        now: datetime | None = None,
+    ) -> ControlState:
+        data = {"limits": limits.describe() if limits is not None else None}
+        return self._control(["limits", queue, limits_spec(limits)], audit.LIMITS, data, by, now)
+
+    def _control(
+        self,
+        spec: list[Any],
+        action: str,
+        data: dict[str, Any],
+        by: str | None,
+        now: datetime | None,
+    ) -> ControlState:
+        queue = spec[1]
+        reply = self.scripts.run("control", spec, now=now)
+        event = audit.Event(action=action, queue=queue, backend=self.alias, user=by, data=data)
+        audit.record([event], using=self.audit_db)
+        wakeup.control_changed([queue])
+        return control_from(queue, reply.result)
+
+    def handler_waits(self, queues: Sequence[str] | None = None) -> list[HandlerWait]:
+        rows = self.scripts.run("waits", [list(queues) if queues is not None else False]).result
+        return [
+            HandlerWait(queue=text(q) or "", name=text(n) or "", count=int(c)) for q, n, c in rows
+        ]
+
+    def waiting_names(self) -> dict[tuple[str, str], int]:
+        rows = self.scripts.run("names", [NAMES_CAP]).result
+        return {(text(q) or "", text(n) or ""): int(c) for q, n, c in rows}
+
+    # -- clock, checks, wake-ups, connections ----------------------------------------------
+    def now(self) -> datetime:
+        seconds, micros = self.client.time()
+        return datetime.fromtimestamp(int(seconds), UTC).replace(microsecond=int(micros))
+
+    def check(self, queues: Sequence[str] = ()) -> Iterable[Any]:
+        """W004 unless ``maxmemory-policy`` is ``noeviction``; W005 when ``appendonly no``."""
+        return warnings(self.client, self.alias)
+
+    def deployment_warnings(self) -> list[str]:
+        """The check's messages as text (the worker's banner and start-up log)."""
+        try:
+            return [str(w.msg) for w in self.check()]
+        except Exception as exc:  # INFO refused (ACL) or unreachable: say so, do not fail
+            return [f"redis backend {self.alias!r}: could not read the server's INFO ({exc})"]
+
+    def listener(self, queues: Sequence[str]) -> Any:
+        """A pub/sub listener for idle workers; logs the deployment warnings once."""
+        if not self._warned:
+            self._warned = True
+            for message in self.deployment_warnings():
+                logger.warning("%s", message)
+
+        return RedisListener(self, queues)
+
+    def on_unavailable(self) -> None:
+        self.scripts.on_unavailable()
+
+    def close(self) -> None:
+        self.scripts.close()
 
 
 __all__ = ["RedisBackend"]

@@ -18,7 +18,15 @@ from django_blamequeue.backends.redis.keys import from_us, to_us
 from django_blamequeue.core import checkpoints, wire
 from django_blamequeue.core.controls import ControlState, QueueLimits
 from django_blamequeue.core.payload import Encoded
-from django_blamequeue.core.records import Ack, ChildSpec, Claimed, JobInfo, NewJob, Report
+from django_blamequeue.core.records import (
+    Ack,
+    ChildSpec,
+    Claimed,
+    JobInfo,
+    NewJob,
+    OutboxItem,
+    Report,
+)
 from django_blamequeue.serializers import decode
 
 
@@ -298,6 +306,39 @@ def control_from(queue: str, raw: Sequence[Any]) -> ControlState:
         live=live,
         version=int(h.get("v") or 0),
     )
+
+
+def outbox_item(raw: Sequence[Any]) -> OutboxItem:
+    """An outbox entry as the relay takes it; one that cannot be read carries its problem."""
+    eid, *pairs = raw
+    entry: dict[str, Any] = {"eid": eid.decode()}
+    for i in range(0, len(pairs), 2):
+        entry[pairs[i].decode()] = pairs[i + 1]
+    kind, backend = text(entry.get("kind")) or "", text(entry.get("backend")) or ""
+    try:
+        if kind == "enqueue":
+            return OutboxItem(
+                ref=entry["eid"],
+                kind=kind,
+                backend=backend,
+                job=wire.job_from_body(json.loads(entry["body"])),
+            )
+        report = Report(
+            parent_id=entry["parent_id"].decode(),
+            child_id=entry["child_id"].decode(),
+            state=entry["state"].decode(),
+            result=entry.get("result"),
+            result_type=text(entry.get("result_type")),
+            error=text(entry.get("error")),
+        )
+        return OutboxItem(ref=entry["eid"], kind=kind, backend=backend, report=report)
+    except Exception as exc:  # delivered as a failure: counted and kept, never blocking
+        return OutboxItem(
+            ref=entry["eid"],
+            kind=kind,
+            backend=backend,
+            problem=f"unreadable outbox entry: {type(exc).__name__}: {exc}",
+        )
 
 
 def _checkpoint(text: str | None) -> Any:

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 from django_blamequeue.backends.listen import CONTROL, Listener
 
 if TYPE_CHECKING:
-    from django_blamequeue.backends.redis.base import RedisBase
+    from django_blamequeue.backends.redis.backend import RedisBackend
 
 
 class RedisListener(Listener):
     what = "redis subscription"
     max_delay = 1.0
 
-    def __init__(self, backend: RedisBase, queues: Sequence[str]) -> None:
+    def __init__(self, backend: RedisBackend, queues: Sequence[str]) -> None:
         super().__init__(queues)
         self.backend = backend
 

@@ -1,73 +1,112 @@
 """The sqs backend: SQS carries the messages and times the leases; a ledger of job records in
 the Django database (``SqsJob``) answers what SQS cannot, and fences every ack.
 
-Why a ledger, and what each verb does with SQS: docs/backends/sqs.md. The ledger shares its
-code with the local backend (``backends/database``: the insert, the fenced acks with DAG
-releases and flow reports, leases, listings, flows); what is here is the SQS side of each
-verb, always in this order: the ledger commits first, SQS follows. A crash in between leaves
-either a message the receive rules settle, or an unsent row the send step sends.
+Why a ledger, and what each verb does with SQS: docs/backends/sqs.md. The ledger is a job
+table like the local backend's, and this backend holds the same parts of ``backends/jobtable``
+over it (the insert, the fenced acks with DAG releases and flow reports, leases, listings,
+flows); what is here is the SQS side of each verb, always in this order: the ledger commits
+first, SQS follows (``Sender``). A crash in between leaves either a message the receive rules
+settle (``Receiver``), or an unsent row the send step sends.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import HTTPClientError
 from django.core.checks import Warning as CheckWarning
-from django.db import transaction
-from django.utils import timezone
+from django.db import InterfaceError, OperationalError, transaction
 
 from django_blamequeue import audit
 from django_blamequeue.backends import wakeup
+from django_blamequeue.backends.base import Backend
+from django_blamequeue.backends.jobtable import effects
 from django_blamequeue.backends.jobtable.acks import Acks
 from django_blamequeue.backends.jobtable.checkpoints import Checkpoints
-from django_blamequeue.backends.jobtable.control import ControlRows
-from django_blamequeue.backends.jobtable.dag import DagRelease
-from django_blamequeue.backends.jobtable.effects import InTransaction, answer
+from django_blamequeue.backends.jobtable.control_rows import ControlRows
+from django_blamequeue.backends.jobtable.flows import Flows
 from django_blamequeue.backends.jobtable.inserts import Inserts
 from django_blamequeue.backends.jobtable.leases import RESCUE_COLUMNS, Leases
+from django_blamequeue.backends.jobtable.limited import LimitedClaims
 from django_blamequeue.backends.jobtable.listing import Listing
 from django_blamequeue.backends.jobtable.manifests import Manifests
-from django_blamequeue.backends.jobtable.reports import ChildReports
-from django_blamequeue.backends.jobtable.rows import to_dt
+from django_blamequeue.backends.jobtable.table import JobTable
 from django_blamequeue.backends.sqs import messages
-from django_blamequeue.backends.sqs.base import UNAVAILABLE, FollowUps
-from django_blamequeue.backends.sqs.receive import Receive
-from django_blamequeue.backends.sqs.transport import MAX_DELAY, MAX_VISIBILITY, Outgoing
-from django_blamequeue.conf import get_settings
+from django_blamequeue.backends.sqs.receive import Receiver
+from django_blamequeue.backends.sqs.sender import FollowUps, Sender
+from django_blamequeue.backends.sqs.transport import SqsUnavailable, Transport
+from django_blamequeue.conf import BackendConfig, get_settings
+from django_blamequeue.core.controls import ControlState, HandlerWait
+from django_blamequeue.core.limits import QueueLimits
 from django_blamequeue.core.records import (
     Ack,
     AckResult,
+    Backlog,
+    CancelResult,
+    Claimed,
     EffectsFence,
     EnqueuedJob,
+    FlowState,
+    JobInfo,
+    LeaseSignals,
     NewJob,
+    PruneReport,
+    QueueStats,
+    Report,
     RescueReport,
 )
-from django_blamequeue.core.states import TERMINAL, State
-from django_blamequeue.models import FlowDependency
+from django_blamequeue.core.states import State
+from django_blamequeue.models import FlowDependency, SqsJob
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
 
-_TERMINAL = frozenset(TERMINAL)
+#: Errors that mean SQS (or the ledger's database) cannot be reached.
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OperationalError,
+    InterfaceError,
+    BotoConnectionError,
+    HTTPClientError,
+    SqsUnavailable,
+)
 
 
-class SqsBackend(
-    Receive,
-    Inserts,
-    Leases,
-    Checkpoints,
-    InTransaction,
-    Acks,
-    Listing,
-    Manifests,
-    ChildReports,
-    DagRelease,
-    ControlRows,
-):
+class SqsBackend(Backend):
     """Amazon SQS (or an emulator) through boto3, with a ledger in a Django database."""
+
+    protocol = "sqs"
+    supports_flows = True
+    supports_priority = False  # SQS delivers in its own order; priority is stored and shown
+    supports_time_travel = False  # visibility and delays run on AWS's clock
+    supports_key_order = False  # limits lease among the messages SQS delivers, in its order
+    sends_later = True  # the ledger's unsent rows: ``send_unsent`` sends them
+    effects_with_ack = True
+    unavailable_errors = UNAVAILABLE
+
+    def __init__(self, config: BackendConfig) -> None:
+        super().__init__(config)
+        # SQS has no push: wake-ups reach this process's consumers only; others poll.
+        table = self.jobtable = JobTable(SqsJob, config, notifies=False)
+        self.db = table.db
+        self.transport = Transport(config.options)
+        self.sender = Sender(table, self.transport, float(config.options.get("SEND_GRACE") or 30.0))
+        self.flows = Flows(table, self.sender.released)
+        self.manifests = Manifests(table, self.flows, self)
+        self.inserts = Inserts(table, self.flows)
+        self.acks = Acks(table, self.flows, self.manifests)
+        self.leases = Leases(table, self.flows)
+        self.checkpoints = Checkpoints(table)
+        self.listing = Listing(table, self.manifests, self.sender.released)
+        self.control_rows = ControlRows(table, listen=False)
+        self.limited = LimitedClaims(table)
+        self.receiver = Receiver(table, self.transport, self.sender, self.leases, self.limited)
+
+    @property
+    def effects_database(self) -> str:
+        return self.db
 
     # -- enqueue ---------------------------------------------------------------------------
     def check_jobs(self, jobs: Sequence[NewJob]) -> None:
@@ -100,60 +139,54 @@ class SqsBackend(
         if not jobs:
             return []
         self._check_sizes(jobs)
-        if self.connection.in_atomic_block:
-            t = self._now(now)
-            answer, inserted = self._insert(jobs, t)
-            self._record_enqueue(jobs, answer, events)
+        if self.jobtable.connection.in_atomic_block:
+            t = self.jobtable.clock(now)
+            answer, inserted = self.inserts.insert(jobs, t)
+            self.inserts.record_enqueue(jobs, answer, events)
             ids = sorted(inserted)
             if ids:
-                transaction.on_commit(lambda: self._send_quietly(ids, t), using=self.db)
+                transaction.on_commit(lambda: self.sender.send_quietly(ids, t), using=self.db)
             return [answer[j.job_id] for j in jobs]
-        if self._one_statement(jobs, ()):  # PostgreSQL: the INSERT reads the clock itself
-            inserted = self._insert_rows(jobs, now)
+        if self.inserts.one_statement(jobs, ()):  # PostgreSQL: the INSERT reads the clock
+            inserted = self.inserts.insert_rows(jobs, now)
             answer = {
                 j.job_id: EnqueuedJob(job_id=j.job_id, queue_name=j.queue, backend=self.alias)
                 for j in jobs
             }
         else:
             with transaction.atomic(using=self.db):
-                answer, inserted = self._insert(jobs, now)
-                self._record_enqueue(jobs, answer, (), audited=False)
+                answer, inserted = self.inserts.insert(jobs, now)
+                self.inserts.record_enqueue(jobs, answer, (), audited=False)
         new = [j for j in jobs if j.job_id in inserted]
         try:
-            sent = self._send_new(new, now)
+            sent = self.sender.send_new(new, now)
         except UNAVAILABLE:
             self._unwrite(sorted(inserted))
             raise
-        self._mark_sent(sent)
-        self._audit_enqueue(new, events)  # only once the enqueue has happened
+        self.sender.mark_sent(sent)
+        self.inserts.audit_enqueue(new, events)  # only once the enqueue has happened
         wakeup.notify(sorted({j.queue for j in new if j.job_id in sent}))
         return [answer[j.job_id] for j in jobs]
-
-    def _send_new(self, jobs: Sequence[NewJob], now: datetime | None) -> set[str]:
-        """Send just-inserted jobs that are due within 15 minutes; blocked and parked ones
-        wait (for their release, for the send step). A ``run_at``'s delay is counted from
-        this host's clock: SQS delays by AWS's, and the ledger holds the due time anyway."""
-        by_queue: dict[str, list[Outgoing]] = {}
-        t = now or timezone.now()
-        for j in jobs:
-            if j.blocked:
-                continue
-            delay = messages.delay_of(j.run_at, t) if j.run_at else (j.delay or 0.0)
-            if delay <= MAX_DELAY:
-                out = messages.outgoing(messages.of_job(j), j.job_id, delay)
-                by_queue.setdefault(j.queue, []).append(out)
-        sent: set[str] = set()
-        for queue, batch in by_queue.items():
-            sent |= self._send_to(queue, batch)
-        return sent
 
     def _unwrite(self, ids: Sequence[str]) -> None:
         """Undo an enqueue whose send failed: its rows and DAG edges, never a row sent."""
         with transaction.atomic(using=self.db):
             FlowDependency.objects.using(self.db).filter(job_id__in=list(ids)).delete()
-            self.jobs().filter(id__in=list(ids), sent_at=None).delete()
+            self.jobtable.jobs().filter(id__in=list(ids), sent_at=None).delete()
 
-    # -- acks ------------------------------------------------------------------------------
+    # -- leasing ---------------------------------------------------------------------------
+    def claim(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        lease_s: float,
+        now: datetime | None = None,
+        *,
+        limits: Mapping[str, QueueLimits] | None = None,
+    ) -> list[Claimed]:
+        """Receive messages, then lease their jobs in the ledger (``receive.py``)."""
+        return self.receiver.claim(queues, limit, lease_s, now, limits=limits)
+
     def apply_many(self, acks: Sequence[Ack], now: datetime | None = None) -> list[AckResult]:
         """The fenced ledger update (exactly the local semantics), then SQS: a terminal or
         parked job's message is deleted (a failed job's copied to the DLQ queue), a retry's
@@ -163,19 +196,18 @@ class SqsBackend(
         owed = FollowUps()
         with transaction.atomic(using=self.db):
             results = self._apply_owing(acks, now, owed)
-        self._follow_up(owed)
+        self.sender.follow_up(owed)
         return results
 
     def fence_effects(self, ack: Ack, *, attempt: int, now: datetime | None = None) -> EffectsFence:
         """The ledger's fenced ack inside the atomic run's transaction; SQS follows its
         commit (a crash in between leaves a message the receive rules delete)."""
-        if not self.connection.in_atomic_block:
-            raise RuntimeError("fence_effects runs inside the atomic run's transaction")
+        effects.require_transaction(self.jobtable)
         owed = FollowUps()
         [result] = self._apply_owing([ack], now, owed)
         if result.ok:
-            transaction.on_commit(lambda: self._follow_up(owed), using=self.db)
-        return answer(result)
+            transaction.on_commit(lambda: self.sender.follow_up(owed), using=self.db)
+        return effects.answer(result)
 
     def _apply_owing(
         self, acks: Sequence[Ack], now: datetime | None, owed: FollowUps
@@ -184,46 +216,24 @@ class SqsBackend(
         ``owed``, to be paid once it commits."""
         held = {
             r[0]: r[1:]
-            for r in self.jobs()
+            for r in self.jobtable.jobs()
             .filter(id__in=[a.job_id for a in acks])
             .values_list("id", "lease_token", "receipt_handle", "queue", "receive_count")
         }
-        results = self._apply(acks, now)
-        unsent = self._owed_by_acks(acks, results, held, owed)
-        self._mark_unsent(unsent)
+        results = self.acks.apply(acks, now)
+        unsent = self.sender.owed_by_acks(acks, results, held, owed)
+        self.sender.mark_unsent(unsent)
         return results
 
-    def _owed_by_acks(
-        self,
-        acks: Sequence[Ack],
-        results: Sequence[AckResult],
-        held: dict[str, tuple[Any, ...]],
-        owed: FollowUps,
-    ) -> list[str]:
-        """What SQS owes for each applied ack; answers the jobs left without a message."""
-        unsent: list[str] = []
-        max_receives = self.transport.max_receive_count
-        for a, r in zip(acks, results, strict=True):
-            token, receipt, queue, receives = held.get(a.job_id, (None, None, "", 0))
-            if not r.ok or token != a.token:
-                continue
-            if r.state in _TERMINAL or r.state == State.WAITING_CHILDREN:
-                owed.remove(queue, receipt)  # a release / settle / DLQ retry sends anew
-                if r.state == State.FAILED:
-                    owed.to_dlq.append(a.job_id)
-            elif r.state == State.PENDING:
-                delay = a.transition.delay
-                # A fresh message past 15 minutes, or before SQS's receive count would move
-                # this one to the DLQ queue (maxReceiveCount) while the job still has attempts.
-                if delay > MAX_DELAY or receives + 1 >= max_receives:
-                    owed.remove(queue, receipt)
-                    unsent.append(a.job_id)
-                    owed.send.append(a.job_id)
-                else:
-                    owed.hold(queue, receipt, math.ceil(delay))
-        return unsent
+    def extend_lease(
+        self, job_id: str, token: str, seconds: float, now: datetime | None = None
+    ) -> bool:
+        if not self.leases.extend(job_id, token, seconds, now):
+            return False
+        rows = self.jobtable.jobs().filter(id=job_id, lease_token=token, state=State.INFLIGHT)
+        self.sender.hide(rows.values_list("id", "receipt_handle", "queue", "lease_expires_at"), now)
+        return True
 
-    # -- leases ----------------------------------------------------------------------------
     def renew_leases(
         self, leases: Sequence[tuple[str, str]], seconds: float, now: datetime | None = None
     ) -> frozenset[str]:
@@ -231,39 +241,25 @@ class SqsBackend(
         SQS's visibility only keeps other workers from receiving it meanwhile)."""
         if not leases:
             return frozenset()
-        rows = self._renew(leases, seconds, now, "id, receipt_handle, queue, lease_expires_at")
-        self._hide(rows, now, wait=False)
+        returning = "id, receipt_handle, queue, lease_expires_at"
+        rows = self.leases.renew_rows(leases, seconds, now, returning)
+        self.sender.hide(rows, now, wait=False)
         renewed = {r[0] for r in rows}
         return frozenset(j for j, _ in leases if j not in renewed)
 
-    def extend_lease(
-        self, job_id: str, token: str, seconds: float, now: datetime | None = None
-    ) -> bool:
-        if not super().extend_lease(job_id, token, seconds, now):
-            return False
-        rows = self.jobs().filter(id=job_id, lease_token=token, state=State.INFLIGHT)
-        self._hide(rows.values_list("id", "receipt_handle", "queue", "lease_expires_at"), now)
-        return True
+    def lease_signals(self, leases: Sequence[tuple[str, str]]) -> LeaseSignals:
+        return self.leases.signals(leases)
 
-    def _hide(
-        self, rows: Iterable[tuple[Any, ...]], now: datetime | None, *, wait: bool = True
-    ) -> None:
-        """Hide held messages until their lease's end (+1 s); ``wait`` False: in the
-        background (``_hide_soon``). Past SQS's 12-hour cap the change is refused and the
-        message resurfaces: the receive rules hide it again, with a fresh 12 hours, and hand
-        the holder the new receipt handle."""
+    def set_progress(self, job_id: str, token: str, progress: int) -> bool:
+        return self.leases.set_progress(job_id, token, progress)
 
-        t = self._now(now)
-        owed = FollowUps()
-        for _, receipt, queue, expires in rows:
-            until = to_dt(expires) or t
-            owed.hold(
-                queue, receipt, min(math.ceil((until - t).total_seconds()) + 1, MAX_VISIBILITY)
-            )
-        if wait:
-            self._follow_up(owed)
-        elif owed.visibility:
-            self._hide_soon(owed)
+    def run_alone(self, job_id: str, token: str) -> bool:
+        return self.leases.run_alone(job_id, token)
+
+    def save_checkpoints(
+        self, items: Sequence[tuple[str, str, str]], now: datetime | None = None
+    ) -> frozenset[str]:
+        return self.checkpoints.save(items, now)
 
     def rescue_expired(
         self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
@@ -272,47 +268,162 @@ class SqsBackend(
         then their messages: visible now, or deleted (a new one sent if it is gone)."""
         owed = FollowUps()
         with transaction.atomic(using=self.db):
-            t = self._now(now)
-            qs = self.jobs().filter(state=State.INFLIGHT, lease_expires_at__lt=t)
+            t = self.jobtable.clock(now)
+            qs = self.jobtable.jobs().filter(state=State.INFLIGHT, lease_expires_at__lt=t)
             qs = qs.order_by("lease_expires_at")
-            if self.is_postgres:
+            if self.jobtable.is_postgres:
                 qs = qs.select_for_update(skip_locked=True)
             rows = list(qs.values_list(*RESCUE_COLUMNS, "receipt_handle")[:limit])
-            groups = self._rescue_rows([r[:-1] for r in rows], t, max_stalled)
+            groups = self.leases.rescue_rows([r[:-1] for r in rows], t, max_stalled)
             receipts = {r[0]: r[-1] for r in rows}
             for s in (State.FAILED, State.CANCELLED):
                 for r in groups[s]:
                     owed.remove(r[5], receipts[r[0]])
             owed.to_dlq += [r[0] for r in groups[State.FAILED]]
-        self._follow_up(owed)
-        self._show([(r[0], r[5], receipts[r[0]]) for r in groups[State.PENDING]])
+        self.sender.follow_up(owed)
+        self.sender.show([(r[0], r[5], receipts[r[0]]) for r in groups[State.PENDING]])
         return RescueReport(
             repended=len(groups[State.PENDING]),
             failed=len(groups[State.FAILED]),
             cancelled=len(groups[State.CANCELLED]),
         )
 
-    def _show(self, rows: Sequence[tuple[str, str, str | None]]) -> None:
-        """Make re-pended jobs' messages visible now; a message that is gone (its receipt
-        refused) is replaced by a new one."""
-        by_queue: dict[str, list[tuple[str, str | None]]] = {}
-        for job_id, queue, receipt in rows:
-            by_queue.setdefault(queue, []).append((job_id, receipt))
-        lost: list[str] = [j for j, _, r in rows if not r]
-        for queue, items in by_queue.items():
-            changes = [(r, 0) for _, r in items if r]
-            refused = self._quietly(
-                queue,
-                "visibility",
-                lambda q=queue, c=changes: self.transport.change_visibility(q, c),
-            )
-            lost += [j for j, r in items if r and (refused is None or r in refused)]
-        if lost:
-            with transaction.atomic(using=self.db):
-                self._mark_unsent(lost)
-            self._send_quietly(lost)
+    # -- the send step ---------------------------------------------------------------------
+    def send_due(self, now: datetime | None = None, limit: int = 500) -> int:
+        """Send pending jobs that have no live message (``Sender.send_due``)."""
+        return self.sender.send_due(now, limit)
 
-    # -- deployment ------------------------------------------------------------------------
+    def send_unsent(self, limit: int = 500) -> int:
+        return self.send_due(limit=limit)
+
+    # -- operations ------------------------------------------------------------------------
+    def cancel(self, job_id: str, now: datetime | None = None) -> CancelResult:
+        return self.flows.cancel(job_id, now)
+
+    def cancel_flow(self, flow_id: str, now: datetime | None = None) -> int:
+        return self.flows.cancel_flow(flow_id, now)
+
+    def purge(self, queue: str) -> int:
+        return self.listing.purge(queue)
+
+    def get(self, job_id: str) -> JobInfo | None:
+        return self.listing.get(job_id)
+
+    def size(self, queue: str) -> int:
+        return self.listing.size(queue)
+
+    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        return self.listing.dlq_list(queue, limit, offset)
+
+    def dlq_size(self, queue: str) -> int:
+        return self.listing.dlq_size(queue)
+
+    def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
+        return self.listing.dlq_retry(job_id, now)
+
+    def dlq_retry_all(self, queue: str, now: datetime | None = None) -> int:
+        return self.listing.dlq_retry_all(queue, now)
+
+    def jobs_about(self, about: str, limit: int) -> list[JobInfo]:
+        return self.listing.jobs_about(about, limit)
+
+    def flow_jobs(self, flow_id: str) -> list[JobInfo]:
+        return self.flows.flow_jobs(flow_id)
+
+    def stats(self) -> list[QueueStats]:
+        return self.listing.stats()
+
+    def prune(
+        self,
+        *,
+        done_before: datetime | None,
+        cancelled_before: datetime | None,
+        failed_before: datetime | None,
+        limit: int = 5000,
+    ) -> PruneReport:
+        return self.listing.prune(
+            done_before=done_before,
+            cancelled_before=cancelled_before,
+            failed_before=failed_before,
+            limit=limit,
+        )
+
+    def backlog(self, queues: Sequence[str]) -> Backlog:
+        return self.listing.backlog(queues)
+
+    # -- the control plane -----------------------------------------------------------------
+    def controls(self, queues: Sequence[str] | None = None) -> dict[str, ControlState]:
+        return self.control_rows.controls(queues)
+
+    def pause(
+        self, queue: str, *, reason: str = "", by: str | None = None, now: datetime | None = None
+    ) -> ControlState:
+        return self.control_rows.pause(queue, reason=reason, by=by, now=now)
+
+    def resume(
+        self, queue: str, *, by: str | None = None, now: datetime | None = None
+    ) -> ControlState:
+        return self.control_rows.resume(queue, by=by, now=now)
+
+    def set_limits(
+        self,
+        queue: str,
+        limits: QueueLimits | None,
+        *,
+        by: str | None = None,
+        now: datetime | None = None,
+    ) -> ControlState:
+        return self.control_rows.set_limits(queue, limits, by=by, now=now)
+
+    def handler_waits(self, queues: Sequence[str] | None = None) -> list[HandlerWait]:
+        return self.control_rows.handler_waits(queues)
+
+    def waiting_names(self) -> dict[tuple[str, str], int]:
+        return self.control_rows.waiting_names()
+
+    # -- parent/child flows ----------------------------------------------------------------
+    def flow_state(self, parent_id: str) -> FlowState:
+        return self.manifests.flow_state(parent_id)
+
+    def flow_states(self, parent_ids: Sequence[str]) -> dict[str, FlowState]:
+        return self.manifests.flow_states(parent_ids)
+
+    def deliver_reports(self, reports: Sequence[Report], now: datetime | None = None) -> int:
+        return self.flows.deliver_reports(reports, now)
+
+    def report_terminal(self, ids: Sequence[str]) -> int:
+        return self.flows.report_terminal(ids)
+
+    def settle_reported(self, parent_ids: Sequence[str], now: datetime | None = None) -> list[str]:
+        return self.flows.settle_reported(parent_ids, now)
+
+    def unsent_for(self, job_ids: Sequence[str], kind: str) -> set[str]:
+        return self.flows.unsent_for(job_ids, kind)
+
+    def child_states(self, ids: Sequence[str]) -> dict[str, str]:
+        return self.manifests.child_states(ids)
+
+    def waiting_parents(self, after: str, limit: int) -> list[str]:
+        return self.manifests.waiting_parents(after, limit)
+
+    def pending_children(self, parent_id: str) -> list[tuple[str, str]]:
+        return self.manifests.pending_children(parent_id)
+
+    def reland(self, parent_id: str, child_ids: Sequence[str], now: datetime | None = None) -> int:
+        return self.manifests.reland(parent_id, child_ids, now)
+
+    def cascade_due(self, limit: int) -> list[str]:
+        return self.flows.cascade_due(limit)
+
+    def cascade(
+        self, parent_id: str, now: datetime | None = None
+    ) -> tuple[int, list[tuple[str, str]]]:
+        return self.flows.cascade(parent_id, now)
+
+    # -- clock, deployment, connections ----------------------------------------------------
+    def now(self) -> datetime:
+        return self.jobtable.now()
+
     def check(self, queues: Sequence[str] = ()) -> Iterable[CheckMessage]:
         """W003: ``MAX_PAYLOAD_BYTES`` above an existing queue's ``MaximumMessageSize`` (the
         queues of ``QUEUES``, else those of the registered jobs)."""
@@ -334,6 +445,13 @@ class SqsBackend(
                     )
                 )
         return found
+
+    def on_unavailable(self) -> None:
+        self.jobtable.on_unavailable()
+
+    def close(self) -> None:
+        self.sender.close()
+        self.transport.close()
 
 
 __all__ = ["SqsBackend"]

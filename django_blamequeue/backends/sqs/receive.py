@@ -32,16 +32,19 @@ from typing import Any
 from django.db import transaction
 
 from django_blamequeue import audit
+from django_blamequeue.backends.jobtable.leases import Leases
 from django_blamequeue.backends.jobtable.limited import LimitedClaims
 from django_blamequeue.backends.jobtable.rows import claimed_from_row, to_dt
 from django_blamequeue.backends.jobtable.sql import CLAIM_COLUMNS, CONTROL
-from django_blamequeue.backends.sqs.base import FollowUps, SqsBase
+from django_blamequeue.backends.jobtable.table import JobTable
+from django_blamequeue.backends.sqs.sender import FollowUps, Sender
 from django_blamequeue.backends.sqs.transport import (
     BATCH,
     MAX_DELAY,
     MAX_VISIBILITY,
     QueueGone,
     Received,
+    Transport,
 )
 from django_blamequeue.conf import get_settings
 from django_blamequeue.core import limits as rule
@@ -111,8 +114,25 @@ def claim_statement(table: str, vendor: str, n: int, *, unlimited: bool = True) 
     )
 
 
-class Receive(SqsBase, LimitedClaims):
+class Receiver:
+    """The SQS backend's claim: messages received, their jobs leased in the ledger."""
+
+    #: Which queue a receive starts with, in turn (shared by every backend of the process).
     _turn = count()
+
+    def __init__(
+        self,
+        table: JobTable,
+        transport: Transport,
+        sender: Sender,
+        leases: Leases,
+        limited: LimitedClaims,
+    ) -> None:
+        self.table = table
+        self.transport = transport
+        self.sender = sender  # what SQS is owed once the claim's transaction commits
+        self.leases = leases  # an expired lease met by its message is rescued first
+        self.limited = limited  # a limited queue's jobs are leased under its control row
 
     def claim(
         self,
@@ -156,10 +176,10 @@ class Receive(SqsBase, LimitedClaims):
                 received.append(m)
         claimed: list[Claimed] = []
         if received:
-            with transaction.atomic(using=self.db):
+            with transaction.atomic(using=self.table.db):
                 claimed = self._lease(received, lease_s, now, owed, limits)
                 self._audit_starts(claimed)
-        self._follow_up(owed)
+        self.sender.follow_up(owed)
         return claimed
 
     def _receive(self, queues: Sequence[str], limit: int, visibility: int) -> list[Received]:
@@ -173,7 +193,7 @@ class Receive(SqsBase, LimitedClaims):
                 try:
                     got = self.transport.receive(queue, want, visibility)
                 except QueueGone:
-                    self._queue_gone(queue)
+                    self.sender.queue_gone(queue)
                     break
                 found += got
                 if len(got) < want:
@@ -203,7 +223,7 @@ class Receive(SqsBase, LimitedClaims):
         leased = {c.job_id for c in claimed} | {m.job_id for m in held}
         leftovers = [m for m in first.values() if m.job_id not in leased] + rest
         if leftovers:
-            claimed += self._sort_out(leftovers, lease_s, self._now(now), owed, limits)
+            claimed += self._sort_out(leftovers, lease_s, self.table.clock(now), owed, limits)
         return claimed
 
     def _claim_gated(
@@ -240,11 +260,11 @@ class Receive(SqsBase, LimitedClaims):
     ) -> tuple[list[Claimed], list[Received]]:
         """Under the queue's control-row lock: the received jobs its limits allow now, in
         the order SQS delivered them (rule: limits); the others are held."""
-        looked = self._gate(queue, defaults, now)
+        looked = self.limited.gate(queue, defaults, now)
         gate = looked[0] if looked is not None else None
         due = (
             dict(
-                self.jobs()
+                self.table.jobs()
                 .filter(
                     id__in=[m.job_id for m in received],
                     state=State.PENDING,
@@ -265,7 +285,7 @@ class Receive(SqsBase, LimitedClaims):
         )
         picked = [m for m in received if m.job_id in ids]
         claimed = self._claim_messages(picked, lease_s, gate.now, unlimited=False) if picked else []
-        self._record_starts(gate, claimed)
+        self.limited.record_starts(gate, claimed)
         return claimed, [m for m in received if m.job_id in due and m.job_id not in ids]
 
     def _claim_messages(
@@ -276,9 +296,9 @@ class Receive(SqsBase, LimitedClaims):
         *,
         unlimited: bool = True,
     ) -> list[Claimed]:
-        a = self._adapt
+        a = self.table.adapt
         claimed: list[Claimed] = []
-        t = None if self.is_postgres else self._now(now)
+        t = None if self.table.is_postgres else self.table.clock(now)
         for start in range(0, len(received), 500):
             chunk = received[start : start + 500]
             params: list[Any] = (
@@ -294,11 +314,11 @@ class Receive(SqsBase, LimitedClaims):
                 ]
             params.append(now if t is None else a(t))
             if unlimited:
-                params.append(self.alias)
+                params.append(self.table.alias)
             statement = claim_statement(
-                self.table, self.connection.vendor, len(chunk), unlimited=unlimited
+                self.table.name, self.table.connection.vendor, len(chunk), unlimited=unlimited
             )
-            with self.connection.cursor() as cur:
+            with self.table.connection.cursor() as cur:
                 cur.execute(statement, params)
                 claimed += [claimed_from_row(r) for r in cur.fetchall()]
         return claimed
@@ -313,7 +333,7 @@ class Receive(SqsBase, LimitedClaims):
     ) -> list[Claimed]:
         """The receive rules for messages that did not lease their job (module docstring)."""
         ids = sorted({m.job_id for m in leftovers if m.job_id})
-        rows = {r[0]: r for r in self.jobs().filter(id__in=ids).values_list(*_SORT_COLUMNS)}
+        rows = {r[0]: r for r in self.table.jobs().filter(id__in=ids).values_list(*_SORT_COLUMNS)}
         gated = self._gated_queues({m.queue for m in leftovers} - set(limits))
         expired: dict[str, tuple[Received, tuple[Any, ...]]] = {}
         for m in leftovers:
@@ -328,7 +348,7 @@ class Receive(SqsBase, LimitedClaims):
             elif (to_dt(row[2]) or t) >= t:  # inflight, lease live: hold, never delete
                 owed.hold(m.queue, m.receipt, _seconds(to_dt(row[2]), t) + 1)
                 if m.message_id == row[4]:  # the holder's own message, back early
-                    self.jobs().filter(id=row[0], message_id=m.message_id).update(
+                    self.table.jobs().filter(id=row[0], message_id=m.message_id).update(
                         receipt_handle=m.receipt
                     )
             elif row[0] in expired:
@@ -341,11 +361,11 @@ class Receive(SqsBase, LimitedClaims):
         """The queues among ``queues`` whose control row says paused or limited."""
         if not queues:
             return set()
-        with self.connection.cursor() as cur:
+        with self.table.connection.cursor() as cur:
             cur.execute(
                 f"SELECT queue FROM {CONTROL} WHERE backend = %s AND limited "
                 f"AND queue IN ({', '.join(['%s'] * len(queues))})",
-                [self.alias, *sorted(queues)],
+                [self.table.alias, *sorted(queues)],
             )
             return {r[0] for r in cur.fetchall()}
 
@@ -369,7 +389,7 @@ class Receive(SqsBase, LimitedClaims):
     ) -> list[Claimed]:
         """Expired leases met by their message: rescue them, then lease those re-pended."""
         max_stalled = get_settings().max_stalled_count
-        groups = self._rescue_rows([row for _, row in expired.values()], t, max_stalled)
+        groups = self.leases.rescue_rows([row for _, row in expired.values()], t, max_stalled)
         for job_id in [r[0] for s in (State.FAILED, State.CANCELLED) for r in groups[s]]:
             owed.remove(expired[job_id][0].queue, expired[job_id][0].receipt)
         owed.to_dlq += [r[0] for r in groups[State.FAILED]]
@@ -383,7 +403,7 @@ class Receive(SqsBase, LimitedClaims):
 
     def _audit_starts(self, claimed: Sequence[Claimed]) -> None:
         if claimed:
-            audit.record(audit.start_events(claimed, self.alias), using=self.db)
+            audit.record(audit.start_events(claimed, self.table.alias), using=self.table.db)
 
 
 def _seconds(until: datetime | None, t: datetime) -> int:

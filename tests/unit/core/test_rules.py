@@ -33,7 +33,7 @@ COPIES = {
     "dag-release": ["backends/jobtable/flowsql.py", "backends/redis/scripts/lib.lua"],
     "report-once": ["backends/jobtable/flowsql.py", "backends/redis/scripts/lib.lua"],
     "settle-due": ["backends/jobtable/flowsql.py", "backends/redis/scripts/lib.lua"],
-    "cascade": ["backends/jobtable/reports.py", "backends/redis/scripts/lib.lua"],
+    "cascade": ["backends/jobtable/flows.py", "backends/redis/scripts/lib.lua"],
     "paused": [
         "backends/jobtable/sql.py",
         "backends/jobtable/limited.py",

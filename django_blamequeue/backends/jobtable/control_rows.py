@@ -20,7 +20,7 @@ from django.db.models import Count
 
 from django_blamequeue import audit
 from django_blamequeue.backends import wakeup
-from django_blamequeue.backends.jobtable.base import CONTROL_CHANNEL, LedgerBase
+from django_blamequeue.backends.jobtable.table import CONTROL_CHANNEL, JobTable
 from django_blamequeue.core.controls import ControlState, HandlerWait
 from django_blamequeue.core.limits import QueueLimits
 from django_blamequeue.core.states import Reason, State
@@ -67,9 +67,16 @@ def limit_fields(limits: QueueLimits | None) -> dict[str, Any]:
     }
 
 
-class ControlRows(LedgerBase):
+class ControlRows:
+    """A job table's queue control: its rows, and what the control plane reads of its jobs."""
+
+    def __init__(self, table: JobTable, *, listen: bool) -> None:
+        self.table = table
+        #: Workers LISTEN for control changes (the local backend on PostgreSQL).
+        self.listen = listen
+
     def controls(self, queues: Sequence[str] | None = None) -> dict[str, ControlState]:
-        rows = QueueControl.objects.using(self.db).filter(backend=self.alias)
+        rows = QueueControl.objects.using(self.table.db).filter(backend=self.table.alias)
         if queues is not None:
             rows = rows.filter(queue__in=list(queues))
         return {r.queue: state_of(r) for r in rows}
@@ -116,11 +123,11 @@ class ControlRows(LedgerBase):
         **fields: Any,
     ) -> ControlState:
         """Update (or create) the queue's row, bump its version, audit it, wake workers."""
-        with transaction.atomic(using=self.db):
-            t = self._now(now)
-            rows = QueueControl.objects.using(self.db)
-            rows.get_or_create(backend=self.alias, queue=queue)
-            row = rows.select_for_update().get(backend=self.alias, queue=queue)
+        with transaction.atomic(using=self.table.db):
+            t = self.table.clock(now)
+            rows = QueueControl.objects.using(self.table.db)
+            rows.get_or_create(backend=self.table.alias, queue=queue)
+            row = rows.select_for_update().get(backend=self.table.alias, queue=queue)
             was_paused = row.paused
             for name, value in fields.items():
                 setattr(row, name, value)
@@ -131,20 +138,22 @@ class ControlRows(LedgerBase):
             row.version += 1
             row.updated_at = t
             row.save()
-            event = audit.Event(action=action, queue=queue, backend=self.alias, user=by, data=data)
-            audit.record([event], using=self.db)
-            if self.supports_listen:
-                with self.connection.cursor() as cur:
+            event = audit.Event(
+                action=action, queue=queue, backend=self.table.alias, user=by, data=data
+            )
+            audit.record([event], using=self.table.db)
+            if self.listen:
+                with self.table.connection.cursor() as cur:
                     cur.execute("SELECT pg_notify(%s, %s)", [CONTROL_CHANNEL, queue])
-            transaction.on_commit(lambda: wakeup.control_changed([queue]), using=self.db)
+            transaction.on_commit(lambda: wakeup.control_changed([queue]), using=self.table.db)
             if was_paused and not row.paused:
-                self._notify([queue])  # resumed: idle workers claim now
+                self.table.notify([queue])  # resumed: idle workers claim now
         return state_of(row)
 
     # -- what the control plane reads from the job table --------------------------------
     def handler_waits(self, queues: Sequence[str] | None = None) -> list[HandlerWait]:
         """Pending jobs a worker handed back for lack of a handler, by queue and name."""
-        rows = self.jobs().filter(state=State.PENDING, reason=Reason.NO_HANDLER)
+        rows = self.table.jobs().filter(state=State.PENDING, reason=Reason.NO_HANDLER)
         if queues is not None:
             rows = rows.filter(queue__in=list(queues))
         counted = rows.order_by().values_list("queue", "name").annotate(n=Count("id"))
@@ -152,6 +161,6 @@ class ControlRows(LedgerBase):
 
     def waiting_names(self) -> dict[tuple[str, str], int]:
         """Jobs waiting to run (pending, delayed included, and blocked) by (queue, name)."""
-        rows = self.jobs().filter(state__in=[State.PENDING, State.BLOCKED])
+        rows = self.table.jobs().filter(state__in=[State.PENDING, State.BLOCKED])
         counted = rows.order_by().values_list("queue", "name").annotate(n=Count("id"))
         return {(q, n): c for q, n, c in counted}
