@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +37,7 @@ from django_blamequeue.backends.redis.codec import (
     ack_rows,
     ack_spec,
     child_spec,
+    claim_spec,
     claimed_from,
     control_from,
     info_from,
@@ -45,6 +45,7 @@ from django_blamequeue.backends.redis.codec import (
     limits_spec,
     outbox_item,
     report_spec,
+    stats_from,
     text,
 )
 from django_blamequeue.backends.redis.connection import UNAVAILABLE, warnings
@@ -142,19 +143,6 @@ class RedisBackend(Backend):
         return answers
 
     # -- leasing ---------------------------------------------------------------------------
-    @staticmethod
-    def _claim_spec(
-        queues: Sequence[str],
-        limit: int,
-        lease_s: float,
-        limits: Mapping[str, QueueLimits] | None = None,
-    ) -> list[Any]:
-        """Queues, limit, lease, a random nonce the script derives the tokens from, and the
-        settings' default limits of the queues claimed under limits (``limits.lua``)."""
-        lease = str(round(lease_s * 1_000_000))
-        limited = {q: limits_spec(lim) for q, lim in limits.items()} if limits else False
-        return [list(queues), limit, lease, os.urandom(14).hex(), limited]
-
     def claim(
         self,
         queues: Sequence[str],
@@ -166,22 +154,18 @@ class RedisBackend(Backend):
     ) -> list[Claimed]:
         if limit <= 0 or not queues:
             return []
-        spec = self._claim_spec(queues, limit, lease_s, limits)
+        spec = claim_spec(queues, limit, lease_s, limits)
         reply = self.scripts.run("claim", spec, now=now, after=False)
         claimed = claimed_from(reply.result)
         self.scripts.after([reply], audit.start_events(claimed, self.alias))
         return claimed
-
-    @staticmethod
-    def _ack_batch(acks: Sequence[Ack], blobs: Blobs) -> list[Any]:
-        return [ack_spec(a, blobs) for a in acks]
 
     def apply_many(self, acks: Sequence[Ack], now: datetime | None = None) -> list[AckResult]:
         results: list[AckResult] = []
         for start in range(0, len(acks), ACK_CHUNK):
             chunk = acks[start : start + ACK_CHUNK]
             blobs = Blobs()
-            spec = self._ack_batch(chunk, blobs)
+            spec = [ack_spec(a, blobs) for a in chunk]
             reply = self.scripts.run("ack", spec, blobs, now, after=False)
             results += self._acked(chunk, ack_rows(reply.result), reply)
         return results
@@ -203,7 +187,7 @@ class RedisBackend(Backend):
         if limit <= 0 or not queues:
             return self.apply_many(acks, now), []
         blobs = Blobs()
-        spec = [self._ack_batch(acks, blobs), self._claim_spec(queues, limit, lease_s, limits)]
+        spec = [[ack_spec(a, blobs) for a in acks], claim_spec(queues, limit, lease_s, limits)]
         reply = self.scripts.run("ack_claim", spec, blobs, now, after=False)
         rows, claimed_rows = reply.result
         claimed = claimed_from(claimed_rows)
@@ -391,39 +375,7 @@ class RedisBackend(Backend):
 
     def stats(self) -> list[QueueStats]:
         now = self.now()
-        rows = self.scripts.run("stats", now=now).result
-        out = []
-        states = [s.value for s in State]
-        for row in sorted(rows, key=lambda r: r[0]):
-            queue, *numbers = row
-            pending, blocked, inflight, waiting, done, failed, cancelled = numbers[:7]
-            counts = dict.fromkeys(states, 0)
-            counts.update(
-                pending=pending,
-                blocked=blocked,
-                inflight=inflight,
-                waiting_children=waiting,
-                done=done,
-                failed=failed,
-                cancelled=cancelled,
-            )
-            if not any(counts.values()):
-                continue
-            oldest = from_us(numbers[7])
-            next_due = from_us(numbers[11])
-            out.append(
-                QueueStats(
-                    backend=self.alias,
-                    queue=queue.decode(),
-                    counts=counts,
-                    oldest_pending_age=max(0.0, (now - oldest).total_seconds()) if oldest else None,
-                    done_last_hour=numbers[8],
-                    failed_last_hour=numbers[9],
-                    delayed=numbers[10],
-                    next_delayed_in=(next_due - now).total_seconds() if next_due else None,
-                )
-            )
-        return out
+        return stats_from(self.scripts.run("stats", now=now).result, now, self.alias)
 
     def prune(
         self,

@@ -9,6 +9,7 @@ field, is what makes a batch cheap to send (redis-py packs every argument in Pyt
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -25,8 +26,10 @@ from django_blamequeue.core.records import (
     JobInfo,
     NewJob,
     OutboxItem,
+    QueueStats,
     Report,
 )
+from django_blamequeue.core.states import State
 from django_blamequeue.serializers import decode
 
 
@@ -108,6 +111,19 @@ def report_spec(r: Report, blobs: Blobs) -> list[Any]:
         r.result_type or False,
         r.error if r.error is not None else False,
     ]
+
+
+def claim_spec(
+    queues: Sequence[str],
+    limit: int,
+    lease_s: float,
+    limits: Mapping[str, QueueLimits] | None = None,
+) -> list[Any]:
+    """Queues, limit, lease, a random nonce the script derives the tokens from, and the
+    settings' default limits of the queues claimed under limits (``limits.lua``)."""
+    lease = str(round(lease_s * 1_000_000))
+    limited = {q: limits_spec(lim) for q, lim in limits.items()} if limits else False
+    return [list(queues), limit, lease, os.urandom(14).hex(), limited]
 
 
 def text(value: Any) -> str | None:
@@ -339,6 +355,42 @@ def outbox_item(raw: Sequence[Any]) -> OutboxItem:
             backend=backend,
             problem=f"unreadable outbox entry: {type(exc).__name__}: {exc}",
         )
+
+
+def stats_from(rows: Sequence[Any], now: datetime, alias: str) -> list[QueueStats]:
+    """``stats.lua``'s rows (a queue, its counts by state, then times) as ``QueueStats``."""
+    out = []
+    states = [s.value for s in State]
+    for row in sorted(rows, key=lambda r: r[0]):
+        queue, *numbers = row
+        pending, blocked, inflight, waiting, done, failed, cancelled = numbers[:7]
+        counts = dict.fromkeys(states, 0)
+        counts.update(
+            pending=pending,
+            blocked=blocked,
+            inflight=inflight,
+            waiting_children=waiting,
+            done=done,
+            failed=failed,
+            cancelled=cancelled,
+        )
+        if not any(counts.values()):
+            continue
+        oldest = from_us(numbers[7])
+        next_due = from_us(numbers[11])
+        out.append(
+            QueueStats(
+                backend=alias,
+                queue=queue.decode(),
+                counts=counts,
+                oldest_pending_age=max(0.0, (now - oldest).total_seconds()) if oldest else None,
+                done_last_hour=numbers[8],
+                failed_last_hour=numbers[9],
+                delayed=numbers[10],
+                next_delayed_in=(next_due - now).total_seconds() if next_due else None,
+            )
+        )
+    return out
 
 
 def _checkpoint(text: str | None) -> Any:
