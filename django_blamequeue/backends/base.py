@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django_blamequeue.backends import marks
-from django_blamequeue.backends.hooks import Hooks, current_hooks
 from django_blamequeue.backends.resilience import Resilience
 from django_blamequeue.conf import BackendConfig
 from django_blamequeue.core.controls import ControlState, HandlerWait
@@ -104,11 +103,6 @@ class Backend(metaclass=ABCMeta):
         """The Django database an ``@job(atomic=True)`` handler's transaction runs on: the
         one holding the job rows (local, the SQS ledger), else the ``DATABASE`` option."""
         return str(self.config.options.get("DATABASE") or "default")
-
-    @property
-    def hooks(self) -> Hooks:
-        """The services above, reached only through ``Hooks``."""
-        return current_hooks()
 
     # -- enqueue -------------------------------------------------------------------------
     @abstractmethod

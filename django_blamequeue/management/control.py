@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from django_blamequeue.api import queue
-from django_blamequeue.backends import get_backend
+from django_blamequeue.backends import all_backends, get_backend
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core.validation import parse_limit_rate
 from django_blamequeue.exceptions import QueueError
@@ -86,7 +86,9 @@ class ControlCommands:
     stdout: Any
 
     def backends(self, options: dict[str, Any]) -> list[Backend]:
-        raise NotImplementedError
+        """The ``--backend`` given, else every configured backend."""
+        alias = options["backend"]
+        return [get_backend(alias)] if alias else list(all_backends())
 
     def do_pause(self, options: dict[str, Any]) -> None:
         name, alias = options["queue"], options["backend"]

@@ -46,7 +46,9 @@ def corrupt(alias: str, job_id: str, field: str, value: Any) -> None:
         backend.client.hset(backend.keys.job(job_id), field, value)
         return
     with connections[backend.db].cursor() as cur:  # past the ORM: as a hand-written UPDATE
-        cur.execute(f"UPDATE {backend.jobtable.name} SET {field} = %s WHERE id = %s", [value, job_id])
+        cur.execute(
+            f"UPDATE {backend.jobtable.name} SET {field} = %s WHERE id = %s", [value, job_id]
+        )
 
 
 def test_a_job_with_a_field_of_the_wrong_type_fails_alone_and_the_others_run(

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from django_blamequeue.backends.jobtable.flows import Flows
 
 ACK_CHUNK = 500
-#: The columns ``_rescue_rows`` takes, in order.
+#: The columns ``Leases.rescue_rows`` takes, in order.
 RESCUE_COLUMNS = (
     "id",
     "attempts",

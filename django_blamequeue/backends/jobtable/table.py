@@ -31,6 +31,8 @@ Released = Callable[[Sequence[tuple[str, str]], datetime], None]
 
 
 class JobTable:
+    """One job table, where its rows live; every part of ``jobtable`` holds one."""
+
     def __init__(
         self, model: type[JobFields], config: BackendConfig, *, notifies: bool = True
     ) -> None:

@@ -11,8 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_blamequeue.api import queue
-from django_blamequeue.backends import all_backends, get_backend
-from django_blamequeue.backends.base import Backend
+from django_blamequeue.backends import get_backend
 from django_blamequeue.core.records import JobInfo
 from django_blamequeue.exceptions import QueueError
 from django_blamequeue.jobs import registry
@@ -80,10 +79,6 @@ class Command(ControlCommands, BaseCommand):
     def write(self, lines: list[str]) -> None:
         for line in lines:
             self.stdout.write(line)
-
-    def backends(self, options: dict[str, Any]) -> list[Backend]:
-        alias = options["backend"]
-        return [get_backend(alias)] if alias else list(all_backends())
 
     def do_stats(self, options: dict[str, Any]) -> None:
         stats = [st for b in self.backends(options) for st in b.stats()]
