@@ -30,6 +30,7 @@ from django_blamequeue.signals import audit_event
 from django_blamequeue.worker import chaos
 
 if TYPE_CHECKING:
+    from django_blamequeue.backends.jobtable.table import JobTable
     from django_blamequeue.worker.execution import Handler
 
 
@@ -163,20 +164,22 @@ class CapturedJobs:
     def __init__(self, backend: str | None = None) -> None:
 
         self.backend = get_backend(backend)
-        if not hasattr(self.backend, "jobs"):
+        table: JobTable | None = getattr(self.backend, "jobtable", None)
+        if table is None:
             raise QueueError(
                 ErrorCode.PROTOCOL_UNAVAILABLE,
                 f"capture_jobs needs a local backend; {self.backend.alias!r} is "
                 f"{self.backend.protocol} (point BLAMEQUEUE at the test database in tests)",
             )
+        self._table = table
         self.since = self.backend.now()
         # Only this backend's database: a test may be allowed to touch no other.
-        self._relay = Relay(databases=[str(getattr(self.backend, "db", "default"))])
+        self._relay = Relay(databases=[table.db])
         self._clock = chaos.Clock(self.backend)
         self._chaosed: set[str] = set()
 
     def _rows(self) -> Any:
-        return self.backend.jobs().filter(created_at__gte=self.since)  # type: ignore[attr-defined]
+        return self._table.jobs().filter(created_at__gte=self.since)
 
     def jobs_enqueued(
         self, queue: str | None = None, *, name: str | None = None, state: str | None = None

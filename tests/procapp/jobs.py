@@ -65,7 +65,7 @@ def store_effect(ctx: Any) -> None:
     """The job's effect, once, fenced by its lease token (a redelivery records whose it found)."""
     db: str = ctx.backend.db
     connection = connections[db]
-    table = getattr(ctx.backend, "table", "blamequeue_job")
+    table = ctx.backend.jobtable.name
     fence = FENCE.format(table=table) + (" FOR UPDATE" if connection.vendor == "postgresql" else "")
     # On SQLite the transaction is IMMEDIATE: it holds the write lock from the fence on.
     with transaction.atomic(using=db), connection.cursor() as cur:

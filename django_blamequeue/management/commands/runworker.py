@@ -267,8 +267,8 @@ class Command(BaseCommand):
         except PackageNotFoundError:  # running from a source tree
             ver = "dev"
         b = consumer.backend
-        engine = getattr(b, "connection", None)
-        vendor = engine.vendor if engine is not None else b.protocol
+        table = getattr(b, "jobtable", None)  # the local backend's jobs, the SQS ledger
+        vendor = table.connection.vendor if table is not None else b.protocol
         opts = consumer.options
         poll = opts.fast_poll if b.cheap_polling else opts.poll_interval
         wake = b.wake_up if b.supports_listen else f"polling every {poll:g} s"
