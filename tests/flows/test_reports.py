@@ -14,6 +14,7 @@ from django.db import transaction
 
 from django_blamequeue import audit, queue
 from django_blamequeue.backends import get_backend
+from django_blamequeue.backends.jobtable.flows import Flows
 from django_blamequeue.core import ids, wire
 from django_blamequeue.core.wire import report_from_body
 from django_blamequeue.jobs import enqueueing
@@ -58,7 +59,7 @@ def test_a_childs_terminal_ack_records_its_report_in_the_same_transaction(
         raise RuntimeError("recording the report failed")
 
     with pytest.MonkeyPatch.context() as m, pytest.raises(RuntimeError):
-        m.setattr(type(b.flows), "record_children", boom)
+        m.setattr(Flows, "record_children", boom)
         b.apply_many([ack])
     assert Job.objects.using(db(backend)).get(id=claimed.job_id).state == "inflight"  # rolled back
     assert dep_of(backend, parent.job_id, "p0").status == "pending"
