@@ -144,6 +144,8 @@ def ack_events(
     if state == "pending" and t.give_back_attempt:
         return [Event(action=RELEASE, data={"name": name}, **base)] if happy else []
     data = {"name": name, "error": t.error, "reason": t.reason.value if t.reason else None}
+    if t.error_type is not None:  # each attempt's exception class: the job's row keeps the last
+        data["error_type"] = t.error_type
     retry = {"retry_in": t.delay} if state == "pending" else {}
     events = [Event(action=CONSUME_FAILURE, data={**data, **retry}, **base)]
     if state == "failed":

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.states import Reason, State
-from django_blamequeue.core.texts import error_text, traceback_text
+from django_blamequeue.core.texts import error_text, storable, traceback_text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +172,9 @@ class Transition:
     delay: float = 0.0  # RETRY: seconds after now before the job is available again
     result: Encoded | None = None
     error: str | None = None
+    #: The exception's class path (``builtins.ValueError``) when the error is an exception's;
+    #: written with every error, so it never describes an older one.
+    error_type: str | None = None
     traceback: str | None = None
     reason: Reason | None = None
     give_back_attempt: bool = False  # graceful release, a snooze, a hand-back
@@ -183,6 +186,8 @@ class Transition:
         """Texts every engine can store (``texts.storable``): no NUL, bounded."""
         if self.error is not None:
             object.__setattr__(self, "error", error_text(self.error))
+        if self.error_type is not None:
+            object.__setattr__(self, "error_type", storable(str(self.error_type), 255))
         if self.traceback is not None:
             object.__setattr__(self, "traceback", traceback_text(self.traceback))
 
@@ -325,6 +330,9 @@ class JobInfo:
     about: str | None = None  # "app_label.model_name:pk" of the object it is about
     origin: Mapping[str, Any] | None = None  # site, request, user, parent_job, schedule, flow
     checkpoint: Any = None  # the value the job's last ``ctx.checkpoint`` stored (decoded)
+    #: The class path of the exception behind ``error`` (``builtins.ValueError``); None for an
+    #: error that is no exception (stalled, cancelled, bad job) and for a job without error.
+    error_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
