@@ -62,6 +62,7 @@ class WorkerOptions:
     burst: bool = False  # exit when nothing is due (delayed jobs are left to come due)
     wait_delayed: bool = False  # burst: wait for delayed jobs too
     register: bool = True  # in the worker registry (queue.workers())
+    max_jobs: int | None = None  # claim no more than this many in the worker's life (recycling)
 
 
 class Consumer:
@@ -235,6 +236,8 @@ class Consumer:
 
     def _free_slots(self) -> int:
         free = self.options.concurrency - len(self._running)
+        if self.options.max_jobs is not None:
+            free = min(free, self.options.max_jobs - self.counters.claimed)
         return free if free <= 0 else min(free, self._starts.room(time.monotonic()))
 
     def _wait_time(self) -> float:
