@@ -335,6 +335,21 @@ class JobInfo:
     error_type: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ChildOutcome:
+    """How one child of a flow ended, as ``collect`` sees it (``FlowState.outcomes``):
+    ``state`` done, failed, cancelled or pending; ``result`` a done child's return value;
+    ``error`` a failed (or cancelled) child's error text."""
+
+    state: str
+    result: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "done"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlowState:
     """What ``collect`` sees: the children's tally, results and errors by key."""
@@ -350,3 +365,12 @@ class FlowState:
     @property
     def total(self) -> int:
         return self.completed + self.failed + self.cancelled + self.pending
+
+    @property
+    def outcomes(self) -> dict[str, ChildOutcome]:
+        """Every child's outcome by key, in key order — what a Celery chord's error callback
+        and body see together (docs/flows.md, "Celery's group and chord")."""
+        return {
+            key: ChildOutcome(self.states[key], self.results.get(key), self.errors.get(key))
+            for key in sorted(self.states)
+        }
