@@ -1,7 +1,7 @@
 """``runworker --processes N``: a parent that keeps N worker processes running.
 
-The parent leases nothing and holds no database connection. It starts each worker as
-``python -m django runworker …`` (the same arguments, without ``--processes``), replaces one
+The parent leases nothing and holds no database connection. It starts each worker as it was
+started itself (``manage.py runworker …``, the same arguments without ``--processes``), replaces one
 that exits — killed, crashed, or recycled after ``--max-jobs-per-process`` /
 ``--max-memory-per-process`` (docs/operations.md, "Several worker processes") — and forwards
 SIGTERM/SIGINT to every worker for the usual graceful stop; a second signal is forwarded too
@@ -116,14 +116,9 @@ class Supervisor:
                 self._start(slot)
 
     def _start(self, slot: Slot) -> None:
-        env = dict(os.environ, **{PARENT_ENV: str(os.getpid())})
-        # ``-m django`` puts the working directory on sys.path; the project's own (manage.py's
-        # directory) goes on PYTHONPATH so the settings import from anywhere.
-        if sys.path and sys.path[0]:
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [sys.path[0], env.get("PYTHONPATH")]))
         slot.popen = subprocess.Popen(
-            [sys.executable, "-m", "django", *self.command],
-            env=env,
+            [*_python(), *self.command],
+            env=dict(os.environ, **{PARENT_ENV: str(os.getpid())}),
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
@@ -155,6 +150,15 @@ class Supervisor:
     def _say(self, text: str) -> None:
         self.out.write(f"[supervisor] {text}\n")
         self.out.flush()
+
+
+def _python() -> list[str]:
+    """How this process was started, to start the workers the same way: ``manage.py`` (its
+    directory on ``sys.path``, so the settings import), else ``python -m django``."""
+    script = sys.argv[0] if sys.argv else ""
+    if script.endswith(".py") and os.path.basename(script) != "__main__.py":
+        return [sys.executable, script]
+    return [sys.executable, "-m", "django"]
 
 
 def _send(popen: subprocess.Popen[bytes], signum: int) -> None:
