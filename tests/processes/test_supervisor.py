@@ -38,11 +38,12 @@ def banners(sup: Proc) -> int:
 
 
 def alive(pid: int) -> bool:
+    """Running (a zombie no one reaped yet has exited)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
         return False
-    return True
 
 
 @pytest.fixture
@@ -125,3 +126,15 @@ def test_a_process_recycles_after_its_job_count_and_every_job_runs_once(
     assert all(per_pid.count(pid) <= 2 for pid in per_pid), per_pid
     assert sup.stop() == 0
     report("recycle-jobs[postgres]", jobs=6, processes=len(set(per_pid)), run_twice=0)
+
+
+def test_worker_processes_stop_by_themselves_when_their_supervisor_is_killed(
+    backend: str, processes: Processes, child_pids: set[int]
+) -> None:
+    sup = processes.worker(backend, "--processes", "2", "--concurrency", "1", "--no-sweep")
+    wait_for(lambda: banners(sup) == 2, 30, "two worker processes running")
+    pids = set(started(sup).values())
+    child_pids.update(pids)
+    sup.kill()
+    wait_for(lambda: not any(alive(pid) for pid in pids), 15, "the orphans to stop")
+    assert sup.stderr().count("the supervisor is gone: stopping") == 2, sup.tail()

@@ -149,3 +149,21 @@ def test_transitions_outside_a_worker_map_to_one_kind_each() -> None:
     assert kind(audit.CANCEL, cascade=True) == "cancelled"
     assert kind(audit.CANCEL, **{"while": "running"}) is None  # the worker's own ack
     assert kind(audit.DLQ_WRITE, reason="stalled") is None  # its STALLED event says it
+
+
+def test_a_handler_without_hooks_has_none_and_methods_run_before_the_given_callables() -> None:
+    from django_blamequeue.jobs.hooks import NO_HOOKS, hooks_of
+
+    assert hooks_of(lambda payload: None, {"on_failure": None}) is NO_HOOKS
+    assert not NO_HOOKS
+
+    def given(event: JobEvent) -> None:
+        pass
+
+    handler = Reporting()
+    found = hooks_of(handler, {"on_failure": given, "on_success": None})
+    assert [getattr(h, "__func__", h) for h in found.of("on_failure")] == [
+        Reporting.on_failure,
+        given,
+    ]
+    assert found.of("on_success") == () and found.of("on_retry") == ()
