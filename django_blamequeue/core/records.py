@@ -339,11 +339,14 @@ class JobInfo:
 class ChildOutcome:
     """How one child of a flow ended, as ``collect`` sees it (``FlowState.outcomes``):
     ``state`` done, failed, cancelled or pending; ``result`` a done child's return value;
-    ``error`` a failed (or cancelled) child's error text."""
+    ``error`` a failed (or cancelled) child's error text; ``job_id`` and ``backend`` where
+    the child is (``queue.get_job(job_id, backend=backend)`` has its ``error_type``)."""
 
     state: str
     result: Any = None
     error: str | None = None
+    job_id: str | None = None
+    backend: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -361,6 +364,8 @@ class FlowState:
     results: Mapping[str, Any] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)
     states: Mapping[str, str] = field(default_factory=dict)
+    #: Each child's job id and backend alias, by key.
+    jobs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -371,6 +376,11 @@ class FlowState:
         """Every child's outcome by key, in key order — what a Celery chord's error callback
         and body see together (docs/flows.md, "Celery's group and chord")."""
         return {
-            key: ChildOutcome(self.states[key], self.results.get(key), self.errors.get(key))
+            key: ChildOutcome(
+                self.states[key],
+                self.results.get(key),
+                self.errors.get(key),
+                *self.jobs.get(key, (None, None)),
+            )
             for key in sorted(self.states)
         }

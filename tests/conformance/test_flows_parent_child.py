@@ -146,6 +146,10 @@ def test_under_continue_collect_sees_every_outcome(backend: str, flows: SimpleNa
     ]
     assert outcomes["p2"].result == {"page": 2, "words": 20} and outcomes["p2"].error is None
     assert outcomes["p1"].result is None and "page 1 is broken" in (outcomes["p1"].error or "")
+    failed = outcomes["p1"]
+    assert (failed.job_id, failed.backend) == (ids.child_id(parent, "p1"), backend)
+    child = queue.get_job(failed.job_id, backend=failed.backend)
+    assert child is not None and child.error_type == "builtins.ValueError"
 
 
 def test_under_continue_a_failed_child_lets_its_running_siblings_finish(
@@ -224,3 +228,6 @@ def test_children_may_run_on_another_backend_than_their_parent(
     child = queue.get_job(ids.child_id(parent, "p0"), backend=other)
     assert child is not None and (child.state, child.parent_id) == ("done", parent)
     assert queue.get_job(ids.child_id(parent, "p0"), backend=backend) is None
+    [(_, state)] = CALLS["collect"]
+    assert state.outcomes["p0"].backend == other
+    assert state.outcomes["p0"].job_id == ids.child_id(parent, "p0")
