@@ -1,8 +1,8 @@
 """``runworker --processes N``: a parent that keeps N worker processes running.
 
 The parent leases nothing and holds no database connection. It starts each worker as it was
-started itself (``manage.py runworker …``, the same arguments without ``--processes``), replaces one
-that exits — killed, crashed, or recycled after ``--max-jobs-per-process`` /
+started itself (``manage.py runworker …``, the same arguments without ``--processes``),
+replaces one that exits — killed, crashed, or recycled after ``--max-jobs-per-process`` /
 ``--max-memory-per-process`` (docs/operations.md, "Several worker processes") — and forwards
 SIGTERM/SIGINT to every worker for the usual graceful stop; a second signal is forwarded too
 (stop now). Workers run in a session of their own, so a terminal's Ctrl-C reaches each of them
