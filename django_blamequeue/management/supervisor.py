@@ -3,10 +3,11 @@
 The parent leases nothing and holds no database connection. It starts each worker as it was
 started itself (``manage.py runworker …``, the same arguments without ``--processes``),
 replaces one that exits — killed, crashed, or recycled after ``--max-jobs-per-process`` /
-``--max-memory-per-process`` (docs/operations.md, "Several worker processes") — and forwards
-SIGTERM/SIGINT to every worker for the usual graceful stop; a second signal is forwarded too
-(stop now). Workers run in a session of their own, so a terminal's Ctrl-C reaches each of them
-once, through the parent, never twice. A worker whose parent disappeared (kill -9) stops
+``--max-memory-per-process`` (docs/operations.md, "Several worker processes") — and passes
+SIGTERM/SIGINT on to every worker as SIGTERM, the usual graceful stop (a worker still starting
+up, before its handler is installed, just exits: it holds no job yet); a second signal is
+passed on too (stop now). Workers run in a session of their own, so a terminal's Ctrl-C
+reaches each of them once, through the parent, never twice. A worker whose parent disappeared (kill -9) stops
 gracefully by itself: it watches its parent's pid (``PARENT_ENV``).
 
 A worker that exits within ``QUICK_EXIT`` seconds of its start for any reason but recycling,
@@ -105,8 +106,8 @@ class Supervisor:
                 )
             else:
                 self._say(f"{signal.Signals(signum).name}: stopping now")
-            for popen in alive:
-                _send(popen, signum)
+            for popen in alive:  # as SIGTERM: a worker still starting dies quietly of it
+                _send(popen, signal.SIGTERM)
 
     # -- processes --------------------------------------------------------------------------
     def _start_due(self) -> None:

@@ -56,7 +56,7 @@ def child_pids() -> Iterator[set[int]]:
             os.kill(pid, signal.SIGKILL)
 
 
-def test_a_killed_worker_process_is_replaced_and_sigterm_stops_every_process(
+def test_a_killed_worker_process_is_replaced_and_sigint_stops_every_process_gracefully(
     backend: str, processes: Processes, report: Report, child_pids: set[int]
 ) -> None:
     sup = processes.worker(backend, "--processes", "2", "--concurrency", "2", "--no-sweep")
@@ -66,7 +66,7 @@ def test_a_killed_worker_process_is_replaced_and_sigterm_stops_every_process(
     assert "≤ " in sup.stdout() and "per database in all (2 × " in sup.stdout(), sup.tail()
 
     os.kill(first[1], signal.SIGKILL)
-    wait_for(lambda: started(sup)[1] != first[1], 30, "worker process 1 replaced")
+    wait_for(lambda: banners(sup) == 3, 30, "worker process 1 replaced and running")
     second = started(sup)
     child_pids.update(second.values())
     assert f"(pid {first[1]}) was killed by SIGKILL: starting a new one" in sup.stdout()
@@ -77,8 +77,10 @@ def test_a_killed_worker_process_is_replaced_and_sigterm_stops_every_process(
     pids = set(SideEffect.objects.using(backend).values_list("pid", flat=True))
     assert pids <= set(second.values()) and effects(backend) == 20
 
-    assert sup.stop() == 0
-    assert "SIGTERM: stopping 2 worker process(es)" in sup.stdout(), sup.tail()
+    sup.signal(signal.SIGINT)  # Ctrl-C: forwarded once to each process, a graceful stop
+    assert sup.wait(15) == 0, sup.tail()
+    assert "SIGINT: stopping 2 worker process(es)" in sup.stdout(), sup.tail()
+    assert sup.stdout().count("stopped: done") == 2, sup.tail()
     assert not any(alive(pid) for pid in second.values())
     report("supervisor[postgres]", killed=1, replaced=1, jobs_done_once=effects(backend))
 
