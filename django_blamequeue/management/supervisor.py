@@ -7,8 +7,9 @@ replaces one that exits — killed, crashed, or recycled after ``--max-jobs-per-
 SIGTERM/SIGINT on to every worker as SIGTERM, the usual graceful stop (a worker still starting
 up, before its handler is installed, just exits: it holds no job yet); a second signal is
 passed on too (stop now). Workers run in a session of their own, so a terminal's Ctrl-C
-reaches each of them once, through the parent, never twice. A worker whose parent disappeared (kill -9) stops
-gracefully by itself: it watches its parent's pid (``PARENT_ENV``).
+reaches each of them once, through the parent, never twice. A worker whose parent
+disappeared (kill -9) stops gracefully by itself: it watches its parent's pid
+(``PARENT_ENV``).
 
 A worker that exits within ``QUICK_EXIT`` seconds of its start for any reason but recycling,
 again and again, is restarted at once the first time, then after a growing pause (1, 2, 4 …
