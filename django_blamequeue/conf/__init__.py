@@ -88,6 +88,9 @@ class Settings:
     max_snoozes: int = 1000
     missing_handler_timeout: float = 7 * _DAY
     origin_site: bool = True  # record the enqueue's call site in JobInfo.origin
+    #: When the worker logs a failed attempt's traceback: "final" (once, when the job goes to
+    #: the DLQ; a retry is one WARNING line), "every" (each failed attempt) or "never".
+    log_tracebacks: str = "final"
 
 
 _UNSET: Any = object()
@@ -287,6 +290,7 @@ _PLAIN_KEYS = (
     "MAX_SNOOZES",
     "MISSING_HANDLER_TIMEOUT",
     "ORIGIN_SITE",
+    "LOG_TRACEBACKS",
 )
 _FLOAT_FIELDS = (
     "default_lease",

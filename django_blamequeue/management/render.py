@@ -84,7 +84,8 @@ def render_job(j: JobInfo) -> list[str]:
     width = max(len(k) for k, _ in rows)
     lines = [f"job {j.job_id}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
     if j.error:
-        lines += ["error", *_indented(j.error)]
+        kind = f" ({j.error_type})" if j.error_type else ""
+        lines += [f"error{kind}", *_indented(j.error)]
     if j.traceback:
         lines += ["traceback", *_indented(j.traceback.rstrip("\n"))]
     return lines

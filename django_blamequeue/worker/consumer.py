@@ -44,6 +44,7 @@ from django_blamequeue.worker.execution import (
     transition_for,
 )
 from django_blamequeue.worker.heartbeat import Heartbeat
+from django_blamequeue.worker.notify import Notifier
 from django_blamequeue.worker.probation import Probation
 from django_blamequeue.worker.slots import SlotPool
 
@@ -61,6 +62,7 @@ class WorkerOptions:
     burst: bool = False  # exit when nothing is due (delayed jobs are left to come due)
     wait_delayed: bool = False  # burst: wait for delayed jobs too
     register: bool = True  # in the worker registry (queue.workers())
+    max_jobs: int | None = None  # claim no more than this many in the worker's life (recycling)
 
 
 class Consumer:
@@ -80,6 +82,7 @@ class Consumer:
         self._acks = PendingAcks()
         self._probation = Probation(self._settings.max_stalled_count)
         self._gather = Gather(options.concurrency)
+        self.notifier = Notifier()  # hooks and lifecycle signals, after each ack
         #: Burst mode: what was left when the worker last looked (delayed jobs it leaves).
         self.left: Backlog | None = None
         #: The exception that ended the main loop, if one did (runworker exits non-zero).
@@ -158,6 +161,7 @@ class Consumer:
             self.pool.stop()
             self.loop.stop()
             self._settle_queued()
+            self.notifier.stop(max(self._grace_until or 0.0, time.monotonic() + 1.0))
             if self.options.register:
                 self.registration.stop()
             self._exited.set()
@@ -232,6 +236,8 @@ class Consumer:
 
     def _free_slots(self) -> int:
         free = self.options.concurrency - len(self._running)
+        if self.options.max_jobs is not None:
+            free = min(free, self.options.max_jobs - self.counters.claimed)
         return free if free <= 0 else min(free, self._starts.room(time.monotonic()))
 
     def _wait_time(self) -> float:
@@ -406,6 +412,7 @@ class Consumer:
                 self._running.pop(run.claimed.job_id, None)
                 self.checkpointer.end(run, keep=False)  # acked already: nothing to resume
                 account(self.counters, self.backend.alias, run, atomic.SETTLED, run.settled)
+                self.notifier.ended(run, atomic.SETTLED, run.settled)
                 continue
             self._decide(run, run.outcome)
 
@@ -501,6 +508,7 @@ class Consumer:
     def _settle(self, results: list[AckResult]) -> None:
         for run, transition, res in self._acks.applied(results):
             account(self.counters, self.backend.alias, run, transition, res)
+            self.notifier.ended(run, transition, res)
 
     def _failed(self, what: str, exc: BaseException) -> None:
         """A backend call (or a whole round) failed: log it and back off (0.1 s doubling

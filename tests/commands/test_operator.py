@@ -92,7 +92,7 @@ def test_show_prints_a_failed_jobs_state_attempts_error_and_traceback(
     assert re.search(r"^  attempts +2/2$", out, re.M)
     assert re.search(r"^  queue +op \(backend default\)$", out, re.M)
     assert '"n": 7' in out
-    assert "\nerror\n  RuntimeError: boom 7\n" in out
+    assert "\nerror (builtins.RuntimeError)\n  RuntimeError: boom 7\n" in out
     traceback = out.split("\ntraceback\n", 1)[1]
     assert traceback.startswith("  Traceback (most recent call last):")
     assert "RuntimeError: boom 7" in traceback
