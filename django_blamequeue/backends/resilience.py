@@ -1,6 +1,7 @@
 """Circuit breaker and retry wrapper, one per backend (docs/concepts.md).
 
-Engine errors are mapped to ``QueueError(BACKEND_UNAVAILABLE)`` here, at the boundary. The
+Engine errors are mapped to ``QueueError(BACKEND_UNAVAILABLE)`` here, at the boundary (a
+missing table to ``NOT_MIGRATED``: no retry or breaker helps there, ``migrate`` does). The
 breaker opens after ``threshold`` consecutive failures and refuses calls at once for
 ``reset_after`` seconds, then lets one trial call through (half-open). Only idempotent
 operations are retried; leasing goes through the breaker alone, since a retried claim could
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from django_blamequeue.backends import migration_state
 from django_blamequeue.exceptions import ErrorCode, QueueError
 
 if TYPE_CHECKING:
@@ -89,7 +91,15 @@ class Resilience:
                 raise
             try:
                 value = fn()
-            except self.backend.unavailable_errors as exc:
+            except Exception as exc:
+                if migration_state.is_missing_schema(exc):  # not an outage: nothing to retry
+                    raise QueueError(
+                        ErrorCode.NOT_MIGRATED,
+                        f"backend {self.backend.alias!r}: the django_blamequeue tables are "
+                        f"missing or behind ({exc}): {migration_state.FIX}",
+                    ) from exc
+                if not isinstance(exc, self.backend.unavailable_errors):
+                    raise
                 self.breaker.failure()
                 self.backend.on_unavailable()
                 if attempt == attempts:

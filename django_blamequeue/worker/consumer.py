@@ -510,6 +510,8 @@ class Consumer:
             logger.warning(
                 "backend %r: %s; retrying in %.1f s", self.backend.alias, exc, self._error_delay
             )
+        elif isinstance(exc, QueueError) and exc.code == ErrorCode.NOT_MIGRATED:
+            logger.error("%s failed: %s; retrying in %.1f s", what, exc.message, self._error_delay)
         else:
             logger.error(
                 "%s failed on backend %r; retrying in %.1f s",

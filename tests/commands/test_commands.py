@@ -68,6 +68,20 @@ def test_runworker_burst_with_wait_delayed_waits_for_delayed_jobs(jobs: dict[str
     assert queue.get_job(soon).state == "done"  # type: ignore[union-attr]
 
 
+def test_runworker_warns_of_a_queue_nothing_uses_with_the_nearest_name(
+    jobs: dict[str, Any],
+) -> None:
+    """``runworker cdm`` (a typo of ``cmd``) would wait on an empty queue for nothing."""
+    out = run("runworker", "cdm", "--burst", "--no-sweep")
+    assert (
+        "warning         queue 'cdm' is used by no job, schedule or task of this project and "
+        "holds no job: this worker will wait on it for nothing. Did you mean 'cmd'?"
+    ) in out, out
+    assert "(blamequeue.W041)" in out
+    queue.enqueue("bulk", {"n": 1}, name="tests.cmd.ok")  # a job on another queue: in use
+    assert "W041" not in run("runworker", "cmd", "bulk", "--burst", "--no-sweep")
+
+
 def test_runworker_says_it_runs_an_event_loop_for_async_jobs(jobs: dict[str, Any]) -> None:
     @job(queue="cmd", name="tests.cmd.fetch")
     async def fetch(payload: Any) -> Any:

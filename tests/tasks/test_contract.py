@@ -7,8 +7,8 @@ again for ``BlameQueueBackend``: JSON-only arguments, the ``supports_*`` flags, 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import io
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any

@@ -15,12 +15,13 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_blamequeue.api import queue
 from django_blamequeue.backends import get_backend
-from django_blamequeue.checks import check_atomic_on_sqlite
+from django_blamequeue.checks import check_atomic_on_sqlite, check_queues_known
 from django_blamequeue.conf import get_settings
 from django_blamequeue.core.records import Backlog
 from django_blamequeue.core.validation import MAX_SECONDS, parse_rate_limit
 from django_blamequeue.exceptions import QueueError
 from django_blamequeue.jobs import registry
+from django_blamequeue.management.preflight import require_migrated
 from django_blamequeue.management.render import span
 from django_blamequeue.management.sizing import (
     DEFAULT_CONCURRENCY,
@@ -161,6 +162,7 @@ class Command(BaseCommand):
         if not queues:
             raise CommandError("no queues given and no @job registered: name the queues to consume")
         settings = get_settings()
+        require_migrated()
         metrics_server = self._serve_metrics(options["metrics_port"], options["metrics_address"])
         # Everything loaded so far (Django, the apps, the job modules) lives as long as the
         # process: keep it out of the cyclic collector's full passes, which otherwise walk it
@@ -190,7 +192,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         grace = settings.shutdown_grace if options["grace"] is None else options["grace"]
         sweeper = None if options["no_sweep"] else Sweeper(services_for([consumer.backend]))
-        self._print_banner(consumer, queues, grace, sweeper is not None)
+        named = options["queues"]  # the default (every registered queue) is used by definition
+        self._print_banner(consumer, queues, grace, sweeper is not None, named)
         if metrics_server is not None:
             host, bound = metrics_server.server_address[:2]
             self.stdout.write(f"  metrics  http://{host}:{bound}/metrics")
@@ -259,7 +262,9 @@ class Command(BaseCommand):
         except (ImproperlyConfigured, OSError) as exc:
             raise CommandError(f"--metrics-port {port}: {exc}") from exc
 
-    def _print_banner(self, consumer: Any, queues: list[str], grace: float, sweeping: bool) -> None:
+    def _print_banner(
+        self, consumer: Any, queues: list[str], grace: float, sweeping: bool, named: list[str]
+    ) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -301,6 +306,8 @@ class Command(BaseCommand):
         rows += [("warning", text) for text in b.deployment_warnings()]
         for warning in check_atomic_on_sqlite(b, queues, opts.concurrency):
             rows.append(("warning", f"{warning.msg} ({warning.id})"))
+        for warning in check_queues_known(b, named):
+            rows.append(("warning", f"{warning.msg}. {warning.hint} ({warning.id})"))
         self.stdout.write(banner(f"django-blamequeue {ver} · runworker", rows))
 
 
