@@ -49,6 +49,9 @@ from django_blamequeue.worker.slots import SlotPool
 
 logger = logging.getLogger("django_blamequeue.worker")
 
+#: Seconds the exiting worker waits for its slot threads to close their connections.
+STOP_WAIT = 2.0
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerOptions:
@@ -155,7 +158,7 @@ class Consumer:
             wakeup.unregister(self.options.queues, self._wake)
             if listener is not None:
                 listener.stop()
-            self.pool.stop()
+            self.pool.stop(wait=STOP_WAIT)  # the slots' connections close before we return
             self.loop.stop()
             self._settle_queued()
             if self.options.register:

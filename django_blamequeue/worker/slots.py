@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from queue import SimpleQueue
@@ -76,6 +77,7 @@ class SlotPool:
         self._parked: list[SimpleQueue[bool]] = []  # last parked, first woken: warm threads
         self._stopped = False
         self._live = 0  # threads counted against ``size``
+        self._threads: set[threading.Thread] = set()  # started and not yet exited
 
     @property
     def live(self) -> int:
@@ -101,20 +103,29 @@ class SlotPool:
         if woken is not None:
             woken.put(True)
         for _ in range(spawn):
-            threading.Thread(target=self._serve, name="blamequeue-slot", daemon=True).start()
+            thread = threading.Thread(target=self._serve, name="blamequeue-slot", daemon=True)
+            with self._lock:
+                self._threads.add(thread)
+            thread.start()
 
     def replace_one(self) -> None:
         """The thread running an abandoned job exits when it returns: stop counting it."""
         with self._lock:
             self._live -= 1
 
-    def stop(self) -> None:
-        """Parked threads exit now, busy ones once no run is left queued."""
+    def stop(self, wait: float = 0.0) -> None:
+        """Parked threads exit now, busy ones once no run is left queued. With ``wait``, wait
+        up to that many seconds for them to be gone, their connections closed (a handler
+        that ignores its interrupt is not waited for longer)."""
         with self._lock:
             self._stopped = True
             parked, self._parked = self._parked, []
+            threads = list(self._threads)
         for inbox in parked:
             inbox.put(False)
+        deadline = time.monotonic() + wait
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _serve(self) -> None:
         inbox: SimpleQueue[bool] = SimpleQueue()
@@ -128,6 +139,8 @@ class SlotPool:
             if run.abandoned:  # no longer counted (replace_one); the next run starts a thread
                 break
         slot_db.drop_all()
+        with self._lock:
+            self._threads.discard(threading.current_thread())
 
     def _next(self, inbox: SimpleQueue[bool], fresh: bool) -> Run | None:
         """The next queued run, parked until there is one; None: exit (no longer counted).

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connections
 
 from django_blamequeue import job, queue
 from django_blamequeue.jobs import registry
+from tests.conftest import need_server
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -212,3 +214,27 @@ def test_flow_show_prints_each_node_with_its_state_and_dependencies(jobs: dict[s
 def test_runsweeper_once_reports_each_service() -> None:
     out = run("runsweeper", "--once")
     assert "rescuer[default]" in out and "pruner[default]" in out
+
+
+def test_an_in_process_burst_worker_closes_its_database_connections_when_it_returns(
+    jobs: dict[str, Any],
+) -> None:
+    """``call_command("runworker", burst=True)`` in a test leaves no session behind, so the
+    test database can be dropped at teardown (pytest-django warns otherwise)."""
+    need_server("postgres")
+    with connections["postgres"].cursor() as cur:  # this thread's own connection stays
+        cur.execute("SELECT pg_backend_pid()")
+        (mine,) = cur.fetchone()
+    ids = [
+        queue.enqueue("cmd", {"n": i}, name="tests.cmd.ok", backend="postgres") for i in range(30)
+    ]
+    out = run("runworker", "cmd", "--burst", "--backend", "postgres", "--concurrency", "8")
+    assert "burst finished: done 30" in out and all(i.job_id for i in ids)
+    with connections["postgres"].cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> %s",
+            [mine],
+        )
+        (others,) = cur.fetchone()
+    assert others == 0
