@@ -112,3 +112,41 @@ class Resilience:
             self.breaker.success()
             return value
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+# -- SQLite's write lock --------------------------------------------------------------------------
+_LOCKED = ("database is locked", "database table is locked")
+
+
+def is_locked(exc: BaseException) -> bool:
+    """``exc``, or what it was raised from, is SQLite's "database is locked": another
+    connection holds the one write lock longer than this one's busy timeout."""
+    from django.db.utils import OperationalError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OperationalError) and any(t in str(seen) for t in _LOCKED):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def retry_while_locked[R](
+    fn: Callable[[], R],
+    *,
+    tries: int = 8,
+    delay: float = 0.05,
+    wait: Callable[[float], object] = time.sleep,
+) -> R:
+    """``fn()``, tried again while SQLite answers "database is locked" (``delay`` doubling
+    up to 1 s; 8 tries wait about 4 s in all). For writes that are whole transactions of
+    their own, so that trying again repeats nothing; the last error is raised."""
+    for attempt in range(1, tries + 1):
+        try:
+            return fn()
+        except Exception as exc:
+            if attempt == tries or not is_locked(exc):
+                raise
+            logger.debug("database locked; trying again (%d/%d)", attempt, tries)
+            wait(min(delay * 2 ** (attempt - 1), 1.0))
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from django.db import connections
-from django.db.utils import OperationalError
 
 from django_blamequeue.backends import all_backends
 from django_blamequeue.backends.base import Backend
+from django_blamequeue.backends.resilience import is_locked, retry_while_locked
 from django_blamequeue.conf import get_settings
 from django_blamequeue.relay.outbox import Relay
 from django_blamequeue.sweeper.flow_repair import FlowRepair
@@ -27,20 +27,8 @@ from django_blamequeue.sweeper.scheduler import Scheduler
 
 logger = logging.getLogger("django_blamequeue.sweeper")
 
-#: Passes retried when SQLite's write lock is held (50, 100, 200 ms apart).
+#: Passes tried again when SQLite's write lock is held (50, 100, 200 ms apart).
 LOCK_RETRIES = 3
-LOCK_BACKOFF = 0.05
-_LOCKED = ("database is locked", "database table is locked")
-
-
-def locked(exc: BaseException) -> bool:
-    """``exc`` (or what it was raised from) is SQLite's "database is locked"."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OperationalError) and any(t in str(seen) for t in _LOCKED):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 class Service(Protocol):
@@ -92,24 +80,19 @@ class Sweeper:
         claim or ack, is no failure: the pass (fenced and idempotent, rolled back whole) is
         tried again a few times, quietly; a lock that outlasts them is one line, not a
         traceback, and the next period tries again."""
-        for attempt in range(LOCK_RETRIES + 1):
-            try:
-                report.results[service.name] = service.run_once()
-                return
-            except Exception as exc:
-                if not locked(exc):
-                    logger.exception("sweeper service %s failed", service.name)
-                elif attempt < LOCK_RETRIES:
-                    logger.debug("sweeper service %s: database locked; retrying", service.name)
-                    self._stop.wait(LOCK_BACKOFF * 2**attempt)
-                    continue
-                else:
-                    logger.info(
-                        "sweeper service %s: the database stayed locked; next pass in %g s",
-                        *(service.name, service.period),
-                    )
-                report.errors[service.name] = f"{type(exc).__name__}: {exc}"
-                return
+        try:
+            report.results[service.name] = retry_while_locked(
+                service.run_once, tries=LOCK_RETRIES + 1, wait=self._stop.wait
+            )
+        except Exception as exc:
+            if is_locked(exc):
+                logger.info(
+                    "sweeper service %s: the database stayed locked; next pass in %g s",
+                    *(service.name, service.period),
+                )
+            else:
+                logger.exception("sweeper service %s failed", service.name)
+            report.errors[service.name] = f"{type(exc).__name__}: {exc}"
 
     def tick(self) -> SweepReport:
         """Run the services that are due."""
