@@ -77,7 +77,8 @@ class SlotPool:
         self._parked: list[SimpleQueue[bool]] = []  # last parked, first woken: warm threads
         self._stopped = False
         self._live = 0  # threads counted against ``size``
-        self._threads: set[threading.Thread] = set()  # started and not yet exited
+        #: Threads started and not exited yet, with the run each is on (None: parked).
+        self._threads: dict[threading.Thread, Run | None] = {}
 
     @property
     def live(self) -> int:
@@ -105,7 +106,7 @@ class SlotPool:
         for _ in range(spawn):
             thread = threading.Thread(target=self._serve, name="blamequeue-slot", daemon=True)
             with self._lock:
-                self._threads.add(thread)
+                self._threads[thread] = None
             thread.start()
 
     def replace_one(self) -> None:
@@ -115,12 +116,12 @@ class SlotPool:
 
     def stop(self, wait: float = 0.0) -> None:
         """Parked threads exit now, busy ones once no run is left queued. With ``wait``, wait
-        up to that many seconds for them to be gone, their connections closed (a handler
-        that ignores its interrupt is not waited for longer)."""
+        up to that many seconds for them to be gone, their connections closed (not for the
+        threads of abandoned runs: their handlers may not return soon)."""
         with self._lock:
             self._stopped = True
             parked, self._parked = self._parked, []
-            threads = list(self._threads)
+            threads = [t for t, run in self._threads.items() if run is None or not run.abandoned]
         for inbox in parked:
             inbox.put(False)
         deadline = time.monotonic() + wait
@@ -130,17 +131,20 @@ class SlotPool:
     def _serve(self) -> None:
         inbox: SimpleQueue[bool] = SimpleQueue()
         fresh = True  # just started
+        me = threading.current_thread()
         while (run := self._next(inbox, fresh)) is not None:
             fresh = False
+            self._threads[me] = run
             try:
                 run_in_slot(run, self.handler, self.report)
             except Exception:  # a slot thread must never die: the worker would lose the slot
                 logger.exception("slot thread error after job %s", run.claimed.job_id)
+            self._threads[me] = None
             if run.abandoned:  # no longer counted (replace_one); the next run starts a thread
                 break
         slot_db.drop_all()
         with self._lock:
-            self._threads.discard(threading.current_thread())
+            self._threads.pop(me, None)
 
     def _next(self, inbox: SimpleQueue[bool], fresh: bool) -> Run | None:
         """The next queued run, parked until there is one; None: exit (no longer counted).
