@@ -16,6 +16,8 @@ from django_blamequeue import conf, job
 from django_blamequeue.checks import check_schedule_jobs
 from django_blamequeue.jobs import registry
 
+pytestmark = pytest.mark.django_db  # the plain check reads the migrations (E040)
+
 
 @pytest.fixture(autouse=True)
 def report_job() -> Iterator[None]:
