@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connections
 
-from django_blamequeue import job, queue
+from django_blamequeue import QueueError, Snooze, job, queue
 from django_blamequeue.jobs import registry
 from tests.conftest import need_server
 
@@ -82,6 +82,35 @@ def test_runworker_warns_of_a_queue_nothing_uses_with_the_nearest_name(
     assert "(blamequeue.W041)" in out
     queue.enqueue("bulk", {"n": 1}, name="tests.cmd.ok")  # a job on another queue: in use
     assert "W041" not in run("runworker", "cmd", "bulk", "--burst", "--no-sweep")
+
+
+def test_a_job_that_snoozes_forever_fails_at_its_bound_and_the_burst_ends(
+    jobs: dict[str, Any],
+) -> None:
+    """``--burst --wait-delayed`` waits for a snoozed job; ``max_snoozes`` bounds the wait."""
+
+    @job(queue="cmd", name="tests.cmd.not_yet", max_snoozes=3)
+    def not_yet(payload: Any) -> None:
+        raise Snooze(0.01)
+
+    try:
+        job_id = not_yet.enqueue({}).job_id
+        out = run("runworker", "cmd", "--burst", "--wait-delayed", "--no-sweep")
+    finally:
+        registry.unregister("tests.cmd.not_yet")
+    assert "burst finished: done 0 · retried 0 · failed 1 · snoozed 3 ·" in out, out
+    info = queue.get_job(job_id)
+    assert info is not None and info.state == "failed" and info.snoozes == 3
+    assert info.error == (
+        "Snooze: the job snoozed 3 times, the most it may (3: @job(max_snoozes=), else "
+        "MAX_SNOOZES); it fails instead of snoozing forever"
+    )
+
+
+def test_max_snoozes_is_refused_unless_a_count() -> None:
+    for bad in (-1, True, 1.5):
+        with pytest.raises(QueueError, match="max_snoozes must be an int from 0"):
+            job(queue="cmd", name="tests.cmd.bad", max_snoozes=bad)
 
 
 def test_runworker_says_it_runs_an_event_loop_for_async_jobs(jobs: dict[str, Any]) -> None:
