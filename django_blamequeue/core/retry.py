@@ -88,9 +88,7 @@ class RetryPolicy:
             backoff_max=o.backoff_max if o and o.backoff_max is not None else settings.backoff_max,
             backoff_jitter=o.jitter if o and o.jitter is not None else settings.backoff_jitter,
             retryable=o.retryable if o else None,
-            max_snoozes=o.max_snoozes
-            if o and o.max_snoozes is not None
-            else settings.max_snoozes,
+            max_snoozes=o.max_snoozes if o and o.max_snoozes is not None else settings.max_snoozes,
             missing_handler_timeout=settings.missing_handler_timeout,
         )
 
