@@ -21,10 +21,8 @@ from django_blamequeue.backends import get_backend, migration_state
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.exceptions import QueueError
 from django_blamequeue.jobs import registry
-from django_blamequeue.worker import atomic
 
 __all__ = [
-    "check_atomic_on_sqlite",
     "check_backends",
     "check_handlers",
     "check_migrated",
@@ -198,19 +196,6 @@ def _unreachable(alias: str, exc: Exception) -> checks.Warning:
         hint="Run the deployment checks where the engine is reachable.",
         id="blamequeue.W006",
     )
-
-
-def check_atomic_on_sqlite(
-    backend: Backend, queues: Sequence[str], concurrency: int
-) -> list[checks.CheckMessage]:
-    """W020: atomic jobs served on SQLite with ``concurrency`` > 1 (each holds the write lock
-    while its handler runs). Only a worker knows its concurrency: ``runworker`` runs this
-    at start and shows it in its banner; ``queue.consume`` logs the same text."""
-    contention = atomic.sqlite_contention(backend, queues, concurrency)
-    if contention is None:
-        return []
-    hint = "Run atomic jobs with --concurrency 1 on SQLite, or use PostgreSQL."
-    return [checks.Warning(contention, hint=hint, id="blamequeue.W020")]
 
 
 # -- before migrate, and names that lead nowhere ------------------------------------------------

@@ -30,6 +30,7 @@ from django_blamequeue.observability import metrics
 from django_blamequeue.relay.outbox import RelayReport, settle_pending
 from django_blamequeue.worker import atomic, fleet
 from django_blamequeue.worker.acks import PendingAcks, account
+from django_blamequeue.worker.atomic_turns import Turns
 from django_blamequeue.worker.batching import Gather
 from django_blamequeue.worker.checkpoint_writer import Checkpointer
 from django_blamequeue.worker.control_cache import ControlView
@@ -82,6 +83,7 @@ class Consumer:
         self._running: dict[str, Run] = {}
         self._acks = PendingAcks()
         self._probation = Probation(self._settings.max_stalled_count)
+        self._turns = Turns(backend, options.queues, dispatching=handler is None)
         self._gather = Gather(options.concurrency)
         #: Burst mode: what was left when the worker last looked (delayed jobs it leaves).
         self.left: Backlog | None = None
@@ -211,6 +213,7 @@ class Consumer:
         self._heartbeat()
         self.control.refresh(listener)
         self._start_alone()
+        self._start(self._turns.due(self._running))
         claimed_full = False
         free = 0 if self._stopping or self._probation.busy(self._running) else self._free_slots()
         hold = self._gather.hold(free, len(self._running), time.monotonic())
@@ -259,6 +262,7 @@ class Consumer:
     # -- claims ----------------------------------------------------------------------------
     def _claim(self, limit: int) -> int:
         queues, limits = self.control.claim_args()
+        queues = self._turns.claimable(queues)
         if not queues:  # every queue paused
             return 0
         try:
@@ -274,6 +278,7 @@ class Consumer:
     def _flush_and_claim(self, limit: int) -> int:
         """Ack what finished and lease up to ``limit`` more, in one transaction."""
         queues, limits = self.control.claim_args()
+        queues = self._turns.claimable(queues)
         if not queues:  # every queue paused
             self._flush()
             return 0
@@ -307,7 +312,7 @@ class Consumer:
             else:
                 runs.append(self._dispatch(run, now))
         read_flow_states(self.backend, runs)
-        self._start(self._probation.admit(runs))
+        self._start(self._turns.admit(self._probation.admit(runs)))
         self.counters.claimed += len(claimed)
         return len(claimed)
 
@@ -425,8 +430,8 @@ class Consumer:
         outcome: lifecycle.Outcome | None,
     ) -> None:
         """Take the decision away from the handler thread, free the slot, ack ``outcome``."""
-        if self._probation.discard(run):
-            pass  # held to run alone: it never started, no thread to interrupt
+        if self._probation.discard(run) or self._turns.discard(run):
+            pass  # held to run alone or waiting its turn: never started, no thread to stop
         elif not run.abandon(exc_type):  # type: ignore[arg-type]
             return  # it finished first; its outcome is already queued
         elif not is_async(run, self.handler):  # an async run's task was cancelled instead
@@ -525,7 +530,7 @@ class Consumer:
     # -- shutdown --------------------------------------------------------------------------
     def _shutdown_step(self) -> bool:
         """While stopping: wait for handlers until the grace ends, then release the rest."""
-        for held in self._probation.release_all():  # never started: give them back now
+        for held in [*self._probation.release_all(), *self._turns.release_all()]:  # not started
             self._decide(held, lifecycle.Released())
         now = time.monotonic()
         if self._running and self._grace_until is not None and now >= self._grace_until:
