@@ -10,6 +10,7 @@ it ends, so nobody can take the job over meanwhile either.
 from __future__ import annotations
 
 import io
+import itertools
 import re
 import threading
 import time
@@ -123,5 +124,5 @@ def test_on_sqlite_atomic_runs_take_turns_while_other_jobs_keep_their_slots() ->
     ) in text
     assert "burst finished: done 8 · retried 0 · failed 0" in text, text
     atomic, plain = sorted(spans["atomic"]), sorted(spans["plain"])
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(atomic, atomic[1:]))
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(atomic))
     assert max(start for start, _ in plain) < min(end for _, end in plain)  # all at once
