@@ -242,14 +242,33 @@ def check_migrated(
     return messages
 
 
+#: Django's commands that must work before ``migrate`` (or are it): E040 keeps quiet in them.
+#: ``runserver`` prints Django's own "unapplied migrations" line instead.
+_MIGRATION_COMMANDS = frozenset(
+    {
+        "migrate",
+        "makemigrations",
+        "showmigrations",
+        "sqlmigrate",
+        "squashmigrations",
+        "optimizemigration",
+        "runserver",
+    }
+)
+
+
 def _inside_migrate() -> bool:
-    """Called by Django's ``migrate`` (or a command built on it)? Django passes checks no
-    command, so look at the callers: a ``self`` that is a ``migrate`` command."""
-    from django.core.management.commands.migrate import Command as Migrate
+    """Called by ``migrate``, ``makemigrations`` and the other commands of
+    ``_MIGRATION_COMMANDS`` (or a command built on one, e.g. staticfiles' ``runserver``)?
+    Django passes checks no command, so look at the callers for a ``self`` that is one."""
+    from django.core.management.base import BaseCommand
 
     frame = sys._getframe(1)
     while frame is not None:
-        if isinstance(frame.f_locals.get("self"), Migrate):
+        caller = frame.f_locals.get("self")
+        if isinstance(caller, BaseCommand) and any(
+            cls.__module__.rpartition(".")[2] in _MIGRATION_COMMANDS for cls in type(caller).__mro__
+        ):
             return True
         frame = frame.f_back  # type: ignore[assignment]
     return False

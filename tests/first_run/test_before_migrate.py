@@ -50,3 +50,12 @@ except QueueError as exc:
         f"--once -> {NO_TABLES}",
         f"enqueue -> NOT_MIGRATED {FIX}",
     ], ran.output
+
+
+def test_the_commands_that_come_before_migrate_are_not_stopped_by_it(manage: Shell) -> None:
+    """A new user runs ``makemigrations`` for their own app, or looks at ``showmigrations``,
+    before ``migrate``: E040 must not stand in their way (only ``check`` and ours report it)."""
+    made = manage("makemigrations", "--check", "--dry-run")
+    assert made.returncode == 0 and "E040" not in made.output, made.output
+    shown = manage("showmigrations", "django_blamequeue")
+    assert shown.returncode == 0 and " [ ] 0001_initial" in shown.stdout, shown.output
