@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -245,11 +246,19 @@ def test_an_in_process_burst_worker_closes_its_database_connections_when_it_retu
     ]
     out = run("runworker", "cmd", "--burst", "--backend", "postgres", "--concurrency", "8")
     assert "burst finished: done 30" in out and all(i.job_id for i in ids)
-    with connections["postgres"].cursor() as cur:
-        cur.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> %s",
-            [mine],
-        )
-        (others,) = cur.fetchone()
-    assert others == 0
+
+    def others() -> tuple[int, str | None]:
+        with connections["postgres"].cursor() as cur:
+            cur.execute(
+                "SELECT count(*), string_agg(query || ' / ' || state, '; ') "
+                "FROM pg_stat_activity WHERE datname = current_database() AND pid <> %s",
+                [mine],
+            )
+            return cur.fetchone()  # type: ignore[return-value]
+
+    # A closed session's server process may take a moment to leave pg_stat_activity; a
+    # connection left open stays there for good.
+    deadline = time.monotonic() + 5
+    while (left := others())[0] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left[0] == 0, left[1]
