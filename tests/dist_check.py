@@ -76,11 +76,14 @@ def build() -> tuple[Path, Path]:
 
 
 def fresh_venv(wheel: Path) -> Path:
-    """A new virtualenv with the wheel installed: its python."""
+    """A new virtualenv with the wheel installed: its python. This checkout's pip installs
+    into it (``--python``: no pip of its own to bootstrap), from pip's cache where it can,
+    without compiling every module of Django to bytecode first."""
     venv = WORK / "venv"
-    run(sys.executable, "-m", "venv", "--clear", venv)
+    run(sys.executable, "-m", "venv", "--clear", "--without-pip", venv)
     python = venv / "bin" / "python"
-    run(python, "-m", "pip", "install", "--quiet", "--progress-bar", "off", wheel)
+    pip = (sys.executable, "-m", "pip", "--python", python, "install", "--quiet")
+    run(*pip, "--progress-bar", "off", "--no-compile", wheel)
     return python
 
 
@@ -130,7 +133,8 @@ def main() -> int:
     try:
         _, wheel = build()
         python = fresh_venv(wheel)
-        say(f"installed {wheel.name} alone into a fresh virtualenv ({python.parent.parent})")
+        took = time.monotonic() - started
+        say(f"installed {wheel.name} alone into a fresh virtualenv (.tmp/dist/venv, {took:.0f} s)")
         quickstart(python)
     except Failed as exc:
         print(f"dist check failed: {exc}", file=sys.stderr)
