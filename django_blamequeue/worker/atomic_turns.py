@@ -7,8 +7,9 @@ atomic job it claimed meanwhile waits its turn, held like a job on probation (no
 timeout not running, its lease renewed with the others), and starts as soon as the run before
 it ends. While one runs or waits, the worker's claims leave out the queues that hold only
 atomic jobs (a claim there could only add more waiting runs); every other queue is claimed as
-usual. So atomic jobs on a queue of their own cost the others at most the runs of one claim;
-mixed into a queue with other jobs, the ones waiting their turn hold slots.
+usual. A waiting run holds a lease but no slot (it has no thread): the worker claims other
+jobs into the slots as if it were not there, up to ``concurrency`` waiting runs, so a worker
+leases at most twice its slots.
 
 What stays: while an atomic handler runs, the database's write lock is its own, so this
 worker's claims and acks (and other processes' writes) wait for its commit. Short atomic jobs
@@ -68,6 +69,11 @@ class Turns:
         self.atomic_only = frozenset(q for q, kinds in by_queue.items() if kinds == {True})
         self._waiting: deque[Run] = deque()
         self._current: Run | None = None
+
+    @property
+    def waiting(self) -> int:
+        """Atomic runs claimed and not started: they hold a lease, not a slot."""
+        return len(self._waiting)
 
     def admit(self, runs: list[Run]) -> list[Run]:
         """The runs to start now: all but the atomic ones that must wait their turn."""

@@ -236,8 +236,14 @@ class Consumer:
             self._wake.wait(self._wait_time())
         return False
 
+    def _busy(self) -> int:
+        """Runs holding a slot. An atomic run waiting its turn holds none (it has no thread),
+        so the other jobs of its queue keep their slots; at most ``concurrency`` of them are
+        left out of the count, which bounds what a worker leases at twice its slots."""
+        return len(self._running) - min(self._turns.waiting, self.options.concurrency)
+
     def _free_slots(self) -> int:
-        free = self.options.concurrency - len(self._running)
+        free = self.options.concurrency - self._busy()
         return free if free <= 0 else min(free, self._starts.room(time.monotonic()))
 
     def _wait_time(self) -> float:
@@ -246,7 +252,7 @@ class Consumer:
             return self._error_delay
         if self._stopping:
             return 0.05
-        if self._running and len(self._running) >= self.options.concurrency:
+        if self._running and self._busy() >= self.options.concurrency:
             wait = self.options.poll_interval  # woken by the next finished handler
         elif self.backend.cheap_polling or self.options.burst:
             wait = self.options.fast_poll
@@ -255,7 +261,7 @@ class Consumer:
         wait = min(wait, self._starts.next_room(now))
         wait = min(wait, self.heartbeat.next_due(self._running, now))
         wait = min(wait, self.checkpointer.next_due(now))
-        if len(self._running) < self.options.concurrency:
+        if self._busy() < self.options.concurrency:
             wait = min(wait, self.control.rate_wait())  # a rate window may open before a poll
         return max(wait, 0.0005)
 
