@@ -27,7 +27,7 @@ from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import enqueueing, registry
 from django_blamequeue.jobs.origin import About, about_key
 from django_blamequeue.observability import tracing
-from django_blamequeue.worker import atomic, fleet
+from django_blamequeue.worker import fleet
 from django_blamequeue.worker.consumer import Consumer, WorkerOptions
 
 T = TypeVar("T")
@@ -255,10 +255,6 @@ class Queue:
             max_jobs=None if max_jobs is None else validation.positive_int(max_jobs, "max_jobs"),
         )
         target = get_backend(backend)
-        if handler is None and (
-            contention := atomic.sqlite_contention(target, options.queues, options.concurrency)
-        ):
-            logger.warning("%s (blamequeue.W020)", contention)
         consumer = Consumer(target, options, handler=handler)
         with self._lock:
             self._consumers = [c for c in self._consumers if c.alive] + [consumer]

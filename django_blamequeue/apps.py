@@ -23,7 +23,9 @@ class BlameQueueConfig(AppConfig):
         from django_blamequeue.checks import (
             check_backends,
             check_handlers,
+            check_migrated,
             check_queues_served,
+            check_schedule_jobs,
             check_settings,
         )
         from django_blamequeue.context import JobContextFilter
@@ -38,6 +40,8 @@ class BlameQueueConfig(AppConfig):
         request_finished.connect(origin.request_finished, dispatch_uid="blamequeue.origin")
         checks.register(check_settings, "blamequeue")
         checks.register(check_queues_served, "blamequeue")
+        checks.register(check_schedule_jobs, "blamequeue")
+        checks.register(check_migrated, "blamequeue")
         checks.register(check_backends, "blamequeue", deploy=True)
         checks.register(check_handlers, "blamequeue", deploy=True)
         for name in AUTODISCOVER_MODULES:

@@ -266,8 +266,9 @@ def _hand_back(outcome: Snoozed | NoHandler, *, policy: RetryPolicy, snoozes: in
         if snoozes >= policy.max_snoozes:
             return Transition(
                 state=State.FAILED,
-                error=f"Snooze: the job snoozed {snoozes} times, the most MAX_SNOOZES allows "
-                f"({policy.max_snoozes}); it fails instead of snoozing forever",
+                error=f"Snooze: the job snoozed {snoozes} times, the most it may "
+                f"({policy.max_snoozes}: @job(max_snoozes=), else MAX_SNOOZES); it fails "
+                "instead of snoozing forever",
                 reason=Reason.SNOOZED_TOO_OFTEN,
             )
         return Transition(

@@ -124,6 +124,7 @@ def job(
     on_retry: Hook | None = None,
     on_failure: Hook | None = None,
     base: type[BaseJob] | None = None,
+    max_snoozes: int | None = None,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -145,11 +146,15 @@ def job(
     on_retry: Hook | None = None,
     on_failure: Hook | None = None,
     base: type[BaseJob] | None = None,
+    max_snoozes: int | None = None,
 ) -> Any:
     """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``).
     ``backoff_base``, ``backoff_max`` and ``jitter`` replace the settings' for this job.
     ``concurrency_key``: the key of the queue's per-key limits for each run, a string or a
     callable of the payload (``enqueue(concurrency_key=...)`` overrides it).
+
+    ``max_snoozes``: how often a run may raise ``Snooze`` before the job fails
+    (``snoozed_too_often``); ``MAX_SNOOZES`` when None.
 
     ``atomic=True``: the handler's database writes commit in one transaction with the job's
     completion, fenced by its lease, so a run that lost its lease commits nothing
@@ -174,6 +179,7 @@ def job(
         backoff_base=backoff_base,
         backoff_max=backoff_max,
         jitter=jitter,
+        max_snoozes=max_snoozes,
     ).check_defaults()
     if not isinstance(atomic, bool):
         raise QueueError(ErrorCode.INVALID_HANDLER, "atomic must be True or False")

@@ -113,12 +113,21 @@ def account(
 
 def log_applied(run: Run, transition: Transition, state: State | None) -> None:
     """One WARNING line for each retry, an ERROR for each move to the DLQ, with the job's id,
-    name, queue and attempt and the error (what the operator reads at 3 a.m.). The traceback
-    goes with the final failure only (``LOG_TRACEBACKS``: "every" adds it to each retry's line,
-    "never" leaves it to the job's row): a flaky job does not fill the log with the same
-    frames attempt after attempt."""
+    name, queue and attempt and the error (what the operator reads at 3 a.m.); a WARNING for
+    each job a stopping worker released, its attempt given back. The traceback goes with the
+    final failure only (``LOG_TRACEBACKS``: "every" adds it to each retry's line, "never"
+    leaves it to the job's row): a flaky job does not fill the log with the same frames
+    attempt after attempt."""
     c = run.claimed
-    if state == State.PENDING and not transition.give_back_attempt:
+    if state == State.PENDING and transition.give_back_attempt:
+        if not (transition.snoozed or transition.reason == Reason.NO_HANDLER):
+            logger.warning(
+                "job %s (%s) on %s released: back to pending, attempt %s/%s given back",
+                *(c.job_id, c.name, c.queue, c.attempt, c.max_attempts),
+                extra={"job_id": c.job_id, "queue": c.queue, "attempt": c.attempt},
+            )
+        return
+    if state == State.PENDING:
         level, what = logging.WARNING, f"will be retried in {transition.delay:.3g} s"
     elif state == State.FAILED:
         level, what = logging.ERROR, "moved to the DLQ"

@@ -283,3 +283,16 @@ def _blocks(out: str) -> list[str]:
 
 def _utc(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%d %H:%M:%S UTC").replace(tzinfo=UTC)
+
+
+def test_show_of_a_job_retried_from_the_dlq_calls_the_reason_its_last_attempts(
+    jobs: dict[str, Any],
+) -> None:
+    """Pending again, not "pending (error)": the reason was the failed attempt's."""
+    job_id = jobs["boom"].enqueue({"n": 7}).job_id
+    drain("op", "--wait-delayed")
+    assert queue.dlq_retry(job_id)
+
+    out = run("blamequeue", "show", job_id)
+
+    assert re.search(r"^  state +pending \(last attempt: error\)$", out, re.M), out

@@ -11,17 +11,19 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
+from django.core.checks import CheckMessage
 from django.core.management.base import BaseCommand, CommandError
 
 from django_blamequeue.api import queue
 from django_blamequeue.backends import get_backend
-from django_blamequeue.checks import check_atomic_on_sqlite
+from django_blamequeue.checks import check_queues_known
 from django_blamequeue.conf import get_settings
 from django_blamequeue.core.records import Backlog
 from django_blamequeue.core.validation import MAX_SECONDS, parse_rate_limit
 from django_blamequeue.exceptions import QueueError
 from django_blamequeue.jobs import registry
 from django_blamequeue.management import supervisor
+from django_blamequeue.management.preflight import require_migrated
 from django_blamequeue.management.render import span
 from django_blamequeue.management.sizing import (
     DEFAULT_CONCURRENCY,
@@ -31,7 +33,7 @@ from django_blamequeue.management.sizing import (
 )
 from django_blamequeue.observability import metrics
 from django_blamequeue.sweeper import Sweeper, services_for
-from django_blamequeue.worker import fleet
+from django_blamequeue.worker import atomic_turns, fleet
 from django_blamequeue.worker.progress import ProgressLine, banner, worker_identity
 
 
@@ -118,7 +120,7 @@ class Command(BaseCommand):
             "--concurrency",
             type=positive_int,
             default=None,
-            help=f"handler slots (default {DEFAULT_CONCURRENCY}; 1 for atomic jobs on SQLite)",
+            help=f"handler slots (default {DEFAULT_CONCURRENCY})",
         )
         parser.add_argument("--lease", type=positive_float, default=None, help="lease seconds")
         parser.add_argument("--poll", type=positive_float, default=1.0, help="idle poll seconds")
@@ -182,6 +184,7 @@ class Command(BaseCommand):
         if not queues:
             raise CommandError("no queues given and no @job registered: name the queues to consume")
         settings = get_settings()
+        require_migrated()
         if options["processes"] is not None:
             self._supervise(queues, options)
             return
@@ -195,6 +198,8 @@ class Command(BaseCommand):
         gc.freeze()
         try:
             concurrency = options["concurrency"]
+            # Read before the worker starts: a job it finished would no longer count as use.
+            unused = check_queues_known(get_backend(options["backend"]), options["queues"])
             self._sizing = None
             if concurrency is None:
                 self._sizing = default_concurrency(get_backend(options["backend"]), queues)
@@ -218,7 +223,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         grace = settings.shutdown_grace if options["grace"] is None else options["grace"]
         sweeper = None if options["no_sweep"] else Sweeper(services_for([consumer.backend]))
-        self._print_banner(consumer, queues, grace, sweeper is not None)
+        self._print_banner(consumer, queues, grace, sweeper is not None, unused)
         if metrics_server is not None:
             host, bound = metrics_server.server_address[:2]
             self.stdout.write(f"  metrics  http://{host}:{bound}/metrics")
@@ -347,7 +352,14 @@ class Command(BaseCommand):
         except (ImproperlyConfigured, OSError) as exc:
             raise CommandError(f"--metrics-port {port}: {exc}") from exc
 
-    def _print_banner(self, consumer: Any, queues: list[str], grace: float, sweeping: bool) -> None:
+    def _print_banner(
+        self,
+        consumer: Any,
+        queues: list[str],
+        grace: float,
+        sweeping: bool,
+        unused: list[CheckMessage],
+    ) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -381,14 +393,15 @@ class Command(BaseCommand):
                 else "none",
             ),
             ("async jobs", _async_row(queues, consumer.options.concurrency)),
+            *[("atomic jobs", t) for t in [atomic_turns.describe(b, queues)] if t],
             ("shutdown grace", f"{grace:g} s"),
             ("sweeper", "on" if sweeping else "off (--no-sweep)"),
             ("mode", _mode(consumer.options)),
         ]
         rows += _control_rows(consumer)
         rows += [("warning", text) for text in b.deployment_warnings()]
-        for warning in check_atomic_on_sqlite(b, queues, opts.concurrency):
-            rows.append(("warning", f"{warning.msg} ({warning.id})"))
+        for warning in unused:
+            rows.append(("warning", f"{warning.msg}. {warning.hint} ({warning.id})"))
         self.stdout.write(banner(f"django-blamequeue {ver} · runworker", rows))
 
 
