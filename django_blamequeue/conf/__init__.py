@@ -88,6 +88,8 @@ class Settings:
     max_snoozes: int = 1000
     missing_handler_timeout: float = 7 * _DAY
     origin_site: bool = True  # record the enqueue's call site in JobInfo.origin
+    #: Which attempts a job's history keeps: "failures" (every attempt not done), "all", "off".
+    attempt_history: str = "failures"
 
 
 _UNSET: Any = object()
@@ -287,6 +289,7 @@ _PLAIN_KEYS = (
     "MAX_SNOOZES",
     "MISSING_HANDLER_TIMEOUT",
     "ORIGIN_SITE",
+    "ATTEMPT_HISTORY",
 )
 _FLOAT_FIELDS = (
     "default_lease",

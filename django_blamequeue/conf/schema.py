@@ -96,6 +96,7 @@ TOP_KEYS = (
     "MAX_SNOOZES",
     "MISSING_HANDLER_TIMEOUT",
     "ORIGIN_SITE",
+    "ATTEMPT_HISTORY",
 )
 #: Keys of a ``QUEUES`` entry: the default limits of that queue (docs/control.md).
 QUEUE_KEYS = ("CONCURRENCY", "KEY_CONCURRENCY", "RATE_LIMIT", "KEY_RATE_LIMIT")

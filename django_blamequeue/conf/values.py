@@ -118,4 +118,5 @@ SCALARS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "MAX_SNOOZES": (lambda v: is_int(v) and 0 <= v <= MAX_INT, COUNT_0),
     "MISSING_HANDLER_TIMEOUT": (lambda v: is_number(v) and 0 < v <= MAX_SECONDS, SECONDS),
     "ORIGIN_SITE": (lambda v: isinstance(v, bool), "True or False"),
+    "ATTEMPT_HISTORY": (lambda v: v in ("failures", "all", "off"), '"failures", "all" or "off"'),
 }

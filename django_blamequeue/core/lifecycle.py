@@ -188,20 +188,9 @@ def _decide(
         case Succeeded(result):
             return Transition(state=State.DONE, result=result, yields_to_cancel=False)
         case Raised(exc, trace):
-            error = describe(exc)
-            if isinstance(exc, Retry):  # asked for by the handler: spends the attempt
-                return _retry_or_fail(
-                    attempt, max_attempts, policy, error, trace, Reason.ERROR, exc.delay
-                )
-            if isinstance(exc, Unrecoverable):
-                return Transition(
-                    state=State.FAILED, error=error, traceback=trace, reason=Reason.UNRECOVERABLE
-                )
-            if not is_retryable(exc, policy.retryable):
-                return Transition(
-                    state=State.FAILED, error=error, traceback=trace, reason=Reason.NOT_RETRYABLE
-                )
-            return _retry_or_fail(attempt, max_attempts, policy, error, trace, Reason.ERROR)
+            return replace(
+                _raised(exc, trace, attempt, max_attempts, policy), error_type=type_path(exc)
+            )
         case TimedOut(timeout):
             error = f"JobTimeout: the attempt ran past its timeout of {timeout:g} s"
             return _retry_or_fail(attempt, max_attempts, policy, error, "", Reason.TIMEOUT)
@@ -216,6 +205,35 @@ def _decide(
         case BadJob(message):
             return Transition(state=State.FAILED, error=message, reason=Reason.BAD_JOB)
     raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
+
+
+def _raised(
+    exc: BaseException, trace: str, attempt: int, max_attempts: int, policy: RetryPolicy
+) -> Transition:
+    error = describe(exc)
+    if isinstance(exc, Retry):  # asked for by the handler: spends the attempt
+        return _retry_or_fail(attempt, max_attempts, policy, error, trace, Reason.ERROR, exc.delay)
+    if isinstance(exc, Unrecoverable):
+        return Transition(
+            state=State.FAILED, error=error, traceback=trace, reason=Reason.UNRECOVERABLE
+        )
+    if not is_retryable(exc, policy.retryable):
+        return Transition(
+            state=State.FAILED, error=error, traceback=trace, reason=Reason.NOT_RETRYABLE
+        )
+    return _retry_or_fail(attempt, max_attempts, policy, error, trace, Reason.ERROR)
+
+
+def type_path(exc: BaseException) -> str:
+    """The exception's class as ``module.QualName`` (builtins by name alone): what the attempt
+    history keeps and the console filters by. Never raises (a metaclass may do anything)."""
+    try:
+        cls = type(exc)
+        module, name = str(cls.__module__), str(cls.__qualname__)
+    except BaseException:
+        return _type_name(exc)
+    path = name if module == "builtins" else f"{module}.{name}"
+    return path[:255]  # the column's length
 
 
 def _hand_back(outcome: Snoozed | NoHandler, *, policy: RetryPolicy, snoozes: int) -> Transition:

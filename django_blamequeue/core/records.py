@@ -178,6 +178,8 @@ class Transition:
     snoozed: bool = False  # the handler raised Snooze: count it on the job
     yields_to_cancel: bool = True  # a pending cancel request turns this into CANCELLED
     children: tuple[ChildSpec, ...] = ()  # WAITING_CHILDREN: the fan-out manifest
+    #: The dotted class of the exception that ended the attempt (the attempt history keeps it).
+    error_type: str | None = None
 
     def __post_init__(self) -> None:
         """Texts every engine can store (``texts.storable``): no NUL, bounded."""
@@ -192,6 +194,8 @@ class Ack:
     job_id: str
     token: str
     transition: Transition
+    #: The worker that ran the attempt (its registry id), for the attempt history.
+    worker: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -325,6 +329,26 @@ class JobInfo:
     about: str | None = None  # "app_label.model_name:pk" of the object it is about
     origin: Mapping[str, Any] | None = None  # site, request, user, parent_job, schedule, flow
     checkpoint: Any = None  # the value the job's last ``ctx.checkpoint`` stored (decoded)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptInfo:
+    """One attempt of a job as its history keeps it (``Backend.attempts``): which worker ran
+    it, when, and how it ended — ``done``, ``retried`` (back to pending after a failure),
+    ``failed`` (to the DLQ), ``cancelled`` or ``stalled`` (its lease expired). ``attempt``
+    restarts at 1 after a DLQ retry; ``seq`` orders the whole history."""
+
+    job_id: str
+    seq: int
+    attempt: int
+    outcome: str
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    worker: str | None = None
+    reason: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+    traceback: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
