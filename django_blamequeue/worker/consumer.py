@@ -46,6 +46,7 @@ from django_blamequeue.worker.execution import (
 from django_blamequeue.worker.heartbeat import Heartbeat
 from django_blamequeue.worker.probation import Probation
 from django_blamequeue.worker.slots import SlotPool
+from django_blamequeue.worker.tally import Tally
 
 logger = logging.getLogger("django_blamequeue.worker")
 
@@ -71,6 +72,7 @@ class Consumer:
         self.options = options
         self.handler = handler
         self.counters = Counters()
+        self.tally = Tally(backend, options.lease)  # the console's charts
         self.heartbeat = Heartbeat(backend, options.lease)
         self.listening = False
         self._settings = get_settings()
@@ -103,6 +105,7 @@ class Consumer:
         self.registration = fleet.Registration(
             backend, options.queues, options.concurrency, names, self._snapshot
         )
+        self._acks.worker = self.registration.worker_id  # each attempt's history names it
 
     # -- control ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -157,6 +160,7 @@ class Consumer:
                 listener.stop()
             self.pool.stop()
             self.loop.stop()
+            self.tally.flush_due(time.monotonic(), force=True)
             self._settle_queued()
             if self.options.register:
                 self.registration.stop()
@@ -206,6 +210,7 @@ class Consumer:
         if self._stopping and self._shutdown_step():
             return True
         self._heartbeat()
+        self.tally.flush_due(time.monotonic())
         self.control.refresh(listener)
         self._start_alone()
         claimed_full = False
@@ -406,6 +411,7 @@ class Consumer:
                 self._running.pop(run.claimed.job_id, None)
                 self.checkpointer.end(run, keep=False)  # acked already: nothing to resume
                 account(self.counters, self.backend.alias, run, atomic.SETTLED, run.settled)
+                self.tally.add(run, atomic.SETTLED, run.settled)
                 continue
             self._decide(run, run.outcome)
 
@@ -501,6 +507,7 @@ class Consumer:
     def _settle(self, results: list[AckResult]) -> None:
         for run, transition, res in self._acks.applied(results):
             account(self.counters, self.backend.alias, run, transition, res)
+            self.tally.add(run, transition, res)
 
     def _failed(self, what: str, exc: BaseException) -> None:
         """A backend call (or a whole round) failed: log it and back off (0.1 s doubling

@@ -4,10 +4,14 @@ resolution, bounded by their window."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
+from django_blamequeue import queue
+from django_blamequeue.audit import CONSUME_FAILURE, CONSUME_SUCCESS
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core.timeseries import (
     RESOLUTIONS,
@@ -17,6 +21,8 @@ from django_blamequeue.core.timeseries import (
     floor,
     histogram,
 )
+from django_blamequeue.sweeper.depths import Depths
+from django_blamequeue.testing import capture_events
 
 from .support import later
 
@@ -120,3 +126,39 @@ def test_an_engine_that_expires_buckets_has_nothing_to_prune(backend: str, engin
     t = later(engine, 0)
     engine.record_samples([sample(done=1)], now=t)
     assert engine.prune_buckets(now=t + timedelta(days=30)) == 0
+
+
+def test_a_workers_acked_attempts_reach_the_chart_by_the_time_it_stops(
+    backend: str, engine: Backend, register: Callable[..., Any]
+) -> None:
+    def sometimes(payload: Any) -> None:
+        if payload["fail"]:
+            raise ValueError("no")
+
+    definition = register(sometimes, max_attempts=1)
+    ids = [definition.enqueue({"fail": fail}, backend=backend).job_id for fail in (0, 1, 0)]
+    with capture_events() as events:
+        consumer = queue.consume(definition.queue, None, backend=backend, poll_interval=0.05)
+        assert events.wait_for_action(CONSUME_FAILURE) and events.wait_for(
+            lambda evs: sum(1 for e in evs if e.action == CONSUME_SUCCESS) >= 2
+        )
+        consumer.cancel()
+        assert consumer.join(10)
+    t = floor(engine.now(), 60)  # the flush may have landed in the minute before
+    found = engine.buckets(60, t - timedelta(minutes=1), t + timedelta(minutes=1))
+    assert {b.name for b in found} == {definition.name}
+    assert sum(b.done for b in found) == 2 and sum(b.failed for b in found) == 1
+    assert sum(sum(b.wait) for b in found) == 3 and sum(sum(b.run) for b in found) == 3
+    (attempt,) = queue.attempts(ids[1], backend=backend)
+    assert attempt.worker == consumer.registration.worker_id
+
+
+def test_the_sweeper_records_each_queues_depth(backend: str, engine: Backend) -> None:
+    for _ in range(3):
+        queue.enqueue("deep", {}, backend=backend)
+    queue.enqueue("deep", {}, delay=600, backend=backend)
+    t = later(engine, 0)
+    report = Depths(engine).run_once(now=t)
+    assert report.queues == 1
+    (b,) = read(engine, 60, t, queue="deep")
+    assert (b.name, b.depth) == ("", 4)
