@@ -229,6 +229,7 @@ class JobAdmin(ReadOnlyAdmin):
             path("queues/resume/", wrap(console.resume), name=name + "resume"),
             path("queues/limits/", wrap(console.limits), name=name + "limits"),
             path("workers/", wrap(console.workers), name=name + "workers"),
+            path("charts/", wrap(console.charts), name=name + "charts"),
             path("flow/<str:flow_id>/", wrap(console.flow), name=name + "flow"),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name=name + "cancel"),
             *super().get_urls(),
