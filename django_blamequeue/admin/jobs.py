@@ -20,7 +20,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
-from django_blamequeue.admin import display, operations, provenance
+from django_blamequeue.admin import attempts, display, operations, provenance
 from django_blamequeue.admin.base import (
     CANCEL,
     RETRY,
@@ -244,6 +244,7 @@ class JobAdmin(ReadOnlyAdmin):
     ) -> HttpResponse:
         require(request, VIEW)
         info = job_or_404(object_id, request.GET.get("backend"))
+        rounds, history_error = attempts.history(info)
         trail = list(
             AuditEvent.objects.using(backend_database(info.backend))
             .filter(job_id=info.job_id)
@@ -277,6 +278,8 @@ class JobAdmin(ReadOnlyAdmin):
                 (e, display.relative(e.created_at), display.pretty_json(e.data)) for e in trail
             ],
             "trail_truncated": len(trail) >= AUDIT_TRAIL_ROWS,
+            "rounds": rounds,
+            "history_error": history_error,
             "audit_url": reverse("admin:django_blamequeue_auditevent_changelist")
             + "?"
             + urlencode({"job_id": info.job_id, "backend": info.backend}),
