@@ -156,8 +156,8 @@ def charts_page(request: HttpRequest, console: Console) -> HttpResponse:
 
     def link(**change: str | None) -> str:
         query = {"backend": backend.alias, "queue": q, "name": name, "range": resolution.label}
-        query = {k: v for k, v in {**query, **change}.items() if v is not None}
-        return reverse("admin:django_blamequeue_job_charts") + "?" + urlencode(query)
+        kept = {k: v for k, v in {**query, **change}.items() if v is not None}
+        return reverse("admin:django_blamequeue_job_charts") + "?" + urlencode(kept)
 
     return console.render(
         request,

@@ -145,8 +145,7 @@ def bars(
             y0, y1 = _y(base, top), _y(base + v, top)
             segments.append(
                 format_html(
-                    '<rect data-series="{}" x="{}" y="{}" width="{}" height="{}" '
-                    'fill="{}"/>',
+                    '<rect data-series="{}" x="{}" y="{}" width="{}" height="{}" fill="{}"/>',
                     s.key,
                     _x(i, n) - width / 2,
                     y1,
@@ -251,8 +250,11 @@ def sparkline(done: Sequence[int], failed: Sequence[int], title: str) -> SafeStr
     down = format_html_join(
         "",
         '<rect x="{}" y="{}" width="{}" height="{}" fill="#c8372d"/>',
-        ((_n(i * step), _n(mid), _n(max(step - 0.5, 0.5)), _n(mid * v / top))
-         for i, v in enumerate(failed) if v),
+        (
+            (_n(i * step), _n(mid), _n(max(step - 0.5, 0.5)), _n(mid * v / top))
+            for i, v in enumerate(failed)
+            if v
+        ),
     )
     return format_html(
         '<svg class="bq-spark" viewBox="0 0 {} {}" width="{}" height="{}" role="img" '

@@ -55,13 +55,3 @@ def new_token() -> str:
     """A lease token: unguessable, so only the worker that claimed can ack."""
     return os.urandom(16).hex()
 
-
-def id_floor(ms: int) -> str:
-    """The smallest id minted at ``ms`` milliseconds since the epoch (or later): ids sort by
-    time, so ``id >= id_floor(t)`` is an index range over the jobs created since ``t``."""
-    return _b32(max(0, ms) << _RANDOM_BITS, 26)
-
-
-def id_ceiling(ms: int) -> str:
-    """The largest id minted at ``ms`` milliseconds since the epoch (or earlier)."""
-    return _b32((max(0, ms) << _RANDOM_BITS) | ((1 << _RANDOM_BITS) - 1), 26)
