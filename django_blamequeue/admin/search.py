@@ -52,9 +52,7 @@ class PayloadAt(Func):
         super().__init__(F("payload"), F("content_type"))
         self.path = path
 
-    def as_postgresql(
-        self, compiler: Any, connection: Any, **extra: Any
-    ) -> tuple[str, list[Any]]:
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
         sql, params = super().as_sql(
             compiler, connection, function="blamequeue_payload_json", **extra
         )

@@ -54,4 +54,3 @@ def child_id(parent_id: str, key: str) -> str:
 def new_token() -> str:
     """A lease token: unguessable, so only the worker that claimed can ack."""
     return os.urandom(16).hex()
-
