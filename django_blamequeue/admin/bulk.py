@@ -3,8 +3,8 @@ another queue or change the priority of the checked jobs or of every job the lis
 match.
 
 Three steps. The list's "all matching" form (or a checked-rows action) opens a confirmation
-page that states N, the jobs the action applies to, and fixes a bound: the newest matching
-id at that moment, so jobs created after the confirmation are never touched. The POST then
+page that states N, the jobs the action applies to, and fixes a bound: the moment it was
+made, so jobs created after the confirmation are never touched. The POST then
 works newest to oldest in batches of ``BATCH`` through the backend's bulk verbs; when a
 request has used ``BUDGET`` seconds it answers a progress page that posts the next step by
 itself (a few lines of JS; a button without it), so no request runs long enough to time
@@ -46,11 +46,12 @@ from django_blamequeue.admin.base import (
     RETRY,
     allowed,
     backend_or_404,
+    local_backends,
     require,
-    selected_backend,
 )
 from django_blamequeue.admin.overview import Console
 from django_blamequeue.api import queue
+from django_blamequeue.conf import get_settings
 from django_blamequeue.core.states import TERMINAL
 from django_blamequeue.core.validation import priority as valid_priority
 from django_blamequeue.exceptions import QueueError
@@ -71,7 +72,8 @@ EDITABLE = ("pending", "blocked", "failed")
 
 @dataclass(frozen=True)
 class Verb:
-    label: str  # "Retry", shown on buttons and in messages
+    label: str  # "Retry", shown on buttons and titles
+    did: str  # "retried", for the message once done
     permission: str
     states: Callable[[QuerySet[Job]], QuerySet[Job]]  # the jobs the verb applies to
     explains: str
@@ -79,28 +81,36 @@ class Verb:
 
 VERBS: dict[str, Verb] = {
     "retry": Verb(
-        "Retry", RETRY, lambda qs: qs.filter(state="failed"), "failed jobs back to pending"
+        "Retry",
+        "retried",
+        RETRY,
+        lambda qs: qs.filter(state="failed"),
+        "failed jobs back to pending",
     ),
     "cancel": Verb(
         "Cancel",
+        "cancelled or told to stop",
         CANCEL,
         lambda qs: qs.exclude(state__in=TERMINAL),
         "waiting jobs cancelled, running ones told to stop",
     ),
     "delete": Verb(
         "Delete",
+        "deleted",
         PURGE,
         lambda qs: qs.exclude(state__in=RUNNING),
         "deleted with their history (running jobs are kept); this cannot be undone",
     ),
     "move": Verb(
         "Move",
+        "moved",
         MOVE,
         lambda qs: qs.filter(state__in=EDITABLE),
         "pending, blocked and failed jobs moved to another queue",
     ),
     "priority": Verb(
         "Change the priority of",
+        "given the new priority",
         REPRIORITIZE,
         lambda qs: qs.filter(state__in=EDITABLE),
         "pending, blocked and failed jobs given a new priority",
@@ -159,19 +169,34 @@ def matching(model_admin: JobAdmin, request: HttpRequest, params: QueryDict) -> 
     return found.order_by()
 
 
+def local_alias(params: QueryDict) -> str:
+    """The local backend whose job list the filter reads (the list's own default when it
+    names none); a remote backend has no job list to act on."""
+    wanted = params.get("backend")
+    aliases = [b.alias for b in local_backends()]
+    if wanted and wanted not in aliases:
+        raise IncorrectLookupParameters(f"backend {wanted!r} has no job list to act on")
+    if wanted:
+        return wanted
+    default = get_settings().default_backend
+    if default in aliases or not aliases:
+        return default
+    return aliases[0]
+
+
 def selection(
     model_admin: JobAdmin, request: HttpRequest, verb: Verb, data: QueryDict
-) -> tuple[QuerySet[Job], QueryDict, list[str]]:
-    """The jobs an action applies to: the checked ids or the filter's matches, narrowed to
-    the states the verb acts on."""
+) -> tuple[QuerySet[Job], QueryDict, list[str], str]:
+    """The jobs an action applies to — the checked ids or the filter's matches, narrowed to
+    the states the verb acts on — and the backend they are on."""
     checked = _job_ids(data.getlist("job_id")[: operations.MAX_SELECTED])
     params = filter_params(data)
+    alias = local_alias(params)
     if checked:
-        alias = params.get("backend") or selected_backend(request)
         qs = model_admin.get_queryset_for(alias).filter(id__in=checked)
     else:
         qs = matching(model_admin, request, params)
-    return verb.states(qs), params, checked
+    return verb.states(qs), params, checked, alias
 
 
 def apply(verb: str, backend: str, ids: list[str], target: Target) -> int:
@@ -198,13 +223,12 @@ def bulk(request: HttpRequest, model_admin: JobAdmin) -> HttpResponse:
     require(request, verb.permission)
     try:
         target = Target.of(verb_key, data, required=request.method == "POST")
-        jobs, params, checked = selection(model_admin, request, verb, data)
+        jobs, params, checked, alias = selection(model_admin, request, verb, data)
     except IncorrectLookupParameters as exc:
         return HttpResponseBadRequest(str(exc))
-    backend = backend_or_404(params.get("backend") or selected_backend(request))
     if request.method == "GET":
-        return confirm(request, model_admin, verb_key, jobs, params, checked, target, backend.alias)
-    return run(request, model_admin, verb_key, jobs, params, checked, target, backend.alias)
+        return confirm(request, model_admin, verb_key, jobs, params, checked, target, alias)
+    return run(request, model_admin, verb_key, jobs, params, checked, target, alias)
 
 
 def confirm(
@@ -326,7 +350,7 @@ def run(
         using=backend_or_404(backend).database,
     )
     note = "" if done == confirmed else f" (the confirmation said {confirmed:,})"
-    messages.success(request, f"{verb.label}: {done:,} job(s){note}.")
+    messages.success(request, f"{done:,} job(s) {verb.did}{note}.")
     return HttpResponseRedirect(
         reverse("admin:django_blamequeue_job_changelist") + "?" + params.urlencode()
     )

@@ -63,6 +63,25 @@ def test_jobs_are_found_by_a_payload_value_at_a_json_path(
     assert listed(admin_client_, backend=backend, arg="missing=1") == []
 
 
+def test_argument_search_survives_a_parallel_plan_on_postgresql(admin_client_: Client) -> None:
+    """The payload function's exception block may not run in a parallel worker: a large
+    table's parallel scan (here forced) must still answer."""
+    from django.db import connections
+
+    from tests.conftest import need_server
+
+    need_server("postgres")
+    ids = make_jobs("orders", 2, backend="postgres", payloads=[{"c": 1}, {"c": 2}])
+    with connections["postgres"].cursor() as cur:
+        cur.execute("SHOW server_version_num")
+        knob = "debug_parallel_query" if int(cur.fetchone()[0]) >= 160000 else "force_parallel_mode"
+        cur.execute(f"SET {knob} = on")
+        try:
+            assert listed(admin_client_, backend="postgres", arg="c=2") == [ids[1]]
+        finally:
+            cur.execute(f"RESET {knob}")
+
+
 def test_a_bad_argument_path_is_refused_not_ignored(admin_client_: Client) -> None:
     make_jobs("orders", 1)
     response = admin_client_.get(f"{JOB}?arg=customer_id')--=1")
@@ -193,6 +212,14 @@ def test_bulk_actions_refuse_undocumented_filters(admin_client_: Client) -> None
         assert response.status_code == 400
         assert "not a job list filter" in text(response)
     assert all(queue.get_job(i) is not None for i in ids)
+
+
+def test_bulk_actions_act_only_on_a_local_backends_job_list(admin_client_: Client) -> None:
+    ids = make_jobs("x", 1)
+    response = admin_client_.get(BULK, {"verb": "delete", "filters": "backend=redis"})
+    assert response.status_code == 400
+    assert "has no job list" in text(response)
+    assert queue.get_job(ids[0]) is not None
 
 
 # -- attempt history -----------------------------------------------------------------------
