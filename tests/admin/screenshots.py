@@ -104,10 +104,10 @@ def console() -> dict[str, object]:
             )
         backend.record_samples(samples, at)
     payloads = [{"customer_id": 1234 if i % 3 else 77, "amount": 10 + i} for i in range(30)]
-    make_jobs("payments", 30, payloads=payloads, max_attempts=1, name="demo.jobs.charge")
+    make_jobs("payments", 30, payloads=payloads, max_attempts=1)
     settle("payments", ["failed"] * 30, error="TimeoutError: the payment provider took 30 s")
     # One job's attempts: three failures, a DLQ retry, two more.
-    [job_id] = make_jobs("invoices", 1, max_attempts=3, name="demo.jobs.send_invoice")
+    [job_id] = make_jobs("invoices", 1, max_attempts=3)
     errors = ["TimeoutError: smtp.example.com", "ConnectionError: connection reset by peer"]
     for round_ in (3, 2):
         for attempt in range(1, round_ + 1):
