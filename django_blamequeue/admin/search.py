@@ -65,11 +65,13 @@ class PayloadAt(Func):
         content_type, p2 = compiler.compile(self.source_expressions[1])
         where = "$" + "".join(f"[{s}]" if s.isdigit() else f'."{s}"' for s in self.path)
         text = f"CAST({payload} AS TEXT)"
+        # JSON true/false read as 'true'/'false', as PostgreSQL's #>> reads them (not 1/0).
         sql = (
             f"(CASE WHEN {content_type} = 'application/json' AND json_valid({text}) "
-            f"THEN CAST(json_extract({text}, %s) AS TEXT) END)"
+            f"THEN CASE json_type({text}, %s) WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' "
+            f"ELSE CAST(json_extract({text}, %s) AS TEXT) END END)"
         )
-        return sql, [*p2, *p1, *p1, where]
+        return sql, [*p2, *p1, *p1, where, *p1, where]
 
     def as_sql(  # type: ignore[override]
         self, compiler: Any, connection: Any, **extra: Any
@@ -276,8 +278,9 @@ SEARCH_FILTERS = (
     CreatedBeforeFilter,
 )
 
-#: Every parameter the job list's URL may carry: its filters, its search box, the page and
-#: Django's own bookkeeping. Anything else is refused by the bulk actions.
+#: Every parameter the job list's URL may carry: its filters (``flow_id`` and ``trace_id``
+#: are the links of the job and flow pages), its search box, the page and the ordering.
+#: Anything else is refused by the bulk actions.
 ALLOWED_PARAMS = frozenset(
     {
         "backend",
@@ -288,10 +291,11 @@ ALLOWED_PARAMS = frozenset(
         "classification",
         "about",
         "origin",
+        "flow_id",
+        "trace_id",
         "q",
         "p",
         "o",
-        "_changelist_filters",
         *(str(f.parameter_name) for f in SEARCH_FILTERS),
     }
 )

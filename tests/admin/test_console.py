@@ -53,13 +53,14 @@ def test_jobs_are_found_by_a_payload_value_at_a_json_path(
 
         need_server("postgres")
     payloads = [
-        {"customer_id": 1234, "order": {"lines": [{"sku": "A-1"}]}},
-        {"customer_id": 99, "order": {"lines": [{"sku": "B-2"}]}},
+        {"customer_id": 1234, "order": {"lines": [{"sku": "A-1"}]}, "paid": True},
+        {"customer_id": 99, "order": {"lines": [{"sku": "B-2"}]}, "paid": False},
         {"customer_id": "1234x"},
     ]
     ids = make_jobs("orders", 3, backend=backend, payloads=payloads)
     assert listed(admin_client_, backend=backend, arg="customer_id=1234") == [ids[0]]
     assert listed(admin_client_, backend=backend, arg="order.lines.0.sku=B-2") == [ids[1]]
+    assert listed(admin_client_, backend=backend, arg="paid=false") == [ids[1]]
     assert listed(admin_client_, backend=backend, arg="missing=1") == []
 
 
