@@ -22,7 +22,7 @@ from django_blamequeue.conf import get_settings
 from django_blamequeue.core import ids, validation
 from django_blamequeue.core.controls import ControlState, QueueControl, QueueLimits, WorkerInfo
 from django_blamequeue.core.dag import DAG_OPTIONS, validate_dag
-from django_blamequeue.core.records import EnqueuedJob, JobInfo
+from django_blamequeue.core.records import AttemptInfo, EnqueuedJob, JobInfo
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import enqueueing, registry
 from django_blamequeue.jobs.origin import About, about_key
@@ -337,6 +337,44 @@ class Queue:
         q = validation.queue_name(queue_name)
         return _call(b, lambda: b.dlq_retry_all(q))
 
+    def dlq_retry_many(self, job_ids: Sequence[str], *, backend: str | None = None) -> int:
+        """The failed jobs among ``job_ids`` back to pending; answers how many."""
+        b, found = get_backend(backend), _ids(job_ids)
+        return _call(b, lambda: b.dlq_retry_many(found)) if found else 0
+
+    def delete_jobs(self, job_ids: Sequence[str], *, backend: str | None = None) -> int:
+        """Delete these jobs unless running (inflight, waiting for children), with their
+        flow rows and history; answers how many. Each deletion is audited."""
+        b, found = get_backend(backend), _ids(job_ids)
+        return _call(b, lambda: b.delete_jobs(found)) if found else 0
+
+    def move_jobs(
+        self, job_ids: Sequence[str], queue_name: str, *, backend: str | None = None
+    ) -> int:
+        """Move the pending, blocked and failed ones among these jobs to ``queue_name``
+        (a waiting job whose dedupe key a live job holds there stays); answers how many."""
+        b, found = get_backend(backend), _ids(job_ids)
+        q = validation.queue_name(queue_name)
+        return _call(b, lambda: b.move_jobs(found, q)) if found else 0
+
+    def set_priority(
+        self, job_ids: Sequence[str], priority: int, *, backend: str | None = None
+    ) -> int:
+        """Give the pending, blocked and failed ones among these jobs ``priority``; answers
+        how many changed."""
+        b, found = get_backend(backend), _ids(job_ids)
+        p = validation.priority(priority)
+        return _call(b, lambda: b.set_priority(found, p)) if found else 0
+
+    def attempts(self, job_id: str, backend: str | None = None) -> list[AttemptInfo]:
+        """The job's attempt history, oldest first (``ATTEMPT_HISTORY`` says which are
+        kept); [] for an unknown job."""
+        validation.identifier(job_id)
+        b, info = self._find(job_id, backend)
+        if info is None:
+            return []
+        return _call(b, lambda: b.attempts(job_id), idempotent=True)
+
     @staticmethod
     def _require_dlq(b: Backend) -> None:
         if not b.supports_dlq_listing:
@@ -471,6 +509,21 @@ class Queue:
         for b in [get_backend(backend)] if backend else all_backends():
             found += fleet.workers(b)
         return found
+
+
+#: The most job ids one bulk call takes (the console sends 500 at a time).
+MAX_IDS = 10_000
+
+
+def _ids(job_ids: object) -> list[str]:
+    """Job ids of a bulk call: a list or tuple of ids, at most ``MAX_IDS``; duplicates once."""
+    if isinstance(job_ids, str) or not isinstance(job_ids, list | tuple):
+        raise QueueError(ErrorCode.BAD_ARGUMENT, f"job_ids must be a list of ids, not {job_ids!r}")
+    if len(job_ids) > MAX_IDS:
+        raise QueueError(
+            ErrorCode.BAD_ARGUMENT, f"at most {MAX_IDS:,} job ids a call, not {len(job_ids):,}"
+        )
+    return sorted({validation.identifier(j) for j in job_ids})
 
 
 def _definition(name: object) -> registry.JobDefinition | None:

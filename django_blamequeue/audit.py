@@ -48,6 +48,10 @@ PAUSE = "system.queue.pause"
 RESUME = "system.queue.resume"
 LIMITS = "system.queue.limits"
 SNOOZE = "system.queue.snooze"
+#: Operators' bulk edits of jobs (``Backend.delete_jobs``, ``move_jobs``, ``set_priority``).
+DELETE = "system.queue.delete"
+MOVE = "system.queue.move"
+PRIORITY = "system.queue.priority"
 NO_HANDLER = "system.queue.no_handler"  # handed back: this worker has no handler for it
 ADMIN_PREFIX = "system.queue.admin."
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -20,9 +20,10 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
-from django_blamequeue.admin import display, operations, provenance
+from django_blamequeue.admin import attempts, bulk, display, operations, provenance, search
 from django_blamequeue.admin.base import (
     CANCEL,
+    PURGE,
     RETRY,
     VIEW,
     ReadOnlyAdmin,
@@ -51,7 +52,13 @@ from django_blamequeue.models import AuditEvent, Job, traced
 #: Columns never loaded for a list page (payloads may be up to 1 MiB each).
 HEAVY_FIELDS = ("payload", "result", "traceback", "lease_token", "checkpoint")
 AUDIT_TRAIL_ROWS = 200
-PROTECTED_ACTIONS = {"retry_selected": RETRY, "cancel_selected": CANCEL}
+PROTECTED_ACTIONS = {
+    "retry_selected": RETRY,
+    "cancel_selected": CANCEL,
+    "delete_selected_jobs": PURGE,
+    "move_selected": bulk.MOVE,
+    "reprioritize_selected": bulk.REPRIORITIZE,
+}
 
 
 def url(name: str, *args: Any, **query: Any) -> str:
@@ -81,6 +88,7 @@ class JobAdmin(ReadOnlyAdmin):
         ClassificationFilter,
         AboutFilter,
         OriginFilter,
+        *search.SEARCH_FILTERS,
     )
     search_fields = ("id", "dedupe_key", "trace_id")
     search_help_text = (
@@ -89,7 +97,13 @@ class JobAdmin(ReadOnlyAdmin):
     )
     ordering = ("-id",)
     sortable_by = ("id",)
-    actions = ("retry_selected", "cancel_selected")
+    actions = (
+        "retry_selected",
+        "cancel_selected",
+        "delete_selected_jobs",
+        "move_selected",
+        "reprioritize_selected",
+    )
     actions_selection_counter = False  # no "select all N": N is capped, see CappedPaginator
     change_list_template = "admin/django_blamequeue/job/change_list.html"
 
@@ -98,8 +112,11 @@ class JobAdmin(ReadOnlyAdmin):
 
     # -- the list ------------------------------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
-        db = backend_database(selected_backend(request))
-        return super().get_queryset(request).using(db).defer(*HEAVY_FIELDS)
+        return self.get_queryset_for(selected_backend(request))
+
+    def get_queryset_for(self, alias: str) -> QuerySet[Job]:
+        """The job list's rows of one local backend (its database)."""
+        return Job.objects.using(backend_database(alias)).defer(*HEAVY_FIELDS)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
@@ -129,6 +146,9 @@ class JobAdmin(ReadOnlyAdmin):
         context = {
             "tabs": Console.tabs(request, "jobs"),
             "backend_alias": backend,
+            "bulk_verbs": bulk.permitted(request),
+            "bulk_url": url("bulk"),
+            "bulk_filters": request.GET.urlencode(),
             "title": f"Jobs on backend {backend}",
             **(extra_context or {}),
         }
@@ -214,6 +234,42 @@ class JobAdmin(ReadOnlyAdmin):
         n = operations.cancel(request, backend, rows)
         self.message_user(request, f"{n} job(s) cancelled or told to stop.", messages.SUCCESS)
 
+    def has_purge_permission(self, request: HttpRequest) -> bool:
+        return allowed(request, PURGE)
+
+    def has_move_permission(self, request: HttpRequest) -> bool:
+        return allowed(request, bulk.MOVE)
+
+    def has_reprioritize_permission(self, request: HttpRequest) -> bool:
+        return allowed(request, bulk.REPRIORITIZE)
+
+    def _confirm_checked(self, request: HttpRequest, jobs: QuerySet[Job], verb: str) -> Any:
+        """The checked rows go to the bulk confirmation page (it asks for a queue or a
+        priority where the action needs one)."""
+        rows = self._selected(request, jobs)
+        if rows is None:
+            return None
+        query = QueryDict(mutable=True)
+        query.setlist("job_id", [i for i, _ in rows])
+        query["verb"] = verb
+        query["filters"] = urlencode({"backend": selected_backend(request)})
+        return HttpResponseRedirect(url("bulk") + "?" + query.urlencode())
+
+    @admin.action(description="Delete selected jobs…", permissions=["purge"])
+    def delete_selected_jobs(self, request: HttpRequest, jobs: QuerySet[Job]) -> Any:
+        return self._confirm_checked(request, jobs, "delete")
+
+    @admin.action(description="Move selected jobs to another queue…", permissions=["move"])
+    def move_selected(self, request: HttpRequest, jobs: QuerySet[Job]) -> Any:
+        return self._confirm_checked(request, jobs, "move")
+
+    @admin.action(description="Change the priority of selected jobs…", permissions=["reprioritize"])
+    def reprioritize_selected(self, request: HttpRequest, jobs: QuerySet[Job]) -> Any:
+        return self._confirm_checked(request, jobs, "priority")
+
+    def bulk_view(self, request: HttpRequest) -> HttpResponse:
+        return bulk.bulk(request, self)
+
     # -- the job page --------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
@@ -229,6 +285,8 @@ class JobAdmin(ReadOnlyAdmin):
             path("queues/resume/", wrap(console.resume), name=name + "resume"),
             path("queues/limits/", wrap(console.limits), name=name + "limits"),
             path("workers/", wrap(console.workers), name=name + "workers"),
+            path("charts/", wrap(console.charts), name=name + "charts"),
+            path("bulk/", wrap(self.bulk_view), name=name + "bulk"),
             path("flow/<str:flow_id>/", wrap(console.flow), name=name + "flow"),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name=name + "cancel"),
             *super().get_urls(),
@@ -243,6 +301,7 @@ class JobAdmin(ReadOnlyAdmin):
     ) -> HttpResponse:
         require(request, VIEW)
         info = job_or_404(object_id, request.GET.get("backend"))
+        rounds, history_error = attempts.history(info)
         trail = list(
             AuditEvent.objects.using(backend_database(info.backend))
             .filter(job_id=info.job_id)
@@ -277,6 +336,8 @@ class JobAdmin(ReadOnlyAdmin):
                 (e, display.relative(e.created_at), display.pretty_json(e.data)) for e in trail
             ],
             "trail_truncated": len(trail) >= AUDIT_TRAIL_ROWS,
+            "rounds": rounds,
+            "history_error": history_error,
             "audit_url": reverse("admin:django_blamequeue_auditevent_changelist")
             + "?"
             + urlencode({"job_id": info.job_id, "backend": info.backend}),

@@ -91,6 +91,8 @@ class Settings:
     #: When the worker logs a failed attempt's traceback: "final" (once, when the job goes to
     #: the DLQ; a retry is one WARNING line), "every" (each failed attempt) or "never".
     log_tracebacks: str = "final"
+    #: Which attempts a job's history keeps: "failures" (every attempt not done), "all", "off".
+    attempt_history: str = "failures"
 
 
 _UNSET: Any = object()
@@ -291,6 +293,7 @@ _PLAIN_KEYS = (
     "MISSING_HANDLER_TIMEOUT",
     "ORIGIN_SITE",
     "LOG_TRACEBACKS",
+    "ATTEMPT_HISTORY",
 )
 _FLOAT_FIELDS = (
     "default_lease",

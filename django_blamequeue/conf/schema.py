@@ -97,6 +97,7 @@ TOP_KEYS = (
     "MISSING_HANDLER_TIMEOUT",
     "ORIGIN_SITE",
     "LOG_TRACEBACKS",
+    "ATTEMPT_HISTORY",
 )
 #: ``LOG_TRACEBACKS``: which failed attempts the worker logs with their traceback.
 LOG_TRACEBACKS = ("final", "every", "never")

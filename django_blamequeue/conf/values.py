@@ -119,4 +119,5 @@ SCALARS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "MISSING_HANDLER_TIMEOUT": (lambda v: is_number(v) and 0 < v <= MAX_SECONDS, SECONDS),
     "ORIGIN_SITE": (lambda v: isinstance(v, bool), "True or False"),
     "LOG_TRACEBACKS": (lambda v: v in LOG_TRACEBACKS, " or ".join(map(repr, LOG_TRACEBACKS))),
+    "ATTEMPT_HISTORY": (lambda v: v in ("failures", "all", "off"), '"failures", "all" or "off"'),
 }

@@ -197,6 +197,8 @@ class Ack:
     job_id: str
     token: str
     transition: Transition
+    #: The worker that ran the attempt (its registry id), for the attempt history.
+    worker: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -351,6 +353,26 @@ class ChildOutcome:
     @property
     def ok(self) -> bool:
         return self.state == "done"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptInfo:
+    """One attempt of a job as its history keeps it (``Backend.attempts``): which worker ran
+    it, when, and how it ended — ``done``, ``retried`` (back to pending after a failure),
+    ``failed`` (to the DLQ), ``cancelled`` or ``stalled`` (its lease expired). ``attempt``
+    restarts at 1 after a DLQ retry; ``seq`` orders the whole history."""
+
+    job_id: str
+    seq: int
+    attempt: int
+    outcome: str
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    worker: str | None = None
+    reason: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+    traceback: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

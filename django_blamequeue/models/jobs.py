@@ -130,6 +130,8 @@ class Job(JobFields):
             ("retry_job", "Can retry jobs from the dead-letter queue"),
             ("purge_queue", "Can purge a queue's waiting jobs"),
             ("cancel_job", "Can cancel jobs"),
+            ("move_job", "Can move jobs to another queue"),
+            ("reprioritize_job", "Can change jobs' priority"),
         ]
         ordering = ["-priority", "available_at", "id"]
         indexes = [

@@ -9,7 +9,7 @@ from django_blamequeue.backends import marks
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import Settings
 from django_blamequeue.core.records import PruneReport
-from django_blamequeue.models import AuditEvent, TaskAttempt
+from django_blamequeue.models import AuditEvent, JobAttempt, TaskAttempt
 from django_blamequeue.relay.outbox import database_of
 
 
@@ -58,7 +58,8 @@ class Pruner:
         if s.retention_audit is not None and owner == self.backend.alias:
             before = cut(s.retention_audit)
             audit_rows = self._delete_before(AuditEvent.objects.using(db), "created_at", before)
-            # A task run's attempt history is kept as long as the audit trail.
+            # Attempt histories (jobs', task runs') are kept as long as the audit trail.
+            self._delete_before(JobAttempt.objects.using(db), "finished_at", before)
             self._delete_before(TaskAttempt.objects.using(db), "started_at", before)
         return PruneReport(jobs=jobs, audit=audit_rows)
 

@@ -48,6 +48,7 @@ from django_blamequeue.worker.heartbeat import Heartbeat
 from django_blamequeue.worker.notify import Notifier
 from django_blamequeue.worker.probation import Probation
 from django_blamequeue.worker.slots import SlotPool
+from django_blamequeue.worker.tally import Tally
 
 logger = logging.getLogger("django_blamequeue.worker")
 
@@ -77,6 +78,7 @@ class Consumer:
         self.options = options
         self.handler = handler
         self.counters = Counters()
+        self.tally = Tally(backend, options.lease)  # the console's charts
         self.heartbeat = Heartbeat(backend, options.lease)
         self.listening = False
         self._settings = get_settings()
@@ -111,6 +113,7 @@ class Consumer:
         self.registration = fleet.Registration(
             backend, options.queues, options.concurrency, names, self._snapshot
         )
+        self._acks.worker = self.registration.worker_id  # each attempt's history names it
 
     # -- control ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -165,6 +168,7 @@ class Consumer:
                 listener.stop()
             self.pool.stop(wait=STOP_WAIT)  # the slots' connections close before we return
             self.loop.stop()
+            self.tally.flush_due(time.monotonic(), force=True)
             self._settle_queued()
             self.notifier.stop(max(self._grace_until or 0.0, time.monotonic() + 1.0))
             if self.options.register:
@@ -215,6 +219,7 @@ class Consumer:
         if self._stopping and self._shutdown_step():
             return True
         self._heartbeat()
+        self.tally.flush_due(time.monotonic())
         self.control.refresh(listener)
         self._start_alone()
         self._start(self._turns.due(self._running))
@@ -427,6 +432,7 @@ class Consumer:
                 self.checkpointer.end(run, keep=False)  # acked already: nothing to resume
                 account(self.counters, self.backend.alias, run, atomic.SETTLED, run.settled)
                 self.notifier.ended(run, atomic.SETTLED, run.settled)
+                self.tally.add(run, atomic.SETTLED, run.settled)
                 continue
             self._decide(run, run.outcome)
 
@@ -523,6 +529,7 @@ class Consumer:
         for run, transition, res in self._acks.applied(results):
             account(self.counters, self.backend.alias, run, transition, res)
             self.notifier.ended(run, transition, res)
+            self.tally.add(run, transition, res)
 
     def _failed(self, what: str, exc: BaseException) -> None:
         """A backend call (or a whole round) failed: log it and back off (0.1 s doubling

@@ -90,6 +90,9 @@ class Listing:
     def dlq_retry_all(self, queue: str, now: datetime | None = None) -> int:
         return self._dlq_retry(self.table.jobs().filter(queue=queue), now)
 
+    def dlq_retry_many(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        return self._dlq_retry(self.table.jobs().filter(id__in=list(job_ids)), now)
+
     def _dlq_retry(self, qs: Any, now: datetime | None) -> int:
         with transaction.atomic(using=self.table.db):
             t = self.table.clock(now)

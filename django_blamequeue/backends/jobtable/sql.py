@@ -206,6 +206,10 @@ RETURNING {CLAIM_COLUMNS}
 # finished_at, give_back (0/1), yields_to_cancel (0/1), progress_done (0/1), snoozed (0/1),
 # error_type.
 ACK_COLUMNS = 14
+#: What an applied ack answers, by position (``acks.py``, ``attempts.py`` read them).
+ACK_RETURNING = (
+    "id, state, queue, flow_id, parent_id, attempts, name, parent_backend, started_at, updated_at"
+)
 _PG_CASTS = (
     "varchar",
     "varchar",
@@ -281,7 +285,7 @@ def ack_many_postgresql(varying: Sequence[bool | str], table: str = JOB) -> str:
         f"UPDATE {table} {_ack_set(table)} FROM {rows} AS v "
         f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
         f"AND {table}.state = 'inflight' "
-        "RETURNING id, state, queue, flow_id, parent_id, attempts, name, parent_backend"
+        f"RETURNING {ACK_RETURNING}"
     )
 
 
@@ -297,7 +301,7 @@ def ack_many(vendor: str, n: int, table: str = JOB) -> str:
         f"UPDATE {table} {_ack_set(table)} FROM (VALUES {values}) AS {alias} "
         f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
         f"AND {table}.state = 'inflight' "
-        "RETURNING id, state, queue, flow_id, parent_id, attempts, name, parent_backend"
+        f"RETURNING {ACK_RETURNING}"
     )
 
 

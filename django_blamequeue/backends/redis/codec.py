@@ -83,8 +83,12 @@ def child_spec(c: ChildSpec, blobs: Blobs) -> list[Any]:
     return [c.key, c.backend, body, job_header(c.job), blobs.add(c.job.payload.body)]
 
 
-def ack_spec(a: Ack, blobs: Blobs) -> list[Any]:
-    """One ack (``apply_ack`` in leasing.lua)."""
+#: ``ATTEMPT_HISTORY`` as leasing.lua's ``keep_attempt`` reads it.
+HISTORY_LEVELS = {"off": 0, "failures": 1, "all": 2}
+
+
+def ack_spec(a: Ack, blobs: Blobs, history: str = "failures") -> list[Any]:
+    """One ack (``apply_ack`` in leasing.lua); ``history``: ``ATTEMPT_HISTORY``."""
     t = a.transition
     return [
         a.job_id,
@@ -100,6 +104,8 @@ def ack_spec(a: Ack, blobs: Blobs) -> list[Any]:
         [child_spec(c, blobs) for c in t.children] if t.children else False,
         1 if t.snoozed else 0,
         t.error_type if t.error_type is not None else False,
+        a.worker or False,
+        HISTORY_LEVELS[history],
     ]
 
 

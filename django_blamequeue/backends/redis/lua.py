@@ -50,6 +50,8 @@ NAMES = (
     "control",
     "waits",
     "names",
+    "bulk",
+    "buckets",
 )
 
 

@@ -25,6 +25,8 @@ from django_blamequeue.backends import wakeup
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.backends.jobtable import effects
 from django_blamequeue.backends.jobtable.acks import Acks
+from django_blamequeue.backends.jobtable.attempts import Attempts
+from django_blamequeue.backends.jobtable.bulk import BulkEdits
 from django_blamequeue.backends.jobtable.checkpoints import Checkpoints
 from django_blamequeue.backends.jobtable.control_rows import ControlRows
 from django_blamequeue.backends.jobtable.flows import Flows
@@ -34,6 +36,7 @@ from django_blamequeue.backends.jobtable.limited import LimitedClaims
 from django_blamequeue.backends.jobtable.listing import Listing
 from django_blamequeue.backends.jobtable.manifests import Manifests
 from django_blamequeue.backends.jobtable.table import JobTable
+from django_blamequeue.backends.jobtable.timeseries import TimeSeries
 from django_blamequeue.backends.sqs import messages
 from django_blamequeue.backends.sqs.receive import Receiver
 from django_blamequeue.backends.sqs.sender import FollowUps, Sender
@@ -44,6 +47,7 @@ from django_blamequeue.core.limits import QueueLimits
 from django_blamequeue.core.records import (
     Ack,
     AckResult,
+    AttemptInfo,
     Backlog,
     CancelResult,
     Claimed,
@@ -59,6 +63,7 @@ from django_blamequeue.core.records import (
     RescueReport,
 )
 from django_blamequeue.core.states import State
+from django_blamequeue.core.timeseries import Bucket, Sample
 from django_blamequeue.models import FlowDependency, SqsJob
 
 if TYPE_CHECKING:
@@ -96,8 +101,11 @@ class SqsBackend(Backend):
         self.flows = Flows(table, self.sender.released)
         self.manifests = Manifests(table, self.flows, self)
         self.inserts = Inserts(table, self.flows)
-        self.acks = Acks(table, self.flows, self.manifests)
-        self.leases = Leases(table, self.flows)
+        self.history = Attempts(table)
+        self.acks = Acks(table, self.flows, self.manifests, self.history)
+        self.leases = Leases(table, self.flows, self.history)
+        self.bulk = BulkEdits(table, self.history, self.sender.released)
+        self.timeseries = TimeSeries(table)
         self.checkpoints = Checkpoints(table)
         self.listing = Listing(table, self.manifests, self.sender.released)
         self.control_rows = ControlRows(table, listen=False)
@@ -350,6 +358,41 @@ class SqsBackend(Backend):
 
     def backlog(self, queues: Sequence[str]) -> Backlog:
         return self.listing.backlog(queues)
+
+    # -- operators' bulk edits, history, charts ---------------------------------------------
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        return self.bulk.delete(job_ids)
+
+    def move_jobs(self, job_ids: Sequence[str], queue: str, now: datetime | None = None) -> int:
+        return self.bulk.move(job_ids, queue, now)
+
+    def set_priority(
+        self, job_ids: Sequence[str], priority: int, now: datetime | None = None
+    ) -> int:
+        return self.bulk.set_priority(job_ids, priority, now)
+
+    def dlq_retry_many(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        return self.listing.dlq_retry_many(job_ids, now)
+
+    def attempts(self, job_id: str) -> list[AttemptInfo]:
+        return self.history.of(job_id)
+
+    def record_samples(self, samples: Sequence[Sample], now: datetime | None = None) -> None:
+        self.timeseries.record(samples, now)
+
+    def buckets(
+        self,
+        step: int,
+        since: datetime,
+        until: datetime,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+    ) -> list[Bucket]:
+        return self.timeseries.read(step, since, until, queue, name)
+
+    def prune_buckets(self, now: datetime | None = None) -> int:
+        return self.timeseries.prune(now)
 
     # -- the control plane -----------------------------------------------------------------
     def controls(self, queues: Sequence[str] | None = None) -> dict[str, ControlState]:

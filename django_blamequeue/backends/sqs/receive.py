@@ -5,7 +5,8 @@ first), and the UPDATE turns the received ids that are pending and due into infl
 fresh token, counting the attempt. A message whose job was not leased that way is sorted out
 by the receive rules (docs/backends/sqs.md):
 
-- no ledger row (purged, pruned) or a terminal one: delete the message;
+- no ledger row (purged, pruned, deleted) or a terminal one: delete the message;
+- a row of another queue (the job was moved; a message was sent there): delete it;
 - blocked or waiting for children: delete it (the job is sent afresh when it is released);
 - pending but not due: hide it until it is (or delete it when the job is parked past SQS's
   15-minute delay: the send step sends it then);
@@ -79,7 +80,8 @@ def claim_statement(table: str, vendor: str, n: int, *, unlimited: bool = True) 
     """Lease the received jobs that are pending and due, in one statement.
 
     PostgreSQL reads the clock in the statement (no round trip for it). Params: the lease
-    in seconds; per message: id, token, receipt handle, message id, receive count; then
+    in seconds; per message: id, token, receipt handle, message id, receive count, the queue
+    it came from (a job moved to another queue since is not leased by it); then
     ``now`` (NULL: ``statement_timestamp()``); then, if ``unlimited``, the backend's alias:
     a job of a queue whose control row says limited (or paused) is left alone (rule: paused).
     SQLite: the lease's expiry, now, now; the messages; now (times as stored text); the alias.
@@ -95,21 +97,22 @@ def claim_statement(table: str, vendor: str, n: int, *, unlimited: bool = True) 
         "receipt_handle = v.column3, message_id = v.column4, receive_count = v.column5, "
     )
     if vendor == "postgresql":
-        row = "(%s::varchar, %s::varchar, %s::text, %s::varchar, %s::integer)"
-        values = (
-            f"(VALUES {', '.join([row] * n)}) AS v(column1, column2, column3, column4, column5)"
-        )
+        row = "(%s::varchar, %s::varchar, %s::text, %s::varchar, %s::integer, %s::varchar)"
+        columns = "column1, column2, column3, column4, column5, column6"
+        values = f"(VALUES {', '.join([row] * n)}) AS v({columns})"
         clock = "(SELECT COALESCE(%s::timestamptz, statement_timestamp()) AS now) AS c"
         return (
             f"UPDATE {table} SET {sets}lease_expires_at = c.now + make_interval(secs => %s), "
             f"started_at = c.now, updated_at = c.now FROM {values}, {clock} "
-            f"WHERE {table}.id = v.column1 AND {table}.state = 'pending' "
+            f"WHERE {table}.id = v.column1 AND {table}.queue = v.column6 "
+            f"AND {table}.state = 'pending' "
             f"AND {table}.available_at <= c.now{guard} RETURNING {CLAIM_COLUMNS}"
         )
-    values = f"(VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * n)}) AS v"
+    values = f"(VALUES {', '.join(['(%s, %s, %s, %s, %s, %s)'] * n)}) AS v"
     return (
         f"UPDATE {table} SET {sets}lease_expires_at = %s, started_at = %s, updated_at = %s "
-        f"FROM {values} WHERE {table}.id = v.column1 AND {table}.state = 'pending' "
+        f"FROM {values} WHERE {table}.id = v.column1 AND {table}.queue = v.column6 "
+        f"AND {table}.state = 'pending' "
         f"AND {table}.available_at <= %s{guard} RETURNING {CLAIM_COLUMNS}"
     )
 
@@ -267,6 +270,7 @@ class Receiver:
                 self.table.jobs()
                 .filter(
                     id__in=[m.job_id for m in received],
+                    queue=queue,
                     state=State.PENDING,
                     available_at__lte=gate.now,
                 )
@@ -311,6 +315,7 @@ class Receiver:
                     m.receipt,
                     m.message_id,
                     m.receive_count,
+                    m.queue,
                 ]
             params.append(now if t is None else a(t))
             if unlimited:
@@ -339,7 +344,8 @@ class Receiver:
         for m in leftovers:
             row = rows.get(m.job_id or "")
             state = row[1] if row is not None else None
-            if row is None or state in _TERMINAL or state in _PARKED:
+            moved = row is not None and row[10] != m.queue  # its message there was sent anew
+            if row is None or moved or state in _TERMINAL or state in _PARKED:
                 owed.remove(m.queue, m.receipt)
             elif state == State.PENDING and m.queue in gated:  # seen as unlimited: stale view
                 owed.hold(m.queue, m.receipt, LIMIT_HOLD)

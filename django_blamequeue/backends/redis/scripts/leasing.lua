@@ -82,7 +82,7 @@ end
 
 -- One ack, from JSON: [id, token, state, result blob or false, error, traceback, reason,
 -- delay_us, give_back 0/1, yields_to_cancel 0/1, children (a fan-out's, see land) or false,
--- snoozed 0/1, error_type or false].
+-- snoozed 0/1, error_type or false, worker or false, history level (keep_attempt)].
 -- Reply row: {id, ok, state, queue, attempts, name, fanned}.
 local function fan_out(id, k, h, children)
   local q = h[4]
@@ -114,7 +114,7 @@ local function apply_ack(a)
   local id, token, wanted = a[1], a[2], a[3]
   local k = jk(id)
   local h = redis.call('HMGET', k, 'state', 'token', 'cancel_req', 'queue', 'attempts', 'name',
-                       'priority', 'flow_id', 'dedupe_key', 'parent_id')
+                       'priority', 'flow_id', 'dedupe_key', 'parent_id', 'started')
   if h[1] ~= 'inflight' or h[2] ~= token then return {id, 0} end  -- rule: fence
   local q = h[4]
   unindex(id, q, 'inflight')
@@ -150,6 +150,10 @@ local function apply_ack(a)
   if wins then reason = 'cancelled' end
   if reason then put('reason', reason) end
   if #del > 2 then redis.call(unpack(del)) end
+  if not (state == 'pending' and a[9] == 1) then  -- an attempt given back is no attempt
+    local outcome = state == 'pending' and 'retried' or state
+    keep_attempt(id, a[15] or 0, outcome, attempts, h[11], a[14], reason, a[13], err, tb)
+  end
   if state == 'pending' then  -- (a job in flight has no finish time)
     redis.call(unpack(set))
     make_pending(id, q, num(h[7], 0), NOW + tonumber(a[8]))

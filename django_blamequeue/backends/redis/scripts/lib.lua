@@ -390,3 +390,17 @@ local function land(child)
     outbox_add('enqueue', child[2], child[4][1], {'body', child[3]})
   end
 end
+
+-- A job's attempt history (Backend.attempts): a list of JSON entries at P:att:ID,
+-- [attempt, outcome, started, finished, worker, reason, error_type, error, traceback],
+-- kept per ATTEMPT_HISTORY (`level`: 0 off, 1 every attempt not done, 2 all), at most
+-- ATTEMPTS_KEPT entries (the newest), deleted with the job.
+local ATTEMPTS_KEPT = 1000
+local function keep_attempt(id, level, outcome, attempt, started, worker, reason, etype, err, tb)
+  if level == 0 or (level == 1 and outcome == 'done') then return end
+  local key = P .. ':att:' .. id
+  redis.call('RPUSH', key, cjson.encode({num(attempt, 0), outcome, started or false, fmt(NOW),
+                                         worker or false, reason or false, etype or false,
+                                         err or false, tb or false}))
+  redis.call('LTRIM', key, -ATTEMPTS_KEPT, -1)
+end

@@ -11,7 +11,7 @@ local function forget(id, q)
     redis.call('HDEL', qk(q, 'dedupe'), h[2])
   end
   redis.call('ZREM', P .. ':waiting', id)
-  redis.call('DEL', k, mk(id), P .. ':deps:' .. id, P .. ':dependants:' .. id)
+  redis.call('DEL', k, mk(id), P .. ':deps:' .. id, P .. ':dependants:' .. id, P .. ':att:' .. id)
   redis.call('SREM', P .. ':cascade', id)
 end
 local states = {{'done', ARGS[1]}, {'cancelled', ARGS[2]}, {'failed', ARGS[3]}}

@@ -27,7 +27,7 @@ for _, id in ipairs(ids) do
     for _, dep in ipairs(redis.call('SMEMBERS', P .. ':deps:' .. id)) do
       redis.call('SREM', P .. ':dependants:' .. dep, id)
     end
-    redis.call('DEL', k, P .. ':deps:' .. id)
+    redis.call('DEL', k, P .. ':deps:' .. id, P .. ':att:' .. id)
     n = n + 1
   else  -- an index entry whose job moved on
     redis.call('ZREM', qk(q, 'delayed'), id)
