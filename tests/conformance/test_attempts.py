@@ -71,7 +71,7 @@ def test_each_attempt_adds_to_the_history_until_the_dlq(backend: str, engine: Ba
     acked(engine, c, raised(c, KeyError("second")))
     assert history(job_id, backend) == [
         (1, "retried", f"{__name__}.Boom"),
-        (2, "failed", "KeyError"),
+        (2, "failed", "builtins.KeyError"),
     ]
     assert [a.error for a in queue.attempts(job_id, backend=backend)] == [
         "Boom: first",
