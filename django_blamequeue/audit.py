@@ -49,6 +49,11 @@ RESUME = "system.queue.resume"
 LIMITS = "system.queue.limits"
 SNOOZE = "system.queue.snooze"
 NO_HANDLER = "system.queue.no_handler"  # handed back: this worker has no handler for it
+#: An enqueue of a held unique key absorbed by its holder (``data["outcome"]``: skip,
+#: replace, debounce); the holder's id is the event's job id.
+UNIQUE = "system.queue.unique"
+#: A user with ``view_encrypted`` looked at an encrypted job's payload in the admin.
+REVEAL = "system.queue.admin.reveal"
 ADMIN_PREFIX = "system.queue.admin."
 
 #: The happy path of every job: recorded as rows only with ``AUDIT = "all"``.
@@ -63,6 +68,7 @@ HIGH_VOLUME = frozenset(
         RELEASE,
         FLOW_REPORT,
         NO_HANDLER,
+        UNIQUE,
     }
 )
 

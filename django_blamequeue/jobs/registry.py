@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -14,6 +14,7 @@ from django_blamequeue.context import call_directly
 from django_blamequeue.core.options import CALL_OPTIONS, JobOptions, Unset
 from django_blamequeue.core.records import EnqueuedJob
 from django_blamequeue.core.retry import RetryPredicate
+from django_blamequeue.core.unique import Unique
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import calls, enqueueing
 
@@ -109,6 +110,8 @@ def job(
     backoff_max: float | None = None,
     jitter: bool | None = None,
     atomic: bool = False,
+    unique: Unique | bool | Mapping[str, Any] | None = None,
+    encrypted: bool | None = None,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -126,6 +129,8 @@ def job(
     backoff_max: float | None = None,
     jitter: bool | None = None,
     atomic: bool = False,
+    unique: Unique | bool | Mapping[str, Any] | None = None,
+    encrypted: bool | None = None,
 ) -> Any:
     """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``).
     ``backoff_base``, ``backoff_max`` and ``jitter`` replace the settings' for this job.
@@ -138,6 +143,10 @@ def job(
 
     An ``async def`` handler runs on the worker's event loop (docs/async.md); it cannot be
     ``atomic`` (a transaction cannot span its awaits).
+
+    ``unique``: at most one job per key, by a window, states and a conflict mode
+    (docs/unique.md). ``encrypted=True``: its payload, result and error texts are encrypted at
+    rest (docs/encryption.md).
     """
     options = JobOptions(
         queue=queue,
@@ -150,6 +159,8 @@ def job(
         backoff_base=backoff_base,
         backoff_max=backoff_max,
         jitter=jitter,
+        unique=unique,
+        encrypted=encrypted,
     ).check_defaults()
     if not isinstance(atomic, bool):
         raise QueueError(ErrorCode.INVALID_HANDLER, "atomic must be True or False")
