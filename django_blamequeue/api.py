@@ -89,13 +89,11 @@ class Queue:
         concurrency_key: str | None = None,
         about: Any = None,
         unique: Unique | bool | Mapping[str, Any] | None = None,
-        encrypted: bool | None = None,
     ) -> EnqueuedJob:
         """Store one job; inside ``transaction.atomic()`` it commits or rolls back with it.
         ``concurrency_key``: the key of the queue's per-key limits (docs/control.md);
         ``about``: the model instance the job is about (``JobInfo.about``, ``jobs_about``);
-        ``unique``: at most one job per key (docs/unique.md); ``encrypted``: payload, result
-        and errors encrypted at rest (docs/encryption.md)."""
+        ``unique``: at most one job per key (docs/unique.md)."""
         given = {  # the call's options, by JobOptions' names (merged in enqueueing)
             "queue": queue_name,
             "backend": backend,
@@ -109,7 +107,6 @@ class Queue:
             "concurrency_key": concurrency_key,
             "about": about,
             "unique": unique,
-            "encrypted": encrypted,
         }
         return enqueueing.enqueue(payload, given, definition=_definition(name), name=name)
 
@@ -133,7 +130,6 @@ class Queue:
         about: Any = None,
         abouts: Sequence[Any] | None = None,
         unique: Unique | bool | Mapping[str, Any] | None = None,
-        encrypted: bool | None = None,
     ) -> list[EnqueuedJob]:
         """Store many jobs of one queue in one statement batch (all or none). ``about``: one
         model instance every job is about; ``abouts``: one per payload; ``concurrency_keys``
@@ -151,7 +147,6 @@ class Queue:
             "concurrency_key": concurrency_key,
             "about": about,
             "unique": unique,
-            "encrypted": encrypted,
         }
         return enqueueing.enqueue_many(
             payloads,

@@ -52,8 +52,6 @@ NO_HANDLER = "system.queue.no_handler"  # handed back: this worker has no handle
 #: An enqueue of a held unique key absorbed by its holder (``data["outcome"]``: skip,
 #: replace, debounce); the holder's id is the event's job id.
 UNIQUE = "system.queue.unique"
-#: A user with ``view_encrypted`` looked at an encrypted job's payload in the admin.
-REVEAL = "system.queue.admin.reveal"
 ADMIN_PREFIX = "system.queue.admin."
 
 #: The happy path of every job: recorded as rows only with ``AUDIT = "all"``.

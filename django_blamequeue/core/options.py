@@ -99,9 +99,6 @@ class JobOptions:
     #: How the job is unique (``core/unique.py``): True, a ``Unique``, a dict of its options;
     #: ``False`` on a call turns a job's own off. Each payload's key is made by ``enqueueing``.
     unique: object = field(default=None, metadata=CALL)
-    #: Payload, result and error texts encrypted at rest (``crypto.py``); the queue's and the
-    #: backend's ``ENCRYPT`` settings turn it on too, never off.
-    encrypted: bool | None = field(default=None, metadata=CALL)
     # Retries: the job's own, read by the worker when an attempt fails (``core/retry.py``).
     retryable: RetryPredicate | None = None
     backoff_base: float | None = None
@@ -164,8 +161,6 @@ class JobOptions:
         dedupe = self.dedupe_key
         if dedupe is not None and (not isinstance(dedupe, str) or not dedupe or len(dedupe) > 255):
             _refuse("dedupe_key must be a non-empty string of ≤255 characters", dedupe, False)
-        if self.encrypted is not None and not isinstance(self.encrypted, bool):
-            _refuse("encrypted must be True or False", self.encrypted, quote)
         try:
             unique = _unique(self.unique)
         except QueueError as exc:
@@ -191,8 +186,6 @@ class JobOptions:
         validation.optional_text(self.classification, "classification", 100)
         validation.optional_text(self.trace_id, "trace_id", 64)
         unique = _unique(self.unique)
-        if self.encrypted is not None and not isinstance(self.encrypted, bool):
-            raise QueueError(ErrorCode.BAD_ARGUMENT, "encrypted must be True or False")
         if unique is not None and self.dedupe_key is not None:
             raise QueueError(
                 ErrorCode.BAD_ARGUMENT,

@@ -336,7 +336,6 @@ class JobInfo:
     checkpoint: Any = None  # the value the job's last ``ctx.checkpoint`` stored (decoded)
     unique_key: str | None = None  # the key of a unique job (docs/unique.md)
     unique_calls: int = 0  # enqueues of its key it absorbed (skipped, replaced, debounced)
-    encrypted: bool = False  # payload, result and error texts are encrypted at rest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -111,7 +111,6 @@ def job(
     jitter: bool | None = None,
     atomic: bool = False,
     unique: Unique | bool | Mapping[str, Any] | None = None,
-    encrypted: bool | None = None,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -130,7 +129,6 @@ def job(
     jitter: bool | None = None,
     atomic: bool = False,
     unique: Unique | bool | Mapping[str, Any] | None = None,
-    encrypted: bool | None = None,
 ) -> Any:
     """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``).
     ``backoff_base``, ``backoff_max`` and ``jitter`` replace the settings' for this job.
@@ -145,8 +143,7 @@ def job(
     ``atomic`` (a transaction cannot span its awaits).
 
     ``unique``: at most one job per key, by a window, states and a conflict mode
-    (docs/unique.md). ``encrypted=True``: its payload, result and error texts are encrypted at
-    rest (docs/encryption.md).
+    (docs/unique.md).
     """
     options = JobOptions(
         queue=queue,
@@ -160,7 +157,6 @@ def job(
         backoff_max=backoff_max,
         jitter=jitter,
         unique=unique,
-        encrypted=encrypted,
     ).check_defaults()
     if not isinstance(atomic, bool):
         raise QueueError(ErrorCode.INVALID_HANDLER, "atomic must be True or False")

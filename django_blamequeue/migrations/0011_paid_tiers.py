@@ -10,10 +10,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AlterModelOptions(
-            name='job',
-            options={'ordering': ['-priority', 'available_at', 'id'], 'permissions': [('retry_job', 'Can retry jobs from the dead-letter queue'), ('purge_queue', "Can purge a queue's waiting jobs"), ('cancel_job', 'Can cancel jobs'), ('view_encrypted', 'Can see encrypted payloads, results and errors')]},
-        ),
         migrations.AddField(
             model_name='job',
             name='unique_calls',

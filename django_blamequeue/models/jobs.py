@@ -135,7 +135,6 @@ class Job(JobFields):
             ("retry_job", "Can retry jobs from the dead-letter queue"),
             ("purge_queue", "Can purge a queue's waiting jobs"),
             ("cancel_job", "Can cancel jobs"),
-            ("view_encrypted", "Can see encrypted payloads, results and errors"),
         ]
         ordering = ["-priority", "available_at", "id"]
         indexes = [
