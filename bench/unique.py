@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What a unique job costs at enqueue, against a plain enqueue in the same run.
 
-    .venv/bin/python bench/unique.py [--engine sqlite|postgres|redis|all] [--rounds 7]
+    .venv/bin/python bench/unique.py [--engine sqlite|postgres|redis|sqs|all] [--rounds 7]
                                      [--single 1000] [--block 50] [--no-write]
 
 Three arms, alternating block by block within each round (plain, unique, absorbed, absorbed,
@@ -15,8 +15,9 @@ round on an emptied queue:
   by its holder (``deduplicated=True``), the holder's ``unique_calls`` counted.
 
 Each arm's rate is the median of the rounds; ``unique / plain``, the median of the rounds'
-own ratios (target ≥ 80 %). PostgreSQL and Redis are throwaway servers (``tests.servers``,
-fsync on for PostgreSQL); SQLite a fresh file configured as ``testproject`` does.
+own ratios (target ≥ 80 %). PostgreSQL, Redis and moto_server (SQS, its ledger on that
+PostgreSQL) are throwaway servers (``tests.servers``, fsync on for PostgreSQL); SQLite a fresh
+file configured as ``testproject`` does.
 
 Writes ``bench/results/unique.json`` and the part of ``docs/unique.md`` between the
 ``bench:unique`` markers.
@@ -47,6 +48,7 @@ RESULTS = ROOT / "bench" / "results" / "unique.json"
 BEGIN, END = "<!-- bench:unique:begin -->", "<!-- bench:unique:end -->"
 TARGET = 0.80  # unique enqueue's rate as a share of plain enqueue's
 ARMS = ("plain", "unique", "absorbed")
+ENGINES = ("sqlite", "postgres", "redis", "sqs")
 ORDER = ("plain", "unique", "absorbed", "absorbed", "unique", "plain")
 
 
@@ -110,8 +112,8 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
 def run_child(cfg: dict[str, Any], env_extra: dict[str, str]) -> dict[str, Any]:
     env = {
         **os.environ,
-        **env_extra,
         "DJANGO_SETTINGS_MODULE": "bench.settings",
+        **env_extra,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     proc = subprocess.run(
@@ -184,7 +186,7 @@ def write_doc(report: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--engine", choices=["sqlite", "postgres", "redis", "all"], default="all")
+    parser.add_argument("--engine", choices=[*ENGINES, "all"], default="all")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--single", type=int, default=1000, help="calls per arm and round")
     parser.add_argument("--block", type=int, default=50, help="calls per block")
@@ -195,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT " + json.dumps(child(json.loads(args.child))), flush=True)
         return 0
     cfg = {k: getattr(args, k) for k in ("rounds", "single", "block")}
-    engines = ["sqlite", "postgres", "redis"] if args.engine == "all" else [args.engine]
+    engines = list(ENGINES) if args.engine == "all" else [args.engine]
     started = time.perf_counter()
     report: dict[str, Any] = {
         "cfg": cfg,
@@ -204,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": {},
     }
     load_start = os.getloadavg()[0]
-    from tests.servers import PostgresServer, RedisServer
+    from tests.servers import MotoServer, PostgresServer, RedisServer
 
     with tempfile.TemporaryDirectory(prefix="bq-unique-") as tmp:
         base = Path(tmp)
@@ -215,12 +217,23 @@ def main(argv: list[str] | None = None) -> int:
             if engine == "sqlite":
                 env = {"BENCH_DATABASE_URL": sqlite_url}
                 report["results"][engine] = run_child(cfg, env)
-            elif engine == "postgres":
-                pg = PostgresServer(base / "pg")
+            elif engine in ("postgres", "sqs"):
+                pg = PostgresServer(base / f"pg-{engine}")
                 pg.start()
                 try:
                     env = {"BENCH_DATABASE_URL": pg.url}
-                    report["results"][engine] = run_child(cfg, env)
+                    if engine == "sqs":
+                        moto = MotoServer(base / "moto")
+                        moto.start()
+                        env |= {
+                            "BENCH_SQS_URL": moto.url,
+                            "DJANGO_SETTINGS_MODULE": "bench.sqs_settings",
+                        }
+                    try:
+                        report["results"][engine] = run_child(cfg, env)
+                    finally:
+                        if engine == "sqs":
+                            moto.stop()
                 finally:
                     pg.stop()
             else:
