@@ -112,6 +112,10 @@ class DatabaseBackend(Backend):
             return [
                 EnqueuedJob(job_id=j.job_id, queue_name=j.queue, backend=self.alias) for j in jobs
             ]
+        if self.inserts.one_upsert(jobs, events):
+            answer, _ = self.inserts.insert(jobs, now, wake)  # autocommit, as above
+            wakeup.notify(wake)
+            return [answer[jobs[0].job_id]]
         # A unique job that may be refused (DUPLICATE) runs in a savepoint, so a caller's
         # transaction that catches the refusal goes on.
         savepoint = any(j.unique_mode == "reject" for j in jobs)

@@ -162,6 +162,21 @@ class Inserts:
             and not audit.needed(audit.ENQUEUE)
         )
 
+    def one_upsert(self, jobs: Sequence[NewJob], events: Sequence[audit.Event]) -> bool:
+        """Can this enqueue be one unique job's autocommit upsert (as ``one_statement``, and no
+        conflict to audit)? Its take-over of a stale holder is a second statement, each whole
+        on its own: the index keeps one holder whatever another enqueue does in between."""
+        return (
+            len(jobs) == 1
+            and jobs[0].unique_key is not None
+            and not jobs[0].depends_on
+            and self.table.is_postgres
+            and not self.table.connection.in_atomic_block
+            and not events
+            and not audit.needed(audit.ENQUEUE)
+            and not audit.needed(audit.UNIQUE)
+        )
+
     def insert_rows(
         self, jobs: Sequence[NewJob], now: datetime | None, notify: Sequence[str] = ()
     ) -> set[str]:
