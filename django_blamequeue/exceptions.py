@@ -33,7 +33,6 @@ class ErrorCode(StrEnum):
     CHECKPOINT_TOO_LARGE = "CHECKPOINT_TOO_LARGE"
     BAD_LIMIT = "BAD_LIMIT"
     DUPLICATE = "DUPLICATE"
-    DECRYPT_FAILED = "DECRYPT_FAILED"
 
 
 class QueueError(Exception):

@@ -5,7 +5,7 @@ counted on the job that absorbed it (docs/unique.md).
 SQLite makes each of 100 calls per process: every enqueue is a commit, and a commit (an
 fsync of its journal) takes ~15 ms on the test machine's disk, so 8,000 of them would take
 two minutes whatever the enqueue does. The SQS ledger is on PostgreSQL here for the same
-reason. Replace (250 calls per process) runs on PostgreSQL only, where concurrent upserts of
+reason. Replace (100 calls per process) runs on PostgreSQL only, where concurrent upserts of
 one row really race (SQLite serializes its writers, a Redis script runs alone)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .conftest import Processes, Report, engine
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, databases="__all__")]
 
 PROCESSES, CALLS, KEYS = 8, 1_000, 50
-REPLACE_CALLS = 250  # replace rewrites the holder's payload each call: the same race, cheaper
+REPLACE_CALLS = 100  # replace rewrites the holder's payload each call: the same race, cheaper
 _runs = itertools.count()
 
 
