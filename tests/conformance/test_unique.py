@@ -160,5 +160,24 @@ def test_a_rolled_back_enqueue_frees_the_key_a_committed_one_holds_it(
     assert jobs_in(engine, "u") == 1
 
 
+def test_a_reject_in_a_transaction_raises_at_once_or_once_delivered_is_a_logged_skip(
+    backend: str, engine: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = Unique(key="late", on_conflict="reject")
+    first = queue.enqueue("u", {}, unique=spec, backend=backend)
+    with in_transaction(engine):
+        if engine.transactional_enqueue:  # the engine joins the transaction: it refuses now
+            with pytest.raises(QueueError) as err:
+                queue.enqueue("u", {}, unique=spec, backend=backend)
+            assert err.value.code == ErrorCode.DUPLICATE
+        else:  # the outbox delivers it after the commit: nobody is left to raise to
+            queue.enqueue("u", {}, unique=spec, backend=backend)
+    with caplog.at_level("WARNING", logger="django_blamequeue"):
+        relay(engine)
+    assert jobs_in(engine, "u") == 1
+    warned = f"unique key 'late' is held by job {first.job_id}"
+    assert (warned in caplog.text) == (not engine.transactional_enqueue)
+
+
 def _triple(payload: Any) -> tuple[str, str, bytes]:
     return payload.content_type, payload.content_encoding, payload.body
