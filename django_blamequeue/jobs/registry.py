@@ -17,6 +17,15 @@ from django_blamequeue.core.retry import RetryPredicate
 from django_blamequeue.core.unique import Unique
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import calls, enqueueing
+from django_blamequeue.jobs.hooks import (
+    NO_HOOKS,
+    BaseJob,
+    Hook,
+    Hooks,
+    as_handler,
+    checked_hook,
+    hooks_of,
+)
 
 _lock = threading.Lock()
 _registry: dict[str, JobDefinition] = {}
@@ -34,6 +43,8 @@ class JobDefinition:
     flow: Any = None  # a flow.FlowSpec for @flow classes
     #: Run the handler in one transaction with its fenced completion (``worker/atomic.py``).
     atomic: bool = False
+    #: ``on_success`` / ``on_retry`` / ``on_failure`` (``jobs/hooks.py``, run by ``events``).
+    hooks: Hooks = NO_HOOKS
 
     @property
     def queue(self) -> str:
@@ -111,6 +122,11 @@ def job(
     jitter: bool | None = None,
     atomic: bool = False,
     unique: Unique | bool | Mapping[str, Any] | None = None,
+    on_success: Hook | None = None,
+    on_retry: Hook | None = None,
+    on_failure: Hook | None = None,
+    base: type[BaseJob] | None = None,
+    max_snoozes: int | None = None,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -129,11 +145,19 @@ def job(
     jitter: bool | None = None,
     atomic: bool = False,
     unique: Unique | bool | Mapping[str, Any] | None = None,
+    on_success: Hook | None = None,
+    on_retry: Hook | None = None,
+    on_failure: Hook | None = None,
+    base: type[BaseJob] | None = None,
+    max_snoozes: int | None = None,
 ) -> Any:
     """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``).
     ``backoff_base``, ``backoff_max`` and ``jitter`` replace the settings' for this job.
     ``concurrency_key``: the key of the queue's per-key limits for each run, a string or a
     callable of the payload (``enqueue(concurrency_key=...)`` overrides it).
+
+    ``max_snoozes``: how often a run may raise ``Snooze`` before the job fails
+    (``snoozed_too_often``); ``MAX_SNOOZES`` when None.
 
     ``atomic=True``: the handler's database writes commit in one transaction with the job's
     completion, fenced by its lease, so a run that lost its lease commits nothing
@@ -144,6 +168,11 @@ def job(
 
     ``unique``: at most one job per key, by a window, states and a conflict mode
     (docs/unique.md).
+
+    ``on_success``, ``on_retry``, ``on_failure``: callables of a ``JobEvent``, run in the
+    process that made the transition, after it committed (docs/hooks.md). ``base``: a
+    ``BaseJob`` subclass whose ``__call__`` wraps the function and whose hook methods run
+    too; ``@job`` on a ``BaseJob`` subclass registers the class itself (its ``run``).
     """
     options = JobOptions(
         queue=queue,
@@ -157,12 +186,21 @@ def job(
         backoff_max=backoff_max,
         jitter=jitter,
         unique=unique,
+        max_snoozes=max_snoozes,
     ).check_defaults()
     if not isinstance(atomic, bool):
         raise QueueError(ErrorCode.INVALID_HANDLER, "atomic must be True or False")
+    given = {
+        "on_success": checked_hook(on_success, "on_success"),
+        "on_retry": checked_hook(on_retry, "on_retry"),
+        "on_failure": checked_hook(on_failure, "on_failure"),
+    }
 
     def register(f: Callable[..., Any]) -> JobDefinition:
-        return register_definition(f, name=name, options=options, atomic=atomic)
+        handler = as_handler(f, base)
+        return register_definition(
+            handler, name=name, options=options, atomic=atomic, hooks=hooks_of(handler, given)
+        )
 
     return register(func) if func is not None else register
 
@@ -174,6 +212,7 @@ def register_definition(
     options: JobOptions,
     flow: Any = None,
     atomic: bool = False,
+    hooks: Hooks = NO_HOOKS,
 ) -> JobDefinition:
     """Register ``f`` under ``name`` with ``options`` as the job's own (checked here: a
     ``QueueError`` means nothing was registered)."""
@@ -191,6 +230,7 @@ def register_definition(
         options=options,
         flow=flow,
         atomic=atomic,
+        hooks=hooks,
     )
     with _lock:
         old = _registry.get(definition.name)

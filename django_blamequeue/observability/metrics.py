@@ -292,6 +292,8 @@ def serve(port: int, address: str = "0.0.0.0") -> Any:
     from wsgiref.simple_server import WSGIRequestHandler, make_server
 
     from django.db import connections
+
+    _require()  # names the extra when prometheus_client is missing
     from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
     enable()

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_blamequeue', '0010_perf'),
+        ('django_blamequeue', '0011_error_type'),
     ]
 
     operations = [
