@@ -30,6 +30,7 @@ __all__ = [
     "ResultTimeout",
     "Retry",
     "Snooze",
+    "Unique",
     "Unrecoverable",
     "WorkerInfo",
     "about_key",
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from django_blamequeue.context import current_job
     from django_blamequeue.core.controls import QueueLimits, WorkerInfo
     from django_blamequeue.core.records import EnqueuedJob, JobInfo
+    from django_blamequeue.core.unique import Unique
     from django_blamequeue.jobs.events import JobEvent
     from django_blamequeue.jobs.flows import Child, flow
     from django_blamequeue.jobs.hooks import BaseJob
@@ -62,6 +64,7 @@ _LAZY = {
     "EnqueuedJob": ("core.records", "EnqueuedJob"),
     "QueueLimits": ("core.controls", "QueueLimits"),
     "WorkerInfo": ("core.controls", "WorkerInfo"),
+    "Unique": ("core.unique", "Unique"),
     "ABOUT": ("jobs.origin", "ABOUT"),
     "about_key": ("jobs.origin", "about_key"),
 }

@@ -23,6 +23,7 @@ from django_blamequeue.core import ids, validation
 from django_blamequeue.core.controls import ControlState, QueueControl, QueueLimits, WorkerInfo
 from django_blamequeue.core.dag import DAG_OPTIONS, validate_dag
 from django_blamequeue.core.records import AttemptInfo, EnqueuedJob, JobInfo
+from django_blamequeue.core.unique import Unique
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import enqueueing, registry
 from django_blamequeue.jobs.origin import About, about_key
@@ -87,10 +88,12 @@ class Queue:
         backend: str | None = None,
         concurrency_key: str | None = None,
         about: Any = None,
+        unique: Unique | bool | Mapping[str, Any] | None = None,
     ) -> EnqueuedJob:
         """Store one job; inside ``transaction.atomic()`` it commits or rolls back with it.
         ``concurrency_key``: the key of the queue's per-key limits (docs/control.md);
-        ``about``: the model instance the job is about (``JobInfo.about``, ``jobs_about``)."""
+        ``about``: the model instance the job is about (``JobInfo.about``, ``jobs_about``);
+        ``unique``: at most one job per key (docs/unique.md)."""
         given = {  # the call's options, by JobOptions' names (merged in enqueueing)
             "queue": queue_name,
             "backend": backend,
@@ -103,6 +106,7 @@ class Queue:
             "dedupe_key": dedupe_key,
             "concurrency_key": concurrency_key,
             "about": about,
+            "unique": unique,
         }
         return enqueueing.enqueue(payload, given, definition=_definition(name), name=name)
 
@@ -125,6 +129,7 @@ class Queue:
         concurrency_keys: Sequence[str | None] | None = None,
         about: Any = None,
         abouts: Sequence[Any] | None = None,
+        unique: Unique | bool | Mapping[str, Any] | None = None,
     ) -> list[EnqueuedJob]:
         """Store many jobs of one queue in one statement batch (all or none). ``about``: one
         model instance every job is about; ``abouts``: one per payload; ``concurrency_keys``
@@ -141,6 +146,7 @@ class Queue:
             "dedupe_key": dedupe_key,
             "concurrency_key": concurrency_key,
             "about": about,
+            "unique": unique,
         }
         return enqueueing.enqueue_many(
             payloads,

@@ -53,6 +53,9 @@ DELETE = "system.queue.delete"
 MOVE = "system.queue.move"
 PRIORITY = "system.queue.priority"
 NO_HANDLER = "system.queue.no_handler"  # handed back: this worker has no handler for it
+#: An enqueue of a held unique key absorbed by its holder (``data["outcome"]``: skip,
+#: replace, debounce); the holder's id is the event's job id.
+UNIQUE = "system.queue.unique"
 ADMIN_PREFIX = "system.queue.admin."
 
 #: The happy path of every job: recorded as rows only with ``AUDIT = "all"``.
@@ -67,6 +70,7 @@ HIGH_VOLUME = frozenset(
         RELEASE,
         FLOW_REPORT,
         NO_HANDLER,
+        UNIQUE,
     }
 )
 

@@ -33,6 +33,7 @@ class ErrorCode(StrEnum):
     CHECKPOINT_TOO_LARGE = "CHECKPOINT_TOO_LARGE"
     BAD_LIMIT = "BAD_LIMIT"
     NOT_MIGRATED = "NOT_MIGRATED"
+    DUPLICATE = "DUPLICATE"
 
 
 class QueueError(Exception):

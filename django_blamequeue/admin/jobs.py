@@ -20,6 +20,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
+from django_blamequeue import audit
 from django_blamequeue.admin import attempts, bulk, display, operations, provenance, search
 from django_blamequeue.admin.base import (
     CANCEL,
@@ -135,6 +136,9 @@ class JobAdmin(ReadOnlyAdmin):
         about = provenance.about_search(queryset, term)
         if about is not None:
             return about, False
+        held = queryset.filter(unique_key=term, unique_states__isnull=False)  # bq_job_unique
+        if held.exists():
+            return held, False
         return matching(queryset, dedupe_key=term), False
 
     def changelist_view(
@@ -338,6 +342,7 @@ class JobAdmin(ReadOnlyAdmin):
             "trail_truncated": len(trail) >= AUDIT_TRAIL_ROWS,
             "rounds": rounds,
             "history_error": history_error,
+            "unique_outcomes": _outcomes(trail),
             "audit_url": reverse("admin:django_blamequeue_auditevent_changelist")
             + "?"
             + urlencode({"job_id": info.job_id, "backend": info.backend}),
@@ -369,6 +374,17 @@ def _cancel(request: HttpRequest, object_id: str) -> HttpResponse:
     else:
         messages.warning(request, f"Job {info.job_id} is {info.state}: nothing to cancel.")
     return HttpResponseRedirect(url("change", info.job_id, backend=info.backend))
+
+
+def _outcomes(trail: list[AuditEvent]) -> str:
+    """What the calls a unique job absorbed did, from its audit rows (``AUDIT = "all"``):
+    ``2 skip, 5 debounce``."""
+    counts: dict[str, int] = {}
+    for e in trail:
+        if e.action == audit.UNIQUE:
+            outcome = str(e.data.get("outcome") or "skip")
+            counts[outcome] = counts.get(outcome, 0) + 1
+    return ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
 
 
 def job_or_404(object_id: str, wanted: str | None) -> JobInfo:

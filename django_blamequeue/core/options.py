@@ -31,6 +31,8 @@ from typing import Any, Final, Literal
 
 from django_blamequeue.core import validation
 from django_blamequeue.core.retry import RetryPredicate
+from django_blamequeue.core.unique import Unique
+from django_blamequeue.core.unique import spec as unique_spec
 from django_blamequeue.core.validation import MAX_INT, MAX_SECONDS
 from django_blamequeue.exceptions import ErrorCode, QueueError
 
@@ -94,6 +96,9 @@ class JobOptions:
     concurrency_key: object = field(default=None, metadata=CALL)
     #: The model instance (or its ``"app_label.model_name:pk"``) the job is about.
     about: object = field(default=None, metadata=CALL)
+    #: How the job is unique (``core/unique.py``): True, a ``Unique``, a dict of its options;
+    #: ``False`` on a call turns a job's own off. Each payload's key is made by ``enqueueing``.
+    unique: object = field(default=None, metadata=CALL)
     # Retries: the job's own, read by the worker when an attempt fails (``core/retry.py``).
     retryable: RetryPredicate | None = None
     backoff_base: float | None = None
@@ -163,11 +168,16 @@ class JobOptions:
         dedupe = self.dedupe_key
         if dedupe is not None and (not isinstance(dedupe, str) or not dedupe or len(dedupe) > 255):
             _refuse("dedupe_key must be a non-empty string of ≤255 characters", dedupe, False)
+        try:
+            unique = _unique(self.unique)
+        except QueueError as exc:
+            raise QueueError(ErrorCode.INVALID_HANDLER, exc.message) from None
         return replace(
             self,
             timeout=_float(self.timeout),
             backoff_base=_float(self.backoff_base),
             backoff_max=_float(self.backoff_max),
+            unique=unique,
         )
 
     def checked(self) -> JobOptions:
@@ -182,10 +192,17 @@ class JobOptions:
         validation.positive_int(self.max_attempts, "max_attempts")
         validation.optional_text(self.classification, "classification", 100)
         validation.optional_text(self.trace_id, "trace_id", 64)
-        if delay is self.delay and run_at is self.run_at:
+        unique = _unique(self.unique)
+        if unique is not None and self.dedupe_key is not None:
+            raise QueueError(
+                ErrorCode.BAD_ARGUMENT,
+                "give unique= or dedupe_key=, not both (dedupe_key is unique while unfinished, "
+                "per queue, skipping)",
+            )
+        if delay is self.delay and run_at is self.run_at and unique is self.unique:
             return self  # the values checked are the values given: no copy
         values = list(_values(self))
-        values[_DELAY], values[_RUN_AT] = delay, run_at
+        values[_DELAY], values[_RUN_AT], values[_UNIQUE] = delay, run_at, unique
         return _build(values)
 
     def stored(self) -> dict[str, Any]:
@@ -212,6 +229,28 @@ def _build(values: list[Any]) -> JobOptions:
     for set_slot, value in zip(_SLOTS, values, strict=True):
         set_slot(options, value)
     return options
+
+
+#: Specs checked already (a job's own, checked once at registration): id → (spec, checked).
+_uniques: dict[int, tuple[object, Unique | None]] = {}
+
+
+def _unique(value: object) -> Unique | None:
+    """A ``unique=`` value as a checked spec (``core/unique.py``), a job's own checked once."""
+    if value is None:
+        return None
+    cached = _uniques.get(id(value))
+    if cached is not None and cached[0] is value:
+        return cached[1]
+    checked = unique_spec(value)
+    if not isinstance(value, Unique) and value is not True:
+        return checked  # a dict may change: checked each time
+    if len(_uniques) >= 256:
+        _uniques.clear()
+    _uniques[id(value)] = (value, checked)
+    if checked is not None:
+        _uniques[id(checked)] = (checked, checked)
+    return checked
 
 
 def _float(value: float | None) -> float | None:
@@ -256,6 +295,7 @@ _SLOTS: Final = tuple(getattr(JobOptions, name).__set__ for name in _NAMES)
 _new: Final = object.__new__
 _DELAY: Final = _NAMES.index("delay")
 _RUN_AT: Final = _NAMES.index("run_at")
+_UNIQUE: Final = _NAMES.index("unique")
 #: Every option's name.
 OPTION_NAMES: Final = frozenset(_NAMES)
 #: The options an enqueue's keyword arguments may give (``job.enqueue(priority=5)``).

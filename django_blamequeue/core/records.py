@@ -40,6 +40,12 @@ class NewJob:
     concurrency_key: str | None = None  # the key of the queue's per-key limits
     about: str | None = None  # "app_label.model_name:pk" (origin.about_key)
     origin: Mapping[str, Any] | None = None  # the blame trail (origin.capture)
+    # Unique jobs (core/unique.py): the key, the states that hold it (",pending,blocked,"),
+    # seconds it is held at most (None: while the states say), what a conflict does.
+    unique_key: str | None = None
+    unique_states: str | None = None
+    unique_window: float | None = None
+    unique_mode: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +60,9 @@ class EnqueuedJob:
     queue_name: str
     backend: str
     deduplicated: bool = False
+    #: A unique job's conflict: ``"skip"``, ``"replace"`` or ``"debounce"``, what this call
+    #: did to the job that holds the key (``job_id``); None when the job was stored.
+    conflict: str | None = None
 
     def info(self) -> JobInfo | None:
         """The job as its backend has it now (None: not there, or not yet)."""
@@ -335,6 +344,8 @@ class JobInfo:
     #: The class path of the exception behind ``error`` (``builtins.ValueError``); None for an
     #: error that is no exception (stalled, cancelled, bad job) and for a job without error.
     error_type: str | None = None
+    unique_key: str | None = None  # the key of a unique job (docs/unique.md)
+    unique_calls: int = 0  # enqueues of its key it absorbed (skipped, replaced, debounced)
 
 
 @dataclass(frozen=True, slots=True)

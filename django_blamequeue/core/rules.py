@@ -96,6 +96,14 @@ RULES: tuple[Rule, ...] = (
         "core.rules.commits_effects",
     ),
     Rule(
+        "unique",
+        "A unique job holds its key while its state is one of its unique states and its "
+        "window (if any) lasts; an enqueue of a held key is absorbed by the holder (skip, "
+        "replace, debounce) or refused (reject); a holder that no longer holds is taken over "
+        "by the next enqueue of its key, never given the key back.",
+        "core.unique.holds",
+    ),
+    Rule(
         "cascade",
         "A parent that settled with children still pending, or was cancelled, cancels its "
         "unfinished children: waiting ones at once, running ones by request.",

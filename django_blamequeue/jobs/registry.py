@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -14,6 +14,7 @@ from django_blamequeue.context import call_directly
 from django_blamequeue.core.options import CALL_OPTIONS, JobOptions, Unset
 from django_blamequeue.core.records import EnqueuedJob
 from django_blamequeue.core.retry import RetryPredicate
+from django_blamequeue.core.unique import Unique
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import calls, enqueueing
 from django_blamequeue.jobs.hooks import (
@@ -120,6 +121,7 @@ def job(
     backoff_max: float | None = None,
     jitter: bool | None = None,
     atomic: bool = False,
+    unique: Unique | bool | Mapping[str, Any] | None = None,
     on_success: Hook | None = None,
     on_retry: Hook | None = None,
     on_failure: Hook | None = None,
@@ -142,6 +144,7 @@ def job(
     backoff_max: float | None = None,
     jitter: bool | None = None,
     atomic: bool = False,
+    unique: Unique | bool | Mapping[str, Any] | None = None,
     on_success: Hook | None = None,
     on_retry: Hook | None = None,
     on_failure: Hook | None = None,
@@ -163,6 +166,9 @@ def job(
     An ``async def`` handler runs on the worker's event loop (docs/async.md); it cannot be
     ``atomic`` (a transaction cannot span its awaits).
 
+    ``unique``: at most one job per key, by a window, states and a conflict mode
+    (docs/unique.md).
+
     ``on_success``, ``on_retry``, ``on_failure``: callables of a ``JobEvent``, run in the
     process that made the transition, after it committed (docs/hooks.md). ``base``: a
     ``BaseJob`` subclass whose ``__call__`` wraps the function and whose hook methods run
@@ -179,6 +185,7 @@ def job(
         backoff_base=backoff_base,
         backoff_max=backoff_max,
         jitter=jitter,
+        unique=unique,
         max_snoozes=max_snoozes,
     ).check_defaults()
     if not isinstance(atomic, bool):

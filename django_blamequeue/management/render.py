@@ -76,6 +76,9 @@ def render_job(j: JobInfo) -> list[str]:
     if j.state == "inflight":
         rows.append(("lease until", when(j.lease_expires_at)))
     rows += [(k, v) for k, v in (("dedupe key", j.dedupe_key), ("trace id", j.trace_id)) if v]
+    if j.unique_key:
+        calls = f", absorbed {j.unique_calls} call{'s' if j.unique_calls != 1 else ''}"
+        rows.append(("unique key", j.unique_key + (calls if j.unique_calls else "")))
     if j.classification:
         rows.append(("class", j.classification))
     origin = getattr(j, "origin", None)  # JobInfo.origin where the installed version has it

@@ -103,6 +103,13 @@ class JobFields(models.Model):
     about = models.CharField(max_length=255, null=True, blank=True)
     # where the job came from: site, request, user, parent_job, schedule, flow (``jobs/origin.py``)
     origin = models.JSONField(null=True, blank=True)
+    # Unique jobs (docs/unique.md): the key; the states in which the job holds it
+    # (",pending,blocked,"), NULL once another job took the key over; the end of its window;
+    # the enqueues of the key it absorbed.
+    unique_key = models.CharField(max_length=255, null=True, blank=True)
+    unique_states = models.CharField(max_length=100, null=True, blank=True)
+    unique_until = models.DateTimeField(null=True, blank=True)
+    unique_calls = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -202,6 +209,10 @@ class Job(JobFields):
                 name="bq_job_dedupe",
                 condition=Q(dedupe_key__isnull=False) & Q(state__in=ACTIVE_STATES),
             ),
+            # One holder per unique key: the enqueue's upsert names this index (uniques.py).
+            models.UniqueConstraint(
+                "unique_key", name="bq_job_unique", condition=Q(unique_states__isnull=False)
+            ),
             models.CheckConstraint(
                 condition=Q(progress__gte=0) & Q(progress__lte=100), name="bq_job_progress"
             ),
@@ -257,6 +268,9 @@ class SqsJob(JobFields):
                 "dedupe_key",
                 name="bq_sqs_dedupe",
                 condition=Q(dedupe_key__isnull=False) & Q(state__in=ACTIVE_STATES),
+            ),
+            models.UniqueConstraint(
+                "unique_key", name="bq_sqs_unique", condition=Q(unique_states__isnull=False)
             ),
             models.CheckConstraint(
                 condition=Q(progress__gte=0) & Q(progress__lte=100), name="bq_sqs_progress"

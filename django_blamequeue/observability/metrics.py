@@ -21,6 +21,8 @@ process that made the change), so they count what really happened:
 ``blamequeue_flow_cascades_total``         cascading cancels of a settled/cancelled flow
 ``blamequeue_schedule_fires_total``        schedule occurrences fired
 ``blamequeue_outbox_skipped_total``        outbox rows a relay pass skipped (left for retry)
+``blamequeue_unique_conflicts_total``      enqueues of a held unique key, by ``outcome``:
+                                           ``skip``, ``replace``, ``debounce``
 ``blamequeue_job_run_seconds``             histogram: claim to ack, per attempt
 ``blamequeue_job_wait_seconds``            histogram: available to claimed (engine clock)
 ``blamequeue_queue_jobs``                  gauge: jobs per queue and state, read at scrape
@@ -84,6 +86,7 @@ class _Metrics:
     cascades: Any
     schedule_fires: Any
     outbox_skipped: Any
+    unique_conflicts: Any
     run_seconds: Any
     wait_seconds: Any
 
@@ -121,6 +124,11 @@ def _create() -> _Metrics:
         schedule_fires=counter("schedule_fires", "Schedule occurrences fired."),
         outbox_skipped=p.Counter(
             "blamequeue_outbox_skipped", "Outbox rows skipped by a relay pass.", ("backend", "kind")
+        ),
+        unique_conflicts=p.Counter(
+            "blamequeue_unique_conflicts",
+            "Enqueues of a held unique key, by what they did to its holder.",
+            (*LABELS, "outcome"),
         ),
         run_seconds=p.Histogram(
             "blamequeue_job_run_seconds", "Claim to ack, per attempt.", LABELS, buckets=RUN_BUCKETS
@@ -179,6 +187,8 @@ def _on_event(sender: Any, event: audit.Event, **kwargs: Any) -> None:
         m.cancelled.labels(*labels).inc()
     elif action == audit.LOCK_LOST:
         m.lock_lost.labels(*labels).inc()
+    elif action == audit.UNIQUE:
+        m.unique_conflicts.labels(*labels, str(event.data.get("outcome") or "skip")).inc()
     elif action in _FLOW_COUNTERS:
         getattr(m, _FLOW_COUNTERS[action]).labels(*labels).inc()
 

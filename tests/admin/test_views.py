@@ -224,6 +224,22 @@ def test_job_page_shows_the_checkpoint_the_next_attempt_resumes_from(
     assert "&lt;b&gt;x&lt;/b&gt;" in shown.group(1) and "<b>" not in shown.group(1)
 
 
+def test_job_page_shows_the_unique_key_and_what_the_calls_it_absorbed_did(
+    admin_client_: Client, settings: Any
+) -> None:
+    settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, "AUDIT": "all"}  # the outcomes are rows
+    spec = {"key": "sync-7", "on_conflict": "replace"}
+    holder = queue.enqueue("uq", {"v": 1}, unique=spec).job_id
+    for v in (2, 3):
+        queue.enqueue("uq", {"v": v}, unique=spec)
+    queue.enqueue("uq", {"v": 4}, unique={"key": "sync-7"})  # skip
+    body = text(admin_client_.get(f"{JOB}{holder}/change/"))
+    shown = re.search(r'<dd id="bq-unique">(.*?)</dd>', body, re.S)
+    assert shown is not None
+    assert shown.group(1) == "sync-7 — absorbed 3 calls (2 replace, 1 skip)"
+    assert listed(admin_client_, "q=sync-7") == [holder]  # search by the held key
+
+
 def test_job_page_of_an_unknown_job_is_404(admin_client_: Client) -> None:
     assert admin_client_.get(f"{JOB}01NOSUCHJOB0000000000000000/change/").status_code == 404
 

@@ -126,6 +126,28 @@ def test_counters_and_histograms_follow_the_lifecycle(metrics: Any, backend: str
     assert done and delta == want
 
 
+def test_unique_conflicts_are_counted_by_what_they_did(metrics: Any, backend: str) -> None:
+    outcomes = ("skip", "replace", "debounce")
+
+    def seen() -> dict[str, float]:
+        name = "blamequeue_unique_conflicts_total"
+        labels = {"backend": backend, "queue": "obs"}
+        return {
+            o: REGISTRY.get_sample_value(name, {**labels, "outcome": o}) or 0.0 for o in outcomes
+        }
+
+    before = seen()
+    specs = [
+        {"key": "s"},
+        {"key": "r", "on_conflict": "replace"},
+        {"key": "d", "on_conflict": "debounce", "window": 60},
+    ]
+    for spec in specs:
+        for n in range(2):  # the second call of each key is absorbed by the first
+            queue.enqueue("obs", {"n": n}, unique=spec, backend=backend)
+    assert {o: seen()[o] - before[o] for o in outcomes} == dict.fromkeys(outcomes, 1)
+
+
 def test_a_lease_lost_or_a_refused_ack_counts_as_lock_lost(metrics: Any, backend: str) -> None:
     from django_blamequeue.backends import get_backend
     from django_blamequeue.core.records import Ack, Transition

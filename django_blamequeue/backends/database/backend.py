@@ -120,7 +120,14 @@ class DatabaseBackend(Backend):
             return [
                 EnqueuedJob(job_id=j.job_id, queue_name=j.queue, backend=self.alias) for j in jobs
             ]
-        with transaction.atomic(using=self.db, savepoint=False):
+        if self.inserts.one_upsert(jobs, events):
+            answer, _ = self.inserts.insert(jobs, now, wake)  # autocommit, as above
+            wakeup.notify(wake)
+            return [answer[jobs[0].job_id]]
+        # A unique job that may be refused (DUPLICATE) runs in a savepoint, so a caller's
+        # transaction that catches the refusal goes on.
+        savepoint = any(j.unique_mode == "reject" for j in jobs)
+        with transaction.atomic(using=self.db, savepoint=savepoint):
             answer, _ = self.inserts.insert(jobs, now, wake)
             transaction.on_commit(lambda: wakeup.notify(wake), using=self.db)
             self.inserts.record_enqueue(jobs, answer, events)

@@ -17,6 +17,7 @@ from django.db import OperationalError
 from django_blamequeue import audit
 from django_blamequeue.backends.jobtable import sql
 from django_blamequeue.backends.jobtable.table import CHANNEL, JobTable
+from django_blamequeue.backends.jobtable.uniques import UNIQUE_COLUMNS, Uniques, conflict_events
 from django_blamequeue.core.records import EnqueuedJob, NewJob
 from django_blamequeue.core.states import ACTIVE, State
 from django_blamequeue.models import FlowDependency, JobFields
@@ -54,7 +55,9 @@ _INSERT_COLUMNS = (
     "created_at",
     "updated_at",
 )
-_layouts: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], tuple[Any, ...]]] = {}
+_layouts: dict[
+    tuple[str, str, tuple[str, ...]], tuple[tuple[tuple[str, str], ...], tuple[Any, ...]]
+] = {}
 
 
 def _datetime_columns(model: type[JobFields]) -> frozenset[str]:
@@ -66,21 +69,23 @@ def _datetime_columns(model: type[JobFields]) -> frozenset[str]:
 
 
 def _insert_layout(
-    connection: Any, model: type[JobFields]
+    connection: Any, model: type[JobFields], extra: tuple[str, ...] = ()
 ) -> tuple[tuple[tuple[str, str], ...], tuple[Any, ...]]:
     """(column, database type) of every column of a new job row, and the values of the
-    columns ``_values`` leaves out (the model's defaults: attempts 0, no lease, ...)."""
-    key = (connection.alias, model._meta.db_table)
+    columns ``_values`` (and the ``extra`` ones, given by the caller) leave out (the model's
+    defaults: attempts 0, no lease, ...)."""
+    key = (connection.alias, model._meta.db_table, extra)
     cached = _layouts.get(key)
     if cached is not None:
         return cached
     fields: dict[str, Any] = {str(f.column): f for f in model._meta.concrete_fields}
-    rest = [c for c in fields if c not in _INSERT_COLUMNS]
+    given = (*_INSERT_COLUMNS, *extra)
+    rest = [c for c in fields if c not in given]
     defaults = []
     for c in rest:
         value = fields[c].get_default()
         defaults.append(value.value if isinstance(value, State) else value)
-    columns = tuple((c, str(fields[c].db_type(connection))) for c in (*_INSERT_COLUMNS, *rest))
+    columns = tuple((c, str(fields[c].db_type(connection))) for c in (*given, *rest))
     layout = (columns, tuple(defaults))
     _layouts[key] = layout
     return layout
@@ -144,6 +149,7 @@ class Inserts:
     def __init__(self, table: JobTable, flows: Flows) -> None:
         self.table = table
         self.flows = flows  # a dependency already done releases a dependant stored after it
+        self.uniques = Uniques(table)
 
     def one_statement(self, jobs: Sequence[NewJob], events: Sequence[audit.Event]) -> bool:
         """Can this enqueue be a single autocommit INSERT (PostgreSQL, nothing else to write,
@@ -152,8 +158,23 @@ class Inserts:
             self.table.is_postgres
             and not self.table.connection.in_atomic_block
             and not events
-            and not any(j.dedupe_key or j.depends_on for j in jobs)
+            and not any(j.dedupe_key or j.depends_on or j.unique_key for j in jobs)
             and not audit.needed(audit.ENQUEUE)
+        )
+
+    def one_upsert(self, jobs: Sequence[NewJob], events: Sequence[audit.Event]) -> bool:
+        """Can this enqueue be one unique job's autocommit upsert (as ``one_statement``, and no
+        conflict to audit)? Its take-over of a stale holder is a second statement, each whole
+        on its own: the index keeps one holder whatever another enqueue does in between."""
+        return (
+            len(jobs) == 1
+            and jobs[0].unique_key is not None
+            and not jobs[0].depends_on
+            and self.table.is_postgres
+            and not self.table.connection.in_atomic_block
+            and not events
+            and not audit.needed(audit.ENQUEUE)
+            and not audit.needed(audit.UNIQUE)
         )
 
     def insert_rows(
@@ -203,8 +224,15 @@ class Inserts:
         """
         answer: dict[str, EnqueuedJob] = {}
         alias, rows = self.table.alias, self.table.jobs
-        todo = list(jobs)
+        todo = [j for j in jobs if not j.unique_key]
         inserted_all: set[str] = set()
+        if len(todo) < len(jobs):
+            layout = _insert_layout(self.table.connection, self.table.model, UNIQUE_COLUMNS)
+            uniques = [j for j in jobs if j.unique_key]
+            answer, inserted_all = self.uniques.insert(uniques, now, layout, _values, notify)
+            notify = ()
+            if not todo:
+                return answer, inserted_all
         for _ in range(5):  # the holder may turn terminal between our insert and our look-up
             inserted = self.insert_rows(todo, now, notify)
             inserted_all |= inserted
@@ -273,6 +301,10 @@ class Inserts:
             if finished:
                 self.flows.release_dependants(finished, self.table.clock(None))
         if audited:
+            events = [
+                *events,
+                *conflict_events([answer[j.job_id] for j in jobs], jobs, self.table.alias),
+            ]
             self.audit_enqueue(inserted, events)
 
     def audit_enqueue(self, inserted: Sequence[NewJob], events: Sequence[audit.Event]) -> None:

@@ -55,7 +55,7 @@ from django_blamequeue.backends.redis.listen import RedisListener
 from django_blamequeue.backends.redis.runner import ScriptRunner
 from django_blamequeue.backends.rescuelog import log_rescued
 from django_blamequeue.conf import BackendConfig, get_settings
-from django_blamequeue.core import wire
+from django_blamequeue.core import unique, wire
 from django_blamequeue.core.controls import ControlState, HandlerWait, QueueLimits
 from django_blamequeue.core.records import (
     Ack,
@@ -128,18 +128,24 @@ class RedisBackend(Backend):
         MULTI/EXEC. An id that exists already is answered as it is (not re-inserted)."""
         if not jobs:
             return []
+        # A batch that may refuse a unique conflict is one script: it checks before it writes.
+        chunk_size = len(jobs) if any(j.unique_mode == "reject" for j in jobs) else ENQUEUE_CHUNK
         calls = []
-        for start in range(0, len(jobs), ENQUEUE_CHUNK):
-            chunk = jobs[start : start + ENQUEUE_CHUNK]
+        for start in range(0, len(jobs), chunk_size):
+            chunk = jobs[start : start + chunk_size]
             calls.append(([job_header(j) for j in chunk], [j.payload.body for j in chunk]))
         replies = self.scripts.run_many("enqueue", calls, now)
         rows = [row for r in replies for row in r.result]
+        if rows and rows[0][1] == b"DUPLICATE":
+            _, _, holder, state, key = (text(v) or "" for v in rows[0])
+            raise unique.duplicate(key, holder, state)
         answers = [
             EnqueuedJob(
                 job_id=row[0].decode(),
                 queue_name=j.queue,
                 backend=self.alias,
                 deduplicated=bool(int(row[1])),
+                conflict=text(row[2]) or None,
             )
             for j, row in zip(jobs, rows, strict=True)
         ]

@@ -66,6 +66,10 @@ def job_header(j: NewJob) -> list[Any]:
         j.about or False,
         dumps(j.origin).decode() if j.origin else False,
         j.concurrency_key if j.concurrency_key is not None else False,
+        j.unique_key if j.unique_key is not None else False,
+        j.unique_states or False,
+        str(round(j.unique_window * 1_000_000)) if j.unique_window is not None else False,
+        j.unique_mode or False,
     ]
 
 
@@ -280,6 +284,8 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         about=s("about"),
         origin=json.loads(h["origin"]) if h.get("origin") else None,
         checkpoint=_checkpoint(s("checkpoint")),
+        unique_key=s("ukey"),
+        unique_calls=n("ucalls"),
     )
 
 

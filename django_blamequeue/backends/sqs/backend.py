@@ -37,6 +37,7 @@ from django_blamequeue.backends.jobtable.listing import Listing
 from django_blamequeue.backends.jobtable.manifests import Manifests
 from django_blamequeue.backends.jobtable.table import JobTable
 from django_blamequeue.backends.jobtable.timeseries import TimeSeries
+from django_blamequeue.backends.jobtable.uniques import conflict_events
 from django_blamequeue.backends.sqs import messages
 from django_blamequeue.backends.sqs.receive import Receiver
 from django_blamequeue.backends.sqs.sender import FollowUps, Sender
@@ -172,7 +173,8 @@ class SqsBackend(Backend):
             self._unwrite(sorted(inserted))
             raise
         self.sender.mark_sent(sent)
-        self.inserts.audit_enqueue(new, events)  # only once the enqueue has happened
+        conflicts = conflict_events([answer[j.job_id] for j in jobs], jobs, self.alias)
+        self.inserts.audit_enqueue(new, [*events, *conflicts])  # once the enqueue happened
         wakeup.notify(sorted({j.queue for j in new if j.job_id in sent}))
         return [answer[j.job_id] for j in jobs]
 

@@ -314,17 +314,58 @@ local function release_dependants(id)
   redis.call('DEL', key)
 end
 
+-- The job that holds unique key `ukey` (P:uniq), with its state and queue, while it holds
+-- it; nil when the key is free. A holder that no longer holds loses its claim here.
+-- rule: unique (core.unique.holds)
+local function unique_holder(ukey)
+  local holder = redis.call('HGET', P .. ':uniq', ukey)
+  if not holder then return nil end
+  local h = redis.call('HMGET', jk(holder), 'state', 'ustates', 'uuntil', 'queue')
+  if not (h[1] and h[2]) then return nil end
+  if string.find(h[2], ',' .. h[1] .. ',', 1, true) and (not h[3] or tonumber(h[3]) > NOW) then
+    return holder, h[1], h[4]
+  end
+  redis.call('HDEL', jk(holder), 'ustates')
+  return nil
+end
+
+-- A unique job's enqueue met its key's holder: count the call; replace and debounce give a
+-- waiting holder the new payload (debounce: and the new start). Returns what it did.
+local function absorb(holder, state, hq, j, payload)
+  local hk, mode, out = jk(holder), j[29], 'skip'
+  redis.call('HINCRBY', hk, 'ucalls', 1)
+  if (mode == 'replace' or mode == 'debounce') and (state == 'pending' or state == 'blocked') then
+    out = mode
+    redis.call('HSET', hk, 'payload', payload, 'ctype', j[4], 'cenc', j[5], 'updated', fmt(NOW))
+    if mode == 'debounce' and state == 'pending' then
+      local h = redis.call('HMGET', hk, 'avail', 'priority')
+      unindex(holder, hq, 'pending', h[1])
+      make_pending(holder, hq, num(h[2], 0), j[7] and tonumber(j[7]) or NOW + tonumber(j[8]))
+    end
+  end
+  if HV then emit(A.UNIQUE, holder, hq, nil, {outcome = out, key = j[26], name = j[3]}) end
+  return out
+end
+
 -- A new job: `j` its JSON header (codec.job_header), `payload` its bytes. An existing id is
--- answered as it is (the relay may send twice); a held dedupe key answers its holder.
--- Returns the id answered, 1 if deduplicated else 0, and whether a job was inserted.
+-- answered as it is (the relay may send twice); a held dedupe key answers its holder, and so
+-- does a held unique key (absorb).
+-- Returns the id answered, 1 if deduplicated else 0, whether a job was inserted, and what a
+-- unique conflict did ('skip', 'replace', 'debounce').
 local OPTIONAL = {[10] = 'timeout', [11] = 'classification', [12] = 'trace_id',
                   [13] = 'dedupe_key', [14] = 'flow_id', [15] = 'parent_id', [16] = 'flow_key',
                   [17] = 'flow_phase', [18] = 'flow_mode', [19] = 'parent_backend',
-                  [23] = 'about', [24] = 'origin', [25] = 'ckey'}
+                  [23] = 'about', [24] = 'origin', [25] = 'ckey', [26] = 'ukey',
+                  [27] = 'ustates'}
 local function insert_job(j, payload)
   local id, q, name = j[1], j[2], j[3]
   local k = jk(id)
   if redis.call('EXISTS', k) == 1 then return id, 0, false end
+  local ukey = j[26]
+  if ukey then
+    local holder, state, hq = unique_holder(ukey)
+    if holder then return holder, 1, false, absorb(holder, state, hq, j, payload) end
+  end
   local key = j[13]
   if key then
     local holder = redis.call('HGET', qk(q, 'dedupe'), key)
@@ -351,6 +392,11 @@ local function insert_job(j, payload)
   if j[14] then redis.call('SADD', P .. ':flow:' .. j[14], id) end
   if j[23] then redis.call('ZADD', P .. ':about:' .. j[23], NOW, id) end
   if key then redis.call('HSET', qk(q, 'dedupe'), key, id) end
+  if ukey then
+    redis.call('HSET', P .. ':uniq', ukey, id)
+    redis.call('HSET', k, 'ucalls', '0')
+    if j[28] then redis.call('HSET', k, 'uuntil', fmt(NOW + tonumber(j[28]))) end
+  end
   if HV then emit(A.ENQUEUE, id, q, nil, {name = name}) end
   if not blocked then
     index_pending(id, q, prio, avail)

@@ -4,8 +4,11 @@ local limit = ARGS[4]
 local n = 0
 local function forget(id, q)
   local k = jk(id)
-  local h = redis.call('HMGET', k, 'flow_id', 'dedupe_key', 'about')
+  local h = redis.call('HMGET', k, 'flow_id', 'dedupe_key', 'about', 'ukey')
   if h[1] then redis.call('SREM', P .. ':flow:' .. h[1], id) end
+  if h[4] and redis.call('HGET', P .. ':uniq', h[4]) == id then
+    redis.call('HDEL', P .. ':uniq', h[4])
+  end
   if h[3] then redis.call('ZREM', P .. ':about:' .. h[3], id) end
   if h[2] and redis.call('HGET', qk(q, 'dedupe'), h[2]) == id then
     redis.call('HDEL', qk(q, 'dedupe'), h[2])
