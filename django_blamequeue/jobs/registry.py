@@ -33,6 +33,8 @@ class JobDefinition:
     flow: Any = None  # a flow.FlowSpec for @flow classes
     #: Run the handler in one transaction with its fenced completion (``worker/atomic.py``).
     atomic: bool = False
+    #: A durable workflow: ``ctx.step`` and friends record and replay (``jobs/workflow.py``).
+    durable: bool = False
 
     @property
     def queue(self) -> str:
@@ -109,6 +111,7 @@ def job(
     backoff_max: float | None = None,
     jitter: bool | None = None,
     atomic: bool = False,
+    durable: bool = False,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -126,6 +129,7 @@ def job(
     backoff_max: float | None = None,
     jitter: bool | None = None,
     atomic: bool = False,
+    durable: bool = False,
 ) -> Any:
     """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``).
     ``backoff_base``, ``backoff_max`` and ``jitter`` replace the settings' for this job.
@@ -136,8 +140,12 @@ def job(
     completion, fenced by its lease, so a run that lost its lease commits nothing
     (docs/effects.md).
 
+    ``durable=True``: a workflow whose ``ctx.step`` results are recorded, so each attempt
+    replays to where the last one stopped; it may sleep and wait for events without holding
+    a worker (docs/workflows.md). ``@workflow`` says the same.
+
     An ``async def`` handler runs on the worker's event loop (docs/async.md); it cannot be
-    ``atomic`` (a transaction cannot span its awaits).
+    ``atomic`` (a transaction cannot span its awaits) nor ``durable``.
     """
     options = JobOptions(
         queue=queue,
@@ -153,11 +161,19 @@ def job(
     ).check_defaults()
     if not isinstance(atomic, bool):
         raise QueueError(ErrorCode.INVALID_HANDLER, "atomic must be True or False")
+    if not isinstance(durable, bool):
+        raise QueueError(ErrorCode.INVALID_HANDLER, "durable must be True or False")
 
     def register(f: Callable[..., Any]) -> JobDefinition:
-        return register_definition(f, name=name, options=options, atomic=atomic)
+        return register_definition(f, name=name, options=options, atomic=atomic, durable=durable)
 
     return register(func) if func is not None else register
+
+
+def workflow(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    """``@workflow`` is ``@job(durable=True)``: the same options (docs/workflows.md)."""
+    options["durable"] = True
+    return job(func, **options) if func is not None else job(**options)
 
 
 def register_definition(
@@ -167,6 +183,7 @@ def register_definition(
     options: JobOptions,
     flow: Any = None,
     atomic: bool = False,
+    durable: bool = False,
 ) -> JobDefinition:
     """Register ``f`` under ``name`` with ``options`` as the job's own (checked here: a
     ``QueueError`` means nothing was registered)."""
@@ -178,12 +195,19 @@ def register_definition(
             ErrorCode.INVALID_HANDLER,
             "atomic=True needs a sync handler: its transaction cannot span an async def's awaits",
         )
+    if durable and (atomic or inspect.iscoroutinefunction(f)):
+        raise QueueError(
+            ErrorCode.INVALID_HANDLER,
+            "durable=True needs a sync handler that is not atomic=True: its steps commit one "
+            "by one (use ctx.atomic_step for a step's writes)",
+        )
     definition = JobDefinition(
         func=f,
         name=name or f"{f.__module__}.{f.__qualname__}",
         options=options,
         flow=flow,
         atomic=atomic,
+        durable=durable,
     )
     with _lock:
         old = _registry.get(definition.name)

@@ -18,6 +18,7 @@ from django_blamequeue.models.jobs import (
     traced,
 )
 from django_blamequeue.models.trail import AuditEvent, EffectMark, TaskAttempt
+from django_blamequeue.models.workflows import WorkflowEvent, WorkflowStep
 
 __all__ = [
     "ACTIVE_STATES",
@@ -36,5 +37,7 @@ __all__ = [
     "SqsJob",
     "TaskAttempt",
     "WorkerRecord",
+    "WorkflowEvent",
+    "WorkflowStep",
     "traced",
 ]
