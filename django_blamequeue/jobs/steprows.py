@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 
 from django_blamequeue.core import validation
 from django_blamequeue.exceptions import ErrorCode, QueueError
@@ -117,18 +117,37 @@ def put(fence: Fence, row: WorkflowStep, *, replacing: WorkflowStep | None) -> W
             raise Taken(WorkflowStep.objects.using(db).get(id=replacing.id))
         row.id = replacing.id
     else:
-        try:
-            with transaction.atomic(using=db):  # a savepoint: a conflict leaves ours usable
-                row.save(using=db, force_insert=True)
-        except IntegrityError:
+        inserted = _insert(db, row)
+        if inserted is None:
             theirs = WorkflowStep.objects.using(db).filter(job_id=row.job_id, seq=row.seq).first()
             if theirs is None:
                 theirs = WorkflowStep.objects.using(db).get(
                     job_id=row.job_id, name=row.name, occurrence=row.occurrence
                 )
-            raise Taken(theirs) from None
+            raise Taken(theirs)
+        row.id = inserted
     fence.check()
     return row
+
+
+_TABLE = WorkflowStep._meta.db_table
+_FIELDS = [f for f in WorkflowStep._meta.concrete_fields if not f.primary_key]
+_INSERT = (
+    f"INSERT INTO {_TABLE} ({', '.join(f.column for f in _FIELDS)}) "
+    f"VALUES ({', '.join(['%s'] * len(_FIELDS))}) ON CONFLICT DO NOTHING RETURNING id"
+)
+
+
+def _insert(db: str, row: WorkflowStep) -> int | None:
+    """``INSERT … ON CONFLICT DO NOTHING RETURNING``: the new row's id, or None when another
+    run holds the step's place or key. One statement, no savepoint, no ``IntegrityError``
+    (on PostgreSQL a conflicting insert still open elsewhere makes this one wait for it)."""
+    connection = connections[db]
+    values = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in _FIELDS]
+    with connection.cursor() as cur:
+        cur.execute(_INSERT, values)
+        found = cur.fetchone()
+    return None if found is None else int(found[0])
 
 
 def note_failure(db: str, row: WorkflowStep, existing: WorkflowStep | None) -> None:

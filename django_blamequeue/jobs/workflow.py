@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from django_blamequeue.backends import get_backend
 from django_blamequeue.core import ids, validation
@@ -84,10 +85,16 @@ class Workflow:
         return seq, occurrence, row
 
     def now(self) -> datetime:
+        """The engine's clock: what decides a timer or a wait."""
         return self.ctx.now()
 
+    def stamp(self) -> datetime:
+        """A step's start and end, shown and never decided on: this host's clock (no round
+        trip), or a test's moved one."""
+        return self.ctx.clock() if self.ctx.clock is not None else timezone.now()
+
     def _row(self, seq: int, occurrence: int, name: str, kind: str, **fields: Any) -> WorkflowStep:
-        now = self.now()
+        now = self.stamp()
         values: dict[str, Any] = {"started_at": now, **fields}
         return WorkflowStep(
             job_id=self.ctx.job_id,
@@ -138,11 +145,11 @@ class Workflow:
                 value = fn(*args, **kwargs)
                 row.result = steprows.encode(value, f"the result of step {name!r}")
                 row.result_bytes = steprows.size_of(row.result)
-                row.finished_at = self.now()
+                row.finished_at = self.stamp()
                 row = self._commit(row, existing)
         except Exception as exc:
             if not (isinstance(exc, QueueError) and exc.code == ErrorCode.LOCK_LOST):
-                row.status, row.result, row.finished_at = "failed", None, self.now()
+                row.status, row.result, row.finished_at = "failed", None, self.stamp()
                 row.error = f"{type(exc).__name__}: {exc}"[:4096]
                 steprows.note_failure(self.db, row, existing)
             raise
@@ -162,7 +169,7 @@ class Workflow:
                 value = fn(*args, **kwargs)
                 row.result = steprows.encode(value, f"the result of step {row.name!r}")
                 row.result_bytes = steprows.size_of(row.result)
-                row.finished_at = self.now()
+                row.finished_at = self.stamp()
                 steprows.put(self._fence(), row, replacing=existing)
         except Stale:
             raise self._lock_lost(row.name) from None
@@ -276,7 +283,7 @@ class Workflow:
         info = target.resilience.call(lambda: target.get(child_id))
         if info is None or info.state not in (State.DONE, State.FAILED, State.CANCELLED):
             raise Park(CHILD_RECHECK)
-        now = self.now()
+        now = self.stamp()
         ended = _as_read(row, "waiting")
         row.finished_at = now
         if info.state == State.DONE:
