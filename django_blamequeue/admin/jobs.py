@@ -20,7 +20,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
-from django_blamequeue.admin import display, operations, provenance
+from django_blamequeue.admin import display, operations, provenance, workflows
 from django_blamequeue.admin.base import (
     CANCEL,
     RETRY,
@@ -231,6 +231,16 @@ class JobAdmin(ReadOnlyAdmin):
             path("workers/", wrap(console.workers), name=name + "workers"),
             path("flow/<str:flow_id>/", wrap(console.flow), name=name + "flow"),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name=name + "cancel"),
+            path(
+                "<path:object_id>/workflow/rerun/",
+                wrap(workflows.rerun),
+                name=name + "workflow_rerun",
+            ),
+            path(
+                "<path:object_id>/workflow/send-event/",
+                wrap(workflows.send_event),
+                name=name + "workflow_send_event",
+            ),
             *super().get_urls(),
         ]
 
@@ -290,6 +300,7 @@ class JobAdmin(ReadOnlyAdmin):
             "can_retry": info.state == "failed" and allowed(request, RETRY),
             "cancel_url": url("cancel", info.job_id),
             "retry_url": url("dlq_retry"),
+            "workflow": workflows.context(request, info),
         }
         return TemplateResponse(request, "admin/django_blamequeue/job_detail.html", context)
 
