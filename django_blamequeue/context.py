@@ -284,6 +284,12 @@ class JobContext:
         step's record, fenced by the lease: both or neither, once."""
         return self._workflow("atomic_step").step(name, fn, args, kwargs, atomic=True)
 
+    def version(self, name: str, latest: int) -> int:
+        """A marker for changed workflow code: ``latest`` (recorded) for a run that gets here
+        for the first time, 0 for one that recorded another step here on older code. Branch
+        on it to keep old runs on their old path (docs/workflows.md#changing-workflow-code)."""
+        return self._workflow("version").version(name, latest)
+
     def sleep(self, seconds: float, *, name: str = "sleep") -> None:
         """A durable timer: the attempt ends here without being spent or holding a slot, and
         the job replays to this point ``seconds`` from the first time it got here."""
@@ -343,6 +349,9 @@ class DirectContext(JobContext):
 
     def atomic_step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
+
+    def version(self, name: str, latest: int) -> int:
+        return latest  # a direct call has no older record
 
     def sleep(self, seconds: float, *, name: str = "sleep") -> None:
         validation.delay(seconds)  # checked as in a worker; a direct call does not wait

@@ -178,6 +178,20 @@ class Workflow:
         self.rows[row.seq] = row
         return row
 
+    def version(self, name: str, latest: int) -> int:
+        """``latest``, recorded, for a run that reaches this place for the first time; 0
+        for one that recorded another step here on code older than this marker (the place
+        is then not taken: the old step answers it)."""
+        marker = f"version:{_text(name, 'version name')}"
+        if isinstance(latest, bool) or not isinstance(latest, int) or latest < 1:
+            raise QueueError(
+                ErrorCode.BAD_ARGUMENT, f"a version must be an int of at least 1, not {latest!r}"
+            )
+        row = self.rows.get(self._seq)
+        if row is not None and row.status != "failed" and row.name != marker:
+            return 0
+        return int(self.step(marker, _same, (latest,), {}, atomic=False))
+
     # -- timers -------------------------------------------------------------------------
     def sleep_until(self, when: datetime, name: str) -> None:
         checked = validation.run_at(when)
@@ -343,6 +357,10 @@ class Workflow:
             row = taken.row
         self.rows[row.seq] = row
         return row
+
+
+def _same(value: int) -> int:
+    return value
 
 
 def _text(value: object, what: str) -> str:

@@ -154,6 +154,24 @@ def wake_due(db: str, now: datetime, limit: int = 500) -> WakeReport:
     return WakeReport(events=events, children=woken_children, expired_events=expired)
 
 
+def forget_pruned(backend: Backend, before: datetime, batch: int = 500) -> int:
+    """Delete the step rows of ``backend``'s jobs that retention removed (rows begun before
+    ``before`` whose job is gone), ``batch`` jobs per look-up; answers the rows deleted. The
+    pruner calls it after its pass, on every backend (the job may live in another store)."""
+    rows = WorkflowStep.objects.using(backend.effects_database).filter(backend=backend.alias)
+    old = rows.filter(started_at__lt=before).order_by("job_id").values_list("job_id", flat=True)
+    deleted, after = 0, ""
+    while True:
+        ids = list(old.filter(job_id__gt=after).distinct()[:batch])
+        if not ids:
+            return deleted
+        alive = backend.resilience.call(lambda i=ids: backend.child_states(i))  # type: ignore[misc]
+        gone = [i for i in ids if i not in alive]
+        if gone:
+            deleted += rows.filter(job_id__in=gone).delete()[0]
+        after = ids[-1]
+
+
 # -- the timeline ----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepView:

@@ -9,6 +9,7 @@ from django_blamequeue.backends import marks
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import Settings
 from django_blamequeue.core.records import PruneReport
+from django_blamequeue.jobs import workflow_ops
 from django_blamequeue.models import AuditEvent, TaskAttempt
 from django_blamequeue.relay.outbox import database_of
 
@@ -50,6 +51,11 @@ class Pruner:
             db = self.backend.effects_database
             while marks.prune(db, self.backend.alias, before, self.batch) == self.batch:
                 pass
+        ages = [a for a in (s.retention_done, s.retention_cancelled, s.retention_failed) if a]
+        if ages:  # a workflow's steps go with its job
+            before = cut(min(ages))
+            assert before is not None
+            workflow_ops.forget_pruned(self.backend, before, self.batch)
         audit_rows = 0
         # Audit rows live in each backend's database; the first backend (in settings order)
         # of a database prunes them, so backends sharing it don't repeat the work.

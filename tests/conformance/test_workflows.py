@@ -160,6 +160,35 @@ def test_a_replay_asking_for_steps_in_another_order_raises_NonDeterministicWorkf
     assert calls == {"reserve": 1, "charge": 1}  # nothing ran for the swapped order
 
 
+def test_a_version_marker_keeps_a_run_recorded_on_old_code_on_its_old_path(
+    backend: str, engine: Backend, durable: Callable[..., JobDefinition]
+) -> None:
+    deployed = {"marker": False}
+
+    def fulfil(payload: Any) -> Any:
+        ctx = current_job()
+        ctx.step("reserve", counted, "reserve")
+        if deployed["marker"] and ctx.version("charge", 2) >= 2:
+            return ctx.step("charge-v2", counted, "charge-v2")
+        charged = ctx.step("charge", counted, "charge")
+        if not deployed["marker"]:
+            raise RuntimeError("stopped by the deploy")
+        return charged
+
+    wf = durable(fulfil)
+    old = wf.enqueue().job_id
+    run_next(engine, wf)  # old code: reserve, charge, then fails: retried
+    deployed["marker"] = True  # the deploy
+    new = wf.enqueue().job_id
+    run_next(engine, wf, later(engine, 1))
+    run_next(engine, wf, later(engine, 1))
+    assert row(engine, old)["result"] == "charge-result"  # replayed on its recorded path
+    assert row(engine, new)["result"] == "charge-v2-result"
+    assert calls == {"reserve": 2, "charge": 1, "charge-v2": 1}
+    names = [v.name for v in queue.workflow_steps(new, backend)]
+    assert names == ["reserve", "version:charge", "charge-v2"]
+
+
 def test_an_atomic_steps_writes_land_once_when_a_stale_and_a_fresh_run_both_reach_it(
     backend: str, engine: Backend, durable: Callable[..., JobDefinition]
 ) -> None:
@@ -379,6 +408,33 @@ def test_a_rerun_from_step_n_keeps_the_steps_before_it_and_runs_the_rest_again(
     )
     assert [v.attempt for v in queue.workflow_steps(again.job_id, backend)] == [1, 1, 1, 1]
     assert len(queue.workflow_steps(job_id, backend)) == 4  # the original keeps its history
+
+
+def test_retention_forgets_the_steps_of_a_pruned_workflow_and_keeps_the_others(
+    backend: str, engine: Backend, durable: Callable[..., JobDefinition]
+) -> None:
+    def two(payload: Any) -> Any:
+        ctx = current_job()
+        ctx.step("a", counted, "a")
+        if payload == "park":
+            ctx.sleep(86400)
+        return ctx.step("b", counted, "b")
+
+    wf = durable(two)
+    done = wf.enqueue("done").job_id
+    parked = wf.enqueue("park").job_id
+    t = later(engine, 0)
+    run_next(engine, wf, t)
+    run_next(engine, wf, t)
+    assert (
+        engine.prune(
+            done_before=later(engine, 3600, t), cancelled_before=None, failed_before=None, limit=100
+        ).jobs
+        == 1
+    )
+    assert workflow_ops.forget_pruned(engine, later(engine, 3600, t)) == 2
+    assert queue.workflow_steps(done, backend) == []
+    assert [v.name for v in queue.workflow_steps(parked, backend)] == ["a", "sleep"]
 
 
 def test_bad_input_to_the_workflow_verbs_is_refused_and_writes_nothing(
