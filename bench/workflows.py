@@ -110,17 +110,17 @@ def vacuum() -> None:
         cur.execute("VACUUM ANALYZE")
 
 
-def drain(queue_name: str, n: int, concurrency: int, state: str = "done") -> tuple[float, Any]:
-    """Run ``queue_name`` with one consumer until ``n`` of its jobs are in ``state``."""
+def drain(queue_name: str, n: int, concurrency: int) -> float:
+    """Run ``queue_name`` with one consumer until ``n`` of its jobs are done: the seconds."""
     from django_blamequeue import queue
     from django_blamequeue.models import Job
 
     started = time.perf_counter()
     consumer = queue.consume(queue_name, concurrency=concurrency, poll_interval=0.05)
     try:
-        while Job.objects.filter(queue=queue_name, state=state).count() < n:
+        while Job.objects.filter(queue=queue_name, state="done").count() < n:
             time.sleep(0.05)
-        return time.perf_counter() - started, consumer
+        return time.perf_counter() - started
     finally:
         consumer.cancel()
         consumer.join()
@@ -131,7 +131,7 @@ def steps_per_second(jobs: dict[str, Any], args: argparse.Namespace) -> dict[str
     total = args.workflows * args.steps
     for kind in ("floor", "plain", "atomic"):
         jobs[kind].enqueue_many([{"steps": args.steps}] * args.workflows)
-        elapsed, _ = drain(f"wf-{kind}", args.workflows, args.concurrency)
+        elapsed = drain(f"wf-{kind}", args.workflows, args.concurrency)
         out[kind] = {"s": round(elapsed, 2), "workflows_per_s": round(args.workflows / elapsed, 1)}
         if kind != "floor":
             out[kind]["steps_per_s"] = round(total / elapsed)
@@ -166,24 +166,43 @@ def parked_cost(jobs: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
     claim_before = claim_ms()
     for start in range(0, args.parked, 1000):
         jobs["parked"].enqueue_many([None] * min(1000, args.parked - start))
-    elapsed, consumer = drain("wf-parked", args.parked, args.concurrency, state="pending")
-    # every workflow has recorded its step and parked: none is claimable for a day
-    while int(sql("SELECT count(*) FROM blamequeue_workflow_step WHERE status='waiting'")[0][0]) < (
-        args.parked
-    ):
-        time.sleep(0.05)
-    held = len(consumer._running)  # noqa: SLF001 - the slots a stopped consumer holds
+    waiting = "SELECT count(*) FROM blamequeue_workflow_step WHERE status='waiting'"
+    started = time.perf_counter()
+    consumer = queue.consume("wf-parked", concurrency=args.concurrency, poll_interval=0.05)
+    try:
+        # every workflow records its step and parks: none is claimable for a day
+        while int(sql(waiting)[0][0]) < args.parked:
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - started
+        time.sleep(1.0)  # the last parks' acks land
+        held = consumer.in_flight  # the slots the live worker holds
+        log(f"parked {args.parked} in {elapsed:.1f} s; the worker holds {held} slot(s)")
+    finally:
+        consumer.cancel()
+        consumer.join()
     vacuum()
     after = {t: size(t) for t in before}
     claim_after = claim_ms()
-    steps = int(sql("SELECT count(*) FROM blamequeue_workflow_step")[0][0])
-    due = queue.size("wf-parked")
+    steps = int(
+        sql(
+            "SELECT count(*) FROM blamequeue_workflow_step s JOIN blamequeue_job j "
+            "ON j.id = s.job_id WHERE j.queue = 'wf-parked'"
+        )[0][0]
+    )
+    rows = int(sql("SELECT count(*) FROM blamequeue_job WHERE queue = 'wf-parked'")[0][0])
+    due = int(
+        sql(
+            "SELECT count(*) FROM blamequeue_job WHERE queue = 'wf-parked' AND state = 'pending' "
+            "AND available_at <= now()"
+        )[0][0]
+    )
     return {
         "workflows": args.parked,
         "park_s": round(elapsed, 2),
         "parked_per_s": round(args.parked / elapsed),
         "slots_held_after": held,
-        "job_rows": due,
+        "job_rows": rows,
+        "due_now": due,
         "step_rows": steps,
         "job_table_bytes_per_workflow": round(
             (after["blamequeue_job"] - before["blamequeue_job"]) / args.parked
