@@ -61,10 +61,10 @@ def test_workflows_whose_worker_is_killed_every_half_second_run_each_atomic_step
 
     def spawn() -> Proc:
         return processes.worker(
-            DB, "--concurrency", "4", "--lease", "2", "--poll", "0.5", overrides=OVERRIDES
+            DB, "--concurrency", "6", "--lease", "2", "--poll", "0.5", overrides=OVERRIDES
         )
 
-    pool = [spawn() for _ in range(4)]
+    pool = [spawn() for _ in range(3)]
     kills = 0
     start = time.monotonic()
     while Job.objects.using(DB).filter(id__in=ids, state="done").count() < N_WORKFLOWS:
