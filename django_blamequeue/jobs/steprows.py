@@ -133,7 +133,7 @@ def put(fence: Fence, row: WorkflowStep, *, replacing: WorkflowStep | None) -> W
 _TABLE = WorkflowStep._meta.db_table
 _FIELDS = [f for f in WorkflowStep._meta.concrete_fields if not f.primary_key]
 _INSERT = (
-    f"INSERT INTO {_TABLE} ({', '.join(f.column for f in _FIELDS)}) "
+    f"INSERT INTO {_TABLE} ({', '.join(str(f.column) for f in _FIELDS)}) "
     f"VALUES ({', '.join(['%s'] * len(_FIELDS))}) ON CONFLICT DO NOTHING RETURNING id"
 )
 
