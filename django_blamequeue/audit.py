@@ -49,6 +49,8 @@ RESUME = "system.queue.resume"
 LIMITS = "system.queue.limits"
 SNOOZE = "system.queue.snooze"
 NO_HANDLER = "system.queue.no_handler"  # handed back: this worker has no handler for it
+WORKFLOW_EVENT = "system.queue.workflow.event"  # queue.send_event (docs/workflows.md)
+WORKFLOW_RERUN = "system.queue.workflow.rerun"  # queue.rerun_workflow
 ADMIN_PREFIX = "system.queue.admin."
 
 #: The happy path of every job: recorded as rows only with ``AUDIT = "all"``.

@@ -29,8 +29,8 @@ from django_blamequeue.models import WorkflowEvent, WorkflowStep
 
 logger = logging.getLogger("django_blamequeue.workflows")
 
-WORKFLOW_EVENT = "system.queue.workflow.event"
-WORKFLOW_RERUN = "system.queue.workflow.rerun"
+WORKFLOW_EVENT = audit.WORKFLOW_EVENT
+WORKFLOW_RERUN = audit.WORKFLOW_RERUN
 #: Characters of a result shown in a timeline's preview.
 PREVIEW = 120
 
@@ -154,22 +154,22 @@ def wake_due(db: str, now: datetime, limit: int = 500) -> WakeReport:
     return WakeReport(events=events, children=woken_children, expired_events=expired)
 
 
-def forget_pruned(backend: Backend, before: datetime, batch: int = 500) -> int:
+def forget_pruned(
+    backend: Backend, before: datetime, after: str = "", batch: int = 500
+) -> tuple[int, str]:
     """Delete the step rows of ``backend``'s jobs that retention removed (rows begun before
-    ``before`` whose job is gone), ``batch`` jobs per look-up; answers the rows deleted. The
-    pruner calls it after its pass, on every backend (the job may live in another store)."""
+    ``before`` whose job is gone), looking at the next ``batch`` jobs by id after ``after``
+    (one index range and one look-up per pass, however large the table). Answers the rows
+    deleted and where the next pass goes on ("": from the start again)."""
     rows = WorkflowStep.objects.using(backend.effects_database).filter(backend=backend.alias)
-    old = rows.filter(started_at__lt=before).order_by("job_id").values_list("job_id", flat=True)
-    deleted, after = 0, ""
-    while True:
-        ids = list(old.filter(job_id__gt=after).distinct()[:batch])
-        if not ids:
-            return deleted
-        alive = backend.resilience.call(lambda i=ids: backend.child_states(i))  # type: ignore[misc]
-        gone = [i for i in ids if i not in alive]
-        if gone:
-            deleted += rows.filter(job_id__in=gone).delete()[0]
-        after = ids[-1]
+    old = rows.filter(started_at__lt=before, job_id__gt=after).order_by("job_id")
+    ids = list(old.values_list("job_id", flat=True).distinct()[:batch])
+    if not ids:
+        return 0, ""
+    alive = backend.resilience.call(lambda: backend.child_states(ids))
+    gone = [i for i in ids if i not in alive]
+    deleted = rows.filter(job_id__in=gone).delete()[0] if gone else 0
+    return deleted, ids[-1] if len(ids) == batch else ""
 
 
 # -- the timeline ----------------------------------------------------------------------------

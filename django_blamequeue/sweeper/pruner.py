@@ -23,6 +23,7 @@ class Pruner:
         self.period = period
         self.batch = batch
         self.name = f"pruner[{backend.alias}]"
+        self._steps_after = ""  # where the next look for a pruned workflow's steps goes on
 
     def run_once(self, now: datetime | None = None) -> PruneReport:
 
@@ -55,7 +56,9 @@ class Pruner:
         if ages:  # a workflow's steps go with its job
             before = cut(min(ages))
             assert before is not None
-            workflow_ops.forget_pruned(self.backend, before, self.batch)
+            _, self._steps_after = workflow_ops.forget_pruned(
+                self.backend, before, self._steps_after, min(self.batch, 500)
+            )
         audit_rows = 0
         # Audit rows live in each backend's database; the first backend (in settings order)
         # of a database prunes them, so backends sharing it don't repeat the work.

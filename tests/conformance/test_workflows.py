@@ -432,7 +432,13 @@ def test_retention_forgets_the_steps_of_a_pruned_workflow_and_keeps_the_others(
         ).jobs
         == 1
     )
-    assert workflow_ops.forget_pruned(engine, later(engine, 3600, t)) == 2
+    before = later(engine, 3600, t)
+    first, second = sorted([done, parked])  # a pass looks at a batch of jobs by id
+    deleted, cursor = workflow_ops.forget_pruned(engine, before, batch=1)
+    assert cursor == first
+    more, cursor = workflow_ops.forget_pruned(engine, before, cursor, batch=1)
+    assert (cursor, deleted + more) == (second, 2)
+    assert workflow_ops.forget_pruned(engine, before, cursor, batch=1) == (0, "")
     assert queue.workflow_steps(done, backend) == []
     assert [v.name for v in queue.workflow_steps(parked, backend)] == ["a", "sleep"]
 
