@@ -51,8 +51,10 @@ class Row:
 def context(request: HttpRequest, info: JobInfo) -> dict[str, Any] | None:
     """What the job page shows of a durable workflow; None for any other job."""
     definition = registry.get(info.name)
+    if definition is not None and not definition.durable:
+        return None  # a plain job: no query (a name this process does not know may be one)
     steps = queue.workflow_steps(info.job_id, info.backend)
-    if not steps and not (definition is not None and definition.durable):
+    if not steps and definition is None:
         return None
     ended = info.state in TERMINAL
     waiting = next((s for s in steps if s.kind == "event" and s.status == "waiting"), None)
@@ -121,7 +123,7 @@ def rerun(request: HttpRequest, object_id: str) -> HttpResponse:
             object_id, from_step, backend=backend, user=request.user.get_username()
         )
     except QueueError as exc:
-        messages.error(request, str(exc))
+        messages.error(request, exc.message)
         return HttpResponseRedirect(_url("change", object_id, backend=backend or ""))
     messages.success(request, f"Re-running {object_id} from step {from_step} as job {new.job_id}.")
     return HttpResponseRedirect(_url("change", new.job_id, backend=new.backend))
@@ -143,7 +145,7 @@ def send_event(request: HttpRequest, object_id: str) -> HttpResponse:
             name, key=key, payload=payload, backend=backend, user=request.user.get_username()
         )
     except QueueError as exc:
-        messages.error(request, str(exc))
+        messages.error(request, exc.message)
         return HttpResponseRedirect(back)
     messages.success(request, f"Sent event {name!r}" + (f" with key {key!r}." if key else "."))
     return HttpResponseRedirect(back)
