@@ -68,7 +68,8 @@ def test_workflows_whose_worker_is_killed_every_half_second_run_each_atomic_step
     kills = 0
     start = time.monotonic()
     while Job.objects.using(DB).filter(id__in=ids, state="done").count() < N_WORKFLOWS:
-        assert time.monotonic() - start < 120, f"not drained (seed {seed}): {states(DB)}"
+        # 50-90 s on two shared cores; the margin is for a loaded CI machine
+        assert time.monotonic() - start < 200, f"not drained (seed {seed}): {states(DB)}"
         time.sleep(KILL_EVERY)
         i = rng.randrange(len(pool))
         if not pool[i].started():
