@@ -5,26 +5,31 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django_blamequeue.exceptions import (
+    ChildFailed,
     ErrorCode,
     JobFailed,
     JobWasCancelled,
+    NonDeterministicWorkflow,
     QueueError,
     ResultTimeout,
     Retry,
     Snooze,
     Unrecoverable,
+    WaitTimeout,
 )
 
 __all__ = [
     "ABOUT",
     "BaseJob",
     "Child",
+    "ChildFailed",
     "EnqueuedJob",
     "ErrorCode",
     "JobEvent",
     "JobFailed",
     "JobInfo",
     "JobWasCancelled",
+    "NonDeterministicWorkflow",
     "QueueError",
     "QueueLimits",
     "ResultTimeout",
@@ -32,12 +37,14 @@ __all__ = [
     "Snooze",
     "Unique",
     "Unrecoverable",
+    "WaitTimeout",
     "WorkerInfo",
     "about_key",
     "current_job",
     "flow",
     "job",
     "queue",
+    "workflow",
 ]
 
 if TYPE_CHECKING:
@@ -50,11 +57,12 @@ if TYPE_CHECKING:
     from django_blamequeue.jobs.flows import Child, flow
     from django_blamequeue.jobs.hooks import BaseJob
     from django_blamequeue.jobs.origin import ABOUT, about_key
-    from django_blamequeue.jobs.registry import job
+    from django_blamequeue.jobs.registry import job, workflow
 
 _LAZY = {
     "queue": ("api", "queue"),
     "job": ("jobs.registry", "job"),
+    "workflow": ("jobs.registry", "workflow"),
     "current_job": ("context", "current_job"),
     "flow": ("jobs.flows", "flow"),
     "Child": ("jobs.flows", "Child"),

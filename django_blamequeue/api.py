@@ -25,8 +25,9 @@ from django_blamequeue.core.dag import DAG_OPTIONS, validate_dag
 from django_blamequeue.core.records import AttemptInfo, EnqueuedJob, JobInfo
 from django_blamequeue.core.unique import Unique
 from django_blamequeue.exceptions import ErrorCode, QueueError
-from django_blamequeue.jobs import enqueueing, registry
+from django_blamequeue.jobs import enqueueing, registry, workflow_ops
 from django_blamequeue.jobs.origin import About, about_key
+from django_blamequeue.jobs.workflow_ops import StepView
 from django_blamequeue.observability import tracing
 from django_blamequeue.worker import fleet
 from django_blamequeue.worker.consumer import Consumer, WorkerOptions
@@ -385,6 +386,42 @@ class Queue:
     def _require_dlq(b: Backend) -> None:
         if not b.supports_dlq_listing:
             raise QueueError(ErrorCode.DLQ_UNSUPPORTED, f"backend {b.alias!r} cannot list its DLQ")
+
+    # -- durable workflows (docs/workflows.md) -------------------------------------------
+    def send_event(
+        self,
+        name: str,
+        *,
+        key: str = "",
+        payload: Any = None,
+        backend: str | None = None,
+        keep: float | None = None,
+        user: str | None = None,
+    ) -> int:
+        """Deliver event ``name``/``key`` to the workflow that waits for it
+        (``ctx.wait_for_event``), or keep it ``keep`` seconds (``RETENTION["EVENTS"]``) for
+        the first that will. Inside ``transaction.atomic()`` it is sent only if the
+        transaction commits. ``backend``: whose database keeps it (the default backend's)."""
+        return workflow_ops.send_event(name, key, payload, backend=backend, keep=keep, user=user)
+
+    def rerun_workflow(
+        self,
+        job_id: str,
+        from_step: int,
+        *,
+        backend: str | None = None,
+        user: str | None = None,
+    ) -> EnqueuedJob:
+        """Run an ended durable workflow again from step ``from_step`` (1-based): a new job
+        that keeps the steps before it and re-runs the rest; the original is left as it
+        was. Audited with ``user``."""
+        validation.identifier(job_id)
+        return workflow_ops.rerun(job_id, from_step, backend=backend, user=user)
+
+    def workflow_steps(self, job_id: str, backend: str | None = None) -> list[StepView]:
+        """The recorded steps of a durable job, in order (its timeline)."""
+        validation.identifier(job_id)
+        return workflow_ops.steps(job_id, backend)
 
     def cancel_flow(self, flow_id: str, backend: str | None = None) -> int:
         validation.identifier(flow_id, "flow_id")

@@ -56,6 +56,8 @@ NO_HANDLER = "system.queue.no_handler"  # handed back: this worker has no handle
 #: An enqueue of a held unique key absorbed by its holder (``data["outcome"]``: skip,
 #: replace, debounce); the holder's id is the event's job id.
 UNIQUE = "system.queue.unique"
+WORKFLOW_EVENT = "system.queue.workflow.event"  # queue.send_event (docs/workflows.md)
+WORKFLOW_RERUN = "system.queue.workflow.rerun"  # queue.rerun_workflow
 ADMIN_PREFIX = "system.queue.admin."
 
 #: The happy path of every job: recorded as rows only with ``AUDIT = "all"``.

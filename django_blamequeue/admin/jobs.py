@@ -21,7 +21,15 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from django_blamequeue import audit
-from django_blamequeue.admin import attempts, bulk, display, operations, provenance, search
+from django_blamequeue.admin import (
+    attempts,
+    bulk,
+    display,
+    operations,
+    provenance,
+    search,
+    workflows,
+)
 from django_blamequeue.admin.base import (
     CANCEL,
     PURGE,
@@ -293,6 +301,16 @@ class JobAdmin(ReadOnlyAdmin):
             path("bulk/", wrap(self.bulk_view), name=name + "bulk"),
             path("flow/<str:flow_id>/", wrap(console.flow), name=name + "flow"),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name=name + "cancel"),
+            path(
+                "<path:object_id>/workflow/rerun/",
+                wrap(workflows.rerun),
+                name=name + "workflow_rerun",
+            ),
+            path(
+                "<path:object_id>/workflow/send-event/",
+                wrap(workflows.send_event),
+                name=name + "workflow_send_event",
+            ),
             *super().get_urls(),
         ]
 
@@ -357,6 +375,7 @@ class JobAdmin(ReadOnlyAdmin):
             "can_retry": info.state == "failed" and allowed(request, RETRY),
             "cancel_url": url("cancel", info.job_id),
             "retry_url": url("dlq_retry"),
+            "workflow": workflows.context(request, info),
         }
         return TemplateResponse(request, "admin/django_blamequeue/job_detail.html", context)
 

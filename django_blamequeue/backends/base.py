@@ -198,6 +198,20 @@ class Backend(metaclass=ABCMeta):
         ``max_stalled``. Fenced by the token; False if it is stale."""
         raise NotImplementedError
 
+    # -- durable workflows (docs/workflows.md) -------------------------------------------
+    def wake(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        """Make the pending jobs among ``job_ids`` that are not yet due due at ``now`` (a
+        parked workflow an event or a child woke); answers how many moved. Others (due,
+        running, ended, unknown) are left as they are, so a wake is safe to repeat."""
+        raise NotImplementedError
+
+    def fence_step(self, job_id: str, token: str) -> bool | None:
+        """Inside a workflow step's open transaction on ``effects_database``: True if the run
+        still holds its lease (the job row stays locked until the commit), False if it lost
+        it (the step must commit nothing). None where the job rows live elsewhere (redis):
+        the step row's unique key alone decides, the first run to commit owning the step."""
+        return None
+
     @abstractmethod
     def save_checkpoints(
         self, items: Sequence[tuple[str, str, str]], now: datetime | None = None

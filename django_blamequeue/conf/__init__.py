@@ -79,6 +79,8 @@ class Settings:
     retention_cancelled: float | None = 7 * _DAY
     retention_failed: float | None = None  # the DLQ is kept until retried or purged
     retention_audit: float | None = 30 * _DAY
+    #: How long an event sent before any workflow waits for it is kept for the first waiter.
+    retention_events: float | None = 7 * _DAY
     sweep_interval: float = 5.0
     flow_sweep_interval: float = 30.0
     shutdown_grace: float = 30.0
@@ -304,6 +306,7 @@ _FLOAT_FIELDS = (
     "retention_cancelled",
     "retention_failed",
     "retention_audit",
+    "retention_events",
     "sweep_interval",
     "flow_sweep_interval",
     "shutdown_grace",

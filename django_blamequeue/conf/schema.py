@@ -103,7 +103,7 @@ TOP_KEYS = (
 LOG_TRACEBACKS = ("final", "every", "never")
 #: Keys of a ``QUEUES`` entry: the default limits of that queue (docs/control.md).
 QUEUE_KEYS = ("CONCURRENCY", "KEY_CONCURRENCY", "RATE_LIMIT", "KEY_RATE_LIMIT")
-RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT")
+RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT", "EVENTS")
 AUDIT_LEVELS = ("all", "operations", "off")
 SCHEDULE_KEYS = ("job", "cron", "interval", "timezone", "payload", "queue", "enabled", "backend")
 UNSAFE_CONTENT = {"application/x-python-serialize": "pickle", "application/x-yaml": "yaml"}

@@ -45,6 +45,8 @@ class JobDefinition:
     atomic: bool = False
     #: ``on_success`` / ``on_retry`` / ``on_failure`` (``jobs/hooks.py``, run by ``events``).
     hooks: Hooks = NO_HOOKS
+    #: A durable workflow: ``ctx.step`` and friends record and replay (``jobs/workflow.py``).
+    durable: bool = False
 
     @property
     def queue(self) -> str:
@@ -127,6 +129,7 @@ def job(
     on_failure: Hook | None = None,
     base: type[BaseJob] | None = None,
     max_snoozes: int | None = None,
+    durable: bool = False,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -150,6 +153,7 @@ def job(
     on_failure: Hook | None = None,
     base: type[BaseJob] | None = None,
     max_snoozes: int | None = None,
+    durable: bool = False,
 ) -> Any:
     """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``).
     ``backoff_base``, ``backoff_max`` and ``jitter`` replace the settings' for this job.
@@ -163,8 +167,12 @@ def job(
     completion, fenced by its lease, so a run that lost its lease commits nothing
     (docs/effects.md).
 
+    ``durable=True``: a workflow whose ``ctx.step`` results are recorded, so each attempt
+    replays to where the last one stopped; it may sleep and wait for events without holding
+    a worker (docs/workflows.md). ``@workflow`` says the same.
+
     An ``async def`` handler runs on the worker's event loop (docs/async.md); it cannot be
-    ``atomic`` (a transaction cannot span its awaits).
+    ``atomic`` (a transaction cannot span its awaits) nor ``durable``.
 
     ``unique``: at most one job per key, by a window, states and a conflict mode
     (docs/unique.md).
@@ -190,6 +198,8 @@ def job(
     ).check_defaults()
     if not isinstance(atomic, bool):
         raise QueueError(ErrorCode.INVALID_HANDLER, "atomic must be True or False")
+    if not isinstance(durable, bool):
+        raise QueueError(ErrorCode.INVALID_HANDLER, "durable must be True or False")
     given = {
         "on_success": checked_hook(on_success, "on_success"),
         "on_retry": checked_hook(on_retry, "on_retry"),
@@ -199,10 +209,21 @@ def job(
     def register(f: Callable[..., Any]) -> JobDefinition:
         handler = as_handler(f, base)
         return register_definition(
-            handler, name=name, options=options, atomic=atomic, hooks=hooks_of(handler, given)
+            handler,
+            name=name,
+            options=options,
+            atomic=atomic,
+            durable=durable,
+            hooks=hooks_of(handler, given),
         )
 
     return register(func) if func is not None else register
+
+
+def workflow(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    """``@workflow`` is ``@job(durable=True)``: the same options (docs/workflows.md)."""
+    options["durable"] = True
+    return job(func, **options) if func is not None else job(**options)
 
 
 def register_definition(
@@ -213,6 +234,7 @@ def register_definition(
     flow: Any = None,
     atomic: bool = False,
     hooks: Hooks = NO_HOOKS,
+    durable: bool = False,
 ) -> JobDefinition:
     """Register ``f`` under ``name`` with ``options`` as the job's own (checked here: a
     ``QueueError`` means nothing was registered)."""
@@ -224,6 +246,12 @@ def register_definition(
             ErrorCode.INVALID_HANDLER,
             "atomic=True needs a sync handler: its transaction cannot span an async def's awaits",
         )
+    if durable and (atomic or inspect.iscoroutinefunction(f)):
+        raise QueueError(
+            ErrorCode.INVALID_HANDLER,
+            "durable=True needs a sync handler that is not atomic=True: its steps commit one "
+            "by one (use ctx.atomic_step for a step's writes)",
+        )
     definition = JobDefinition(
         func=f,
         name=name or f"{f.__module__}.{f.__qualname__}",
@@ -231,6 +259,7 @@ def register_definition(
         flow=flow,
         atomic=atomic,
         hooks=hooks,
+        durable=durable,
     )
     with _lock:
         old = _registry.get(definition.name)

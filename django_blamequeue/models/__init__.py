@@ -19,6 +19,7 @@ from django_blamequeue.models.jobs import (
     traced,
 )
 from django_blamequeue.models.trail import AuditEvent, EffectMark, JobAttempt, TaskAttempt
+from django_blamequeue.models.workflows import WorkflowEvent, WorkflowStep
 
 __all__ = [
     "ACTIVE_STATES",
@@ -39,5 +40,7 @@ __all__ = [
     "TaskAttempt",
     "TimeBucket",
     "WorkerRecord",
+    "WorkflowEvent",
+    "WorkflowStep",
     "traced",
 ]

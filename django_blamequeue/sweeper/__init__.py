@@ -25,6 +25,7 @@ from django_blamequeue.sweeper.flow_repair import FlowRepair
 from django_blamequeue.sweeper.pruner import Pruner
 from django_blamequeue.sweeper.rescuer import Rescuer
 from django_blamequeue.sweeper.scheduler import Scheduler
+from django_blamequeue.sweeper.waker import Waker
 
 logger = logging.getLogger("django_blamequeue.sweeper")
 
@@ -59,6 +60,8 @@ def services_for(backends: Sequence[Backend]) -> list[Service]:
     found.append(Relay())
     found[-1].period = settings.sweep_interval
     found.append(Scheduler(period=min(settings.sweep_interval, 5.0)))
+    for db in sorted({b.effects_database for b in backends}):
+        found.append(Waker(db, period=min(settings.sweep_interval, 1.0)))
     return found
 
 

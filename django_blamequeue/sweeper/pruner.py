@@ -9,6 +9,7 @@ from django_blamequeue.backends import marks
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import Settings
 from django_blamequeue.core.records import PruneReport
+from django_blamequeue.jobs import workflow_ops
 from django_blamequeue.models import AuditEvent, JobAttempt, TaskAttempt
 from django_blamequeue.relay.outbox import database_of
 
@@ -22,6 +23,7 @@ class Pruner:
         self.period = period
         self.batch = batch
         self.name = f"pruner[{backend.alias}]"
+        self._steps_after = ""  # where the next look for a pruned workflow's steps goes on
 
     def run_once(self, now: datetime | None = None) -> PruneReport:
 
@@ -50,6 +52,13 @@ class Pruner:
             db = self.backend.effects_database
             while marks.prune(db, self.backend.alias, before, self.batch) == self.batch:
                 pass
+        ages = [a for a in (s.retention_done, s.retention_cancelled, s.retention_failed) if a]
+        if ages:  # a workflow's steps go with its job
+            before = cut(min(ages))
+            assert before is not None
+            _, self._steps_after = workflow_ops.forget_pruned(
+                self.backend, before, self._steps_after, min(self.batch, 500)
+            )
         audit_rows = 0
         # Audit rows live in each backend's database; the first backend (in settings order)
         # of a database prunes them, so backends sharing it don't repeat the work.

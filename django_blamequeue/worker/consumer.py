@@ -26,6 +26,7 @@ from django_blamequeue.core import lifecycle
 from django_blamequeue.core.records import AckResult, Backlog, Claimed
 from django_blamequeue.exceptions import ErrorCode, QueueError, WorkerShutdown
 from django_blamequeue.jobs import registry
+from django_blamequeue.jobs.workflow import Workflow
 from django_blamequeue.observability import metrics
 from django_blamequeue.relay.outbox import RelayReport, settle_pending
 from django_blamequeue.worker import atomic, fleet
@@ -358,6 +359,8 @@ class Consumer:
         if run.definition is not None and run.definition.atomic and self.handler is None:
             atomic.prepare(run)
             run.ctx.atomic = True  # no checkpoints: its writes roll back with a failure
+        if run.definition is not None and run.definition.durable and self.handler is None:
+            run.ctx.workflow = Workflow(run.ctx)  # ctx.step & co. replay its record
         self.checkpointer.attach(run)
         self._running[c.job_id] = run
         if metrics.enabled:

@@ -59,6 +59,7 @@ def demo_data() -> dict[str, object]:
     assert isinstance(hooks, list)
     operations.retry(request, get_backend(), [(hooks[0], "webhooks")])
     data["schedule"] = schedules()
+    data["workflow"] = workflow()
     control()
     data.update(console())
     return data
@@ -136,6 +137,52 @@ def console() -> dict[str, object]:
         )
     )
     return {"attempts": job_id}
+
+
+def workflow() -> str:
+    """An order-fulfilment workflow two steps in (its charge recorded by the second attempt),
+    parked on the carrier's webhook (docs/workflows.md): its job page shows the timeline."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_blamequeue import workflow as durable
+    from django_blamequeue.models import WorkflowStep
+
+    @durable(queue="orders", name="shop.workflows.fulfil")
+    def fulfil(payload: object) -> None:
+        return None  # never run here: its rows below are what a run would have recorded
+
+    job_id = fulfil.enqueue({"order": 4711}).job_id
+    now = timezone.now()
+
+    def at(minutes: float) -> object:
+        return now - timedelta(minutes=90) + timedelta(minutes=minutes)
+
+    steps = [
+        ("reserve-stock", "atomic", "done", 1, 0, 0.02, '["SKU-1042","SKU-77"]', ""),
+        ("charge", "step", "done", 2, 0.05, 1.6, '"ch_3PzQ8fL2mK9"', ""),
+        ("event:carrier.picked_up", "event", "waiting", 2, 1.7, None, None, ""),
+    ]
+    for seq, (name, kind, status, attempt, start, end, result, error) in enumerate(steps):
+        WorkflowStep.objects.create(
+            job_id=job_id,
+            backend="default",
+            seq=seq,
+            name=name,
+            kind=kind,
+            status=status,
+            attempt=attempt,
+            result=result,
+            result_bytes=len(result or ""),
+            error=error,
+            started_at=at(start),
+            finished_at=at(end) if end is not None else None,
+            wake_at=at(start) + timedelta(days=2) if kind == "event" else None,
+            event_name="carrier.picked_up" if kind == "event" else "",
+            event_key="4711" if kind == "event" else "",
+        )
+    return job_id
 
 
 def control() -> None:
@@ -267,6 +314,7 @@ def shoot(base: str, out: Path, data: dict[str, object]) -> list[Path]:
             False,
         ),
         ("job-attempts", f"{job}{data['attempts']}/change/#bq-attempts", False),
+        ("workflow", f"{job}{data['workflow']}/change/#bq-workflow", False),
     ]
     written = []
     with sync_playwright() as p:

@@ -37,6 +37,7 @@ from django_blamequeue.backends.jobtable.manifests import Manifests
 from django_blamequeue.backends.jobtable.rows import claimed_from_pg_row, claimed_from_row
 from django_blamequeue.backends.jobtable.table import CHANNEL, CONTROL_CHANNEL, JobTable
 from django_blamequeue.backends.jobtable.timeseries import TimeSeries
+from django_blamequeue.backends.jobtable.wakes import Wakes
 from django_blamequeue.conf import BackendConfig
 from django_blamequeue.core.controls import ControlState, HandlerWait
 from django_blamequeue.core.limits import QueueLimits
@@ -91,6 +92,7 @@ class DatabaseBackend(Backend):
         self.listing = Listing(table, self.manifests, self._released)
         self.control_rows = ControlRows(table, listen=self.supports_listen)
         self.limited = LimitedClaims(table)
+        self.wakes = Wakes(table, self._released)
 
     def _released(self, rows: Sequence[tuple[str, str]], now: datetime) -> None:
         """Jobs a transaction made pending from a state that holds no message: the table is
@@ -213,6 +215,12 @@ class DatabaseBackend(Backend):
         effects.require_transaction(self.jobtable)
         [result] = self.acks.apply([ack], now)
         return effects.answer(result)
+
+    def wake(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        return self.wakes.wake(job_ids, now)
+
+    def fence_step(self, job_id: str, token: str) -> bool | None:
+        return self.wakes.fence_step(job_id, token)
 
     def extend_lease(
         self, job_id: str, token: str, seconds: float, now: datetime | None = None

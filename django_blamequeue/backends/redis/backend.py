@@ -257,6 +257,11 @@ class RedisBackend(Backend):
             audit.record([event], using=self.audit_db)
         return changed
 
+    def wake(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        if not job_ids:
+            return 0
+        return int(self.scripts.run("wake", list(job_ids), now=now).result)
+
     def set_progress(self, job_id: str, token: str, progress: int) -> bool:
         changed = bool(int(self.scripts.run("progress", [job_id, token, int(progress)]).result))
         if changed and audit.needed(audit.PROGRESS):

@@ -32,6 +32,7 @@ NAMES = (
     "renew",
     "extend",
     "progress",
+    "wake",
     "checkpoint",
     "rescue",
     "alone",

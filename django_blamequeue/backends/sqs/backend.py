@@ -38,6 +38,7 @@ from django_blamequeue.backends.jobtable.manifests import Manifests
 from django_blamequeue.backends.jobtable.table import JobTable
 from django_blamequeue.backends.jobtable.timeseries import TimeSeries
 from django_blamequeue.backends.jobtable.uniques import conflict_events
+from django_blamequeue.backends.jobtable.wakes import Wakes
 from django_blamequeue.backends.sqs import messages
 from django_blamequeue.backends.sqs.receive import Receiver
 from django_blamequeue.backends.sqs.sender import FollowUps, Sender
@@ -111,6 +112,7 @@ class SqsBackend(Backend):
         self.listing = Listing(table, self.manifests, self.sender.released)
         self.control_rows = ControlRows(table, listen=False)
         self.limited = LimitedClaims(table)
+        self.wakes = Wakes(table, self.sender.released)
         self.receiver = Receiver(table, self.transport, self.sender, self.leases, self.limited)
 
     @property
@@ -234,6 +236,12 @@ class SqsBackend(Backend):
         unsent = self.sender.owed_by_acks(acks, results, held, owed)
         self.sender.mark_unsent(unsent)
         return results
+
+    def wake(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        return self.wakes.wake(job_ids, now)
+
+    def fence_step(self, job_id: str, token: str) -> bool | None:
+        return self.wakes.fence_step(job_id, token)
 
     def extend_lease(
         self, job_id: str, token: str, seconds: float, now: datetime | None = None

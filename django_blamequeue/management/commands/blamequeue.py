@@ -15,7 +15,7 @@ from django_blamequeue.backends import get_backend
 from django_blamequeue.core.records import JobInfo
 from django_blamequeue.exceptions import QueueError
 from django_blamequeue.jobs import registry
-from django_blamequeue.management import control
+from django_blamequeue.management import control, workflows
 from django_blamequeue.management.control import ControlCommands
 from django_blamequeue.management.preflight import require_migrated
 from django_blamequeue.management.render import (
@@ -25,15 +25,17 @@ from django_blamequeue.management.render import (
     render_schedules,
     render_stats,
 )
+from django_blamequeue.management.workflows import WorkflowCommands
 
 
-class Command(ControlCommands, BaseCommand):
+class Command(ControlCommands, WorkflowCommands, BaseCommand):
     help = (
         "Operate queues: stats | show ID | dlq list [QUEUE] | dlq retry ID | dlq retry --all "
         "QUEUE | purge QUEUE | cancel ID | flow show FLOW_ID | schedules | "
         "enqueue NAME --payload JSON | pause QUEUE [--reason TEXT] | resume QUEUE | "
         "limits QUEUE [--concurrency N] [--key-concurrency N] [--rate-limit MAX/SECONDS] "
-        "[--key-rate-limit MAX/SECONDS] [--clear] | workers"
+        "[--key-rate-limit MAX/SECONDS] [--clear] | workers | workflow show|rerun|cancel ID | "
+        "send-event NAME [--key K] [--payload JSON]"
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -69,9 +71,10 @@ class Command(ControlCommands, BaseCommand):
         enq.add_argument("--priority", type=int, default=0)
         enq.add_argument("--dedupe-key", default=None)
         control.add_arguments(sub)
+        workflows.add_arguments(sub)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        action = options["action"]
+        action = options["action"].replace("-", "_")
         require_migrated()
         try:
             getattr(self, f"do_{action}")(options)
