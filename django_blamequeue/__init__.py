@@ -34,6 +34,7 @@ __all__ = [
     "current_job",
     "flow",
     "job",
+    "periodic",
     "queue",
 ]
 
@@ -44,11 +45,12 @@ if TYPE_CHECKING:
     from django_blamequeue.core.records import EnqueuedJob, JobInfo
     from django_blamequeue.jobs.flows import Child, flow
     from django_blamequeue.jobs.origin import ABOUT, about_key
-    from django_blamequeue.jobs.registry import job
+    from django_blamequeue.jobs.registry import job, periodic
 
 _LAZY = {
     "queue": ("api", "queue"),
     "job": ("jobs.registry", "job"),
+    "periodic": ("jobs.registry", "periodic"),
     "current_job": ("context", "current_job"),
     "flow": ("jobs.flows", "flow"),
     "Child": ("jobs.flows", "Child"),

@@ -24,6 +24,7 @@ class BlameQueueConfig(AppConfig):
             check_backends,
             check_handlers,
             check_queues_served,
+            check_schedule_calls,
             check_settings,
         )
         from django_blamequeue.context import JobContextFilter
@@ -37,6 +38,7 @@ class BlameQueueConfig(AppConfig):
         request_finished.connect(origin.request_finished, dispatch_uid="blamequeue.origin")
         checks.register(check_settings, "blamequeue")
         checks.register(check_queues_served, "blamequeue")
+        checks.register(check_schedule_calls, "blamequeue")
         checks.register(check_backends, "blamequeue", deploy=True)
         checks.register(check_handlers, "blamequeue", deploy=True)
         for name in AUTODISCOVER_MODULES:

@@ -17,7 +17,7 @@ from django_blamequeue import conf
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.exceptions import QueueError
-from django_blamequeue.jobs import registry
+from django_blamequeue.jobs import registry, schedules
 from django_blamequeue.worker import atomic
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "check_backends",
     "check_handlers",
     "check_queues_served",
+    "check_schedule_calls",
     "check_settings",
 ]
 
@@ -92,8 +93,39 @@ def check_queues_served(
         if backend != default:
             what = f"@job {name!r} is stored on backend {backend!r}"
             messages.append(_unserved(what, definition.queue, backend, default))
-    for name, entry in sorted(current.schedules.items()):
+    declared = {n: e for n, e in schedules.declared()[1].items() if n not in current.schedules}
+    for name, entry in sorted({**declared, **current.schedules}.items()):
         messages += _schedule_unserved(name, entry, default)
+    return messages
+
+
+def check_schedule_calls(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """E041: a schedule (``SCHEDULES``, or declared in code) whose call cannot bind to its
+    job's handler: it would fail at every fire, so it is an error now and never fired. An
+    unknown job is W008's (``check --deploy``)."""
+    try:
+        current = conf.get_settings()
+    except QueueError:  # invalid settings: check_settings reports them
+        return []
+    declared = {n: e for n, e in schedules.declared()[1].items() if n not in current.schedules}
+    messages: list[checks.CheckMessage] = []
+    for name, entry in sorted({**declared, **current.schedules}.items()):
+        definition = registry.get(str(entry["job"]))
+        if definition is None:
+            continue
+        why = schedules.call_problem(entry, definition)
+        if why is not None:
+            where = f'SCHEDULES["{name}"]' if name in current.schedules else f"schedule {name!r}"
+            messages.append(
+                checks.Error(
+                    f"{where} {why}",
+                    hint='Give "args" and "kwargs" the handler takes (a call), or "payload" '
+                    "for a handler of one argument; neither calls a handler that needs none.",
+                    id="blamequeue.E041",
+                )
+            )
     return messages
 
 
@@ -108,7 +140,9 @@ def _schedule_unserved(
     if entry.get("enabled") is False or queue is None:
         return []  # off, or an unknown job on its own queue: the scheduler logs that one
     backend = entry.get("backend") or (definition.backend if definition else None) or default
-    what = f'SCHEDULES["{name}"] fires {entry["job"]!r} on queue {queue!r}'
+    from_settings = name in conf.get_settings().schedules
+    label = f'SCHEDULES["{name}"]' if from_settings else f"schedule {name!r}"
+    what = f"{label} fires {entry['job']!r} on queue {queue!r}"
     if backend != default:
         return [_unserved(f"{what} of backend {backend!r}", queue, backend, default)]
     if queue in registry.queues():
@@ -156,13 +190,13 @@ def check_handlers(
         for (q, name), n in sorted(waiting.items()):
             if name and name != q and registry.get(name) is None:
                 messages.append(_no_handler(f"{n:,} waiting job(s) of backend {alias!r}", q, name))
-    schedules = {n: str(e["job"]) for n, e in current.schedules.items()}
+    by_name = {n: str(e["job"]) for n, e in current.schedules.items()}
     try:
         rows = Schedule.objects.filter(enabled=True).values_list("name", "job")
-        schedules.update({n: j for n, j in rows if n not in schedules})
+        by_name.update({n: j for n, j in rows if n not in by_name})
     except Exception as exc:  # no table yet (before migrate)
         messages.append(_unreachable("default", exc))
-    for name, job in sorted(schedules.items()):
+    for name, job in sorted(by_name.items()):
         if registry.get(job) is None:
             messages.append(
                 checks.Warning(

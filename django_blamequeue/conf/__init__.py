@@ -88,6 +88,8 @@ class Settings:
     max_snoozes: int = 1000
     missing_handler_timeout: float = 7 * _DAY
     origin_site: bool = True  # record the enqueue's call site in JobInfo.origin
+    #: ``ROUTES``: job name or glob → queue, in the order given (``jobs/routing.py``).
+    routes: tuple[tuple[str, str], ...] = ()
 
 
 _UNSET: Any = object()
@@ -225,6 +227,10 @@ def _build(raw: Mapping[str, Any]) -> Settings:
         backends=MappingProxyType({a: _backend(a, e) for a, e in backends.items()}),
         schedules=MappingProxyType({n: _frozen(e) for n, e in schedules.items()}),
         queues=MappingProxyType({q: _limits(e) for q, e in queues.items()}),
+        routes=tuple(
+            (pattern, target["queue"] if isinstance(target, Mapping) else target)
+            for pattern, target in raw.get("ROUTES", {}).items()
+        ),
         **kwargs,
     )
 

@@ -96,10 +96,26 @@ TOP_KEYS = (
     "MAX_SNOOZES",
     "MISSING_HANDLER_TIMEOUT",
     "ORIGIN_SITE",
+    "ROUTES",
 )
 #: Keys of a ``QUEUES`` entry: the default limits of that queue (docs/control.md).
 QUEUE_KEYS = ("CONCURRENCY", "KEY_CONCURRENCY", "RATE_LIMIT", "KEY_RATE_LIMIT")
 RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT")
 AUDIT_LEVELS = ("all", "operations", "off")
-SCHEDULE_KEYS = ("job", "cron", "interval", "timezone", "payload", "queue", "enabled", "backend")
+SCHEDULE_KEYS = (
+    "job",
+    "cron",
+    "interval",
+    "timezone",
+    "payload",
+    "args",
+    "kwargs",
+    "queue",
+    "enabled",
+    "backend",
+    "overlap",
+    "expires",
+)
+#: ``overlap`` of a schedule: skip an occurrence while its last run waits or runs, or fire.
+OVERLAPS = ("skip", "allow")
 UNSAFE_CONTENT = {"application/x-python-serialize": "pickle", "application/x-yaml": "yaml"}

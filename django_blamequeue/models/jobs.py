@@ -101,6 +101,9 @@ class JobFields(models.Model):
     about = models.CharField(max_length=255, null=True, blank=True)
     # where the job came from: site, request, user, parent_job, schedule, flow (``jobs/origin.py``)
     origin = models.JSONField(null=True, blank=True)
+    # Not started by then → cancelled with reason "expired" (``enqueue(expires=...)``): a
+    # claim never leases it, the sweeper cancels it (docs/lifecycle.md#expiry).
+    expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -189,6 +192,13 @@ class Job(JobFields):
             ),
             # ``queue.jobs_about(obj)``: an object's jobs, newest first (ids sort by time).
             models.Index("about", "id", name="bq_job_about", condition=Q(about__isnull=False)),
+            # The expiry sweep: waiting jobs that expire, by expiry. Jobs without one (most)
+            # take no entry.
+            models.Index(
+                "expires_at",
+                name="bq_job_expires",
+                condition=Q(state__in=["pending", "blocked"]) & Q(expires_at__isnull=False),
+            ),
         ]
         constraints = [
             # At most one non-terminal job per (queue, dedupe_key).
@@ -246,6 +256,11 @@ class SqsJob(JobFields):
                 condition=Q(state="inflight"),
             ),
             models.Index("about", "id", name="bq_sqs_about", condition=Q(about__isnull=False)),
+            models.Index(
+                "expires_at",
+                name="bq_sqs_expires",
+                condition=Q(state__in=["pending", "blocked"]) & Q(expires_at__isnull=False),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

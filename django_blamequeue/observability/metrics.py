@@ -77,12 +77,14 @@ class _Metrics:
     dead_lettered: Any
     stalled: Any
     cancelled: Any
+    expired: Any
     lock_lost: Any
     fan_outs: Any
     child_reports: Any
     settles: Any
     cascades: Any
     schedule_fires: Any
+    schedule_skips: Any
     outbox_skipped: Any
     run_seconds: Any
     wait_seconds: Any
@@ -113,12 +115,16 @@ def _create() -> _Metrics:
         dead_lettered=counter("jobs_dead_lettered", "Jobs that reached the DLQ."),
         stalled=counter("jobs_stalled", "Expired leases rescued by the sweeper."),
         cancelled=counter("jobs_cancelled", "Jobs cancelled."),
+        expired=counter("jobs_expired", "Jobs cancelled as expired: not started in time."),
         lock_lost=counter("lock_lost", "Acks refused and leases lost to another worker."),
         fan_outs=counter("flow_fan_outs", "Flow parents that fanned out."),
         child_reports=counter("flow_child_reports", "Child outcomes recorded on their parent."),
         settles=counter("flow_settles", "Flow parents settled (collect due)."),
         cascades=counter("flow_cascades", "Cascading cancels of unfinished children."),
         schedule_fires=counter("schedule_fires", "Schedule occurrences fired."),
+        schedule_skips=counter(
+            "schedule_skips", "Schedule occurrences skipped: the last run still going."
+        ),
         outbox_skipped=p.Counter(
             "blamequeue_outbox_skipped", "Outbox rows skipped by a relay pass.", ("backend", "kind")
         ),
@@ -189,6 +195,8 @@ _FLOW_COUNTERS = {
     audit.FLOW_SETTLE: "settles",
     audit.FLOW_CASCADE: "cascades",
     audit.SCHEDULE_FIRE: "schedule_fires",
+    audit.SCHEDULE_SKIP: "schedule_skips",
+    audit.EXPIRE: "expired",
 }
 
 

@@ -17,6 +17,7 @@ from django_blamequeue.backends import all_backends
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import get_settings
 from django_blamequeue.relay.outbox import Relay
+from django_blamequeue.sweeper.expirer import Expirer
 from django_blamequeue.sweeper.flow_repair import FlowRepair
 from django_blamequeue.sweeper.pruner import Pruner
 from django_blamequeue.sweeper.rescuer import Rescuer
@@ -45,6 +46,7 @@ def services_for(backends: Sequence[Backend]) -> list[Service]:
         found.append(
             Rescuer(b, max_stalled=settings.max_stalled_count, period=settings.sweep_interval)
         )
+        found.append(Expirer(b, period=settings.sweep_interval))
         found.append(Pruner(b, settings=settings, period=max(settings.sweep_interval, 60.0)))
         if b.supports_flows:
             found.append(FlowRepair(b, period=settings.flow_sweep_interval))

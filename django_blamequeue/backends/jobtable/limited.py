@@ -123,12 +123,13 @@ class LimitedClaims:
             "WHERE queue = %s AND state = 'inflight' GROUP BY concurrency_key "
             "UNION ALL SELECT 2, c.id, c.concurrency_key, 0, NULL FROM ("
             f"SELECT id, concurrency_key FROM {t} WHERE state = 'pending' AND queue = %s "
-            f"AND available_at <= {clock} ORDER BY priority DESC, available_at, id LIMIT %s) c"
+            f"AND available_at <= {clock} AND {sql.not_expired(clock)} "  # rule: expiry
+            "ORDER BY priority DESC, available_at, id LIMIT %s) c"
         )
         jobs, by_key, candidates = 0, {}, []
         stamp: datetime | None = None
         with self.table.connection.cursor() as cur:
-            cur.execute(statement, [now, queue, queue, now, scan])
+            cur.execute(statement, [now, queue, queue, now, now, scan])
             for kind, job_id, key, n, clock_value in cur.fetchall():
                 if kind == 0:
                     stamp = clock_value
@@ -258,9 +259,9 @@ class LimitedClaims:
         with self.table.connection.cursor() as cur:
             cur.execute(
                 f"SELECT id, concurrency_key FROM {self.table.name} WHERE state = 'pending' "
-                "AND queue = %s AND available_at <= %s "
+                f"AND queue = %s AND available_at <= %s AND {sql.not_expired('%s')} "
                 "ORDER BY priority DESC, available_at, id LIMIT %s",
-                [queue, self.table.adapt(t), n],
+                [queue, self.table.adapt(t), self.table.adapt(t), n],
             )
             return [(r[0], r[1]) for r in cur.fetchall()]
 
@@ -364,7 +365,7 @@ class LimitedClaims:
         one = (
             f"SELECT id, concurrency_key FROM {self.table.name} WHERE state = 'pending' "
             "AND queue = %s AND concurrency_key = {key} AND available_at <= %s "
-            "ORDER BY priority DESC, available_at, id LIMIT %s"
+            f"AND {sql.not_expired('%s')} ORDER BY priority DESC, available_at, id LIMIT %s"
         )
         with self.table.connection.cursor() as cur:
             if self.table.is_postgres:
@@ -373,12 +374,13 @@ class LimitedClaims:
                     "WITH ORDINALITY AS u(k, i) CROSS JOIN LATERAL ("
                     + one.format(key="u.k")
                     + ") AS h ORDER BY u.i",
-                    [list(keys), queue, t, per_key],
+                    [list(keys), queue, t, t, per_key],
                 )
                 return [(r[0], r[1]) for r in cur.fetchall()]
             heads: list[tuple[str, str | None]] = []
             for key in keys:
-                cur.execute(one.format(key="%s"), [queue, key, self.table.adapt(t), per_key])
+                at = self.table.adapt(t)
+                cur.execute(one.format(key="%s"), [queue, key, at, at, per_key])
                 heads += [(r[0], r[1]) for r in cur.fetchall()]
             return heads
 
@@ -388,17 +390,17 @@ class LimitedClaims:
         expires = a(t + timedelta(seconds=lease_s))
         if self.table.is_postgres:
             token = "replace(gen_random_uuid()::text, '-', '')"
-            where, params = "id = ANY(%s::varchar[])", [expires, a(t), a(t), list(ids)]
+            where, params = "id = ANY(%s::varchar[])", [expires, a(t), a(t), list(ids), a(t)]
         else:
             token = "lower(hex(randomblob(16)))"
             where = f"id IN ({sql.placeholders(ids)})"
-            params = [expires, a(t), a(t), *ids]
+            params = [expires, a(t), a(t), *ids, a(t)]
         with self.table.connection.cursor() as cur:
             cur.execute(
                 f"UPDATE {self.table.name} SET state = 'inflight', attempts = attempts + 1, "
                 f"lease_token = {token}, lease_expires_at = %s, started_at = %s, "
                 f"updated_at = %s WHERE {where} AND state = 'pending' "
-                f"RETURNING {sql.CLAIM_COLUMNS}",
+                f"AND {sql.not_expired('%s')} RETURNING {sql.CLAIM_COLUMNS}",
                 params,
             )
             return [claimed_from_row(r) for r in cur.fetchall()]

@@ -218,6 +218,7 @@ def info_from_model(
         about=job.about,
         origin=job.origin,
         checkpoint=_checkpoint(job.checkpoint),
+        expires_at=job.expires_at,
     )
 
 

@@ -66,7 +66,18 @@ def job_header(j: NewJob) -> list[Any]:
         j.about or False,
         dumps(j.origin).decode() if j.origin else False,
         j.concurrency_key if j.concurrency_key is not None else False,
+        _expires_spec(j.expires),
     ]
+
+
+def _expires_spec(expires: float | datetime | None) -> Any:
+    """A job's expiry as ``insert_job`` reads it: ``["at", us]`` absolute, ``["in", us]``
+    after the script's now, or false."""
+    if expires is None:
+        return False
+    if isinstance(expires, datetime):
+        return ["at", str(to_us(expires))]
+    return ["in", str(round(expires * 1_000_000))]
 
 
 class Blobs(list[bytes]):
@@ -272,6 +283,7 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         about=s("about"),
         origin=json.loads(h["origin"]) if h.get("origin") else None,
         checkpoint=_checkpoint(s("checkpoint")),
+        expires_at=from_us(h.get("exp")),
     )
 
 
@@ -358,7 +370,8 @@ def outbox_item(raw: Sequence[Any]) -> OutboxItem:
 
 
 def stats_from(rows: Sequence[Any], now: datetime, alias: str) -> list[QueueStats]:
-    """``stats.lua``'s rows (a queue, its counts by state, then times) as ``QueueStats``."""
+    """``stats.lua``'s rows (a queue, its counts by state, then times, then the jobs expired
+    within the last hour) as ``QueueStats``."""
     out = []
     states = [s.value for s in State]
     for row in sorted(rows, key=lambda r: r[0]):
@@ -388,6 +401,7 @@ def stats_from(rows: Sequence[Any], now: datetime, alias: str) -> list[QueueStat
                 failed_last_hour=numbers[9],
                 delayed=numbers[10],
                 next_delayed_in=(next_due - now).total_seconds() if next_due else None,
+                expired_last_hour=numbers[12],
             )
         )
     return out

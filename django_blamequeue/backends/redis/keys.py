@@ -41,6 +41,10 @@ Layout (``P`` = the tagged prefix; times are integer microseconds since the epoc
 ``P:q:QUEUE:ctl|kin|rate|...``  a queue's control state, keys in flight, rate windows,
                                 ready jobs by key (``limits.lua``)
 ``P:q:QUEUE:nohandler``         set of pending jobs handed back for lack of a handler
+``P:expiring``                  zset of the ids of waiting jobs with an expiry, by it (a job's
+                                ``exp`` field); ``P:q:QUEUE:expired`` those cancelled as
+                                expired, by when (stats)
+``P:nrate:NAME``                zset, a job name's rate window (``@job(rate_limit=...)``)
 ==============================  ==============================================================
 """
 
@@ -84,6 +88,7 @@ class Keys:
         self.leased = f"{self.prefix}:leased"
         self.control_wake = f"{self.prefix}:ctlwake"
         self.controls = f"{self.prefix}:ctls"
+        self.queues = f"{self.prefix}:queues"
 
     def job(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}"

@@ -34,6 +34,7 @@ NAMES = (
     "progress",
     "checkpoint",
     "rescue",
+    "expire",
     "alone",
     "cancel",
     "cancel_flow",

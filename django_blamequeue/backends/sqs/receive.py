@@ -9,6 +9,8 @@ by the receive rules (docs/backends/sqs.md):
 - blocked or waiting for children: delete it (the job is sent afresh when it is released);
 - pending but not due: hide it until it is (or delete it when the job is parked past SQS's
   15-minute delay: the send step sends it then);
+- pending (or blocked) and past its ``expires_at``: cancel the job as expired in the ledger
+  and delete the message (rule: expiry);
 - inflight under a live lease (a duplicate, or the holder's message back early): hide it for
   the rest of the lease, never delete it, since the holder may still crash;
 - inflight with an expired lease: take it over, which is the rescue (stall + 1,
@@ -30,12 +32,14 @@ from itertools import count
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from django_blamequeue import audit
+from django_blamequeue.backends.jobtable.expiry import Expiry
 from django_blamequeue.backends.jobtable.leases import Leases
 from django_blamequeue.backends.jobtable.limited import LimitedClaims
 from django_blamequeue.backends.jobtable.rows import claimed_from_row, to_dt
-from django_blamequeue.backends.jobtable.sql import CLAIM_COLUMNS, CONTROL
+from django_blamequeue.backends.jobtable.sql import CLAIM_COLUMNS, CONTROL, not_expired
 from django_blamequeue.backends.jobtable.table import JobTable
 from django_blamequeue.backends.sqs.sender import FollowUps, Sender
 from django_blamequeue.backends.sqs.transport import (
@@ -50,6 +54,7 @@ from django_blamequeue.conf import get_settings
 from django_blamequeue.core import limits as rule
 from django_blamequeue.core.controls import QueueLimits
 from django_blamequeue.core.records import Claimed
+from django_blamequeue.core.rules import expired as expired_at
 from django_blamequeue.core.states import TERMINAL, State
 
 ROUNDS = 4
@@ -57,6 +62,7 @@ ROUNDS = 4
 LIMIT_HOLD = 2
 _TERMINAL = frozenset(s.value for s in TERMINAL)
 _PARKED = frozenset({State.BLOCKED.value, State.WAITING_CHILDREN.value})
+_WAITING = frozenset({State.PENDING.value, State.BLOCKED.value})
 _SORT_COLUMNS = (
     "id",
     "state",
@@ -72,6 +78,7 @@ _SORT_COLUMNS = (
     "name",
     "alone_token",
     "lease_token",
+    "expires_at",
 )
 
 
@@ -82,7 +89,8 @@ def claim_statement(table: str, vendor: str, n: int, *, unlimited: bool = True) 
     in seconds; per message: id, token, receipt handle, message id, receive count; then
     ``now`` (NULL: ``statement_timestamp()``); then, if ``unlimited``, the backend's alias:
     a job of a queue whose control row says limited (or paused) is left alone (rule: paused).
-    SQLite: the lease's expiry, now, now; the messages; now (times as stored text); the alias.
+    SQLite: the lease's expiry, now, now; the messages; now, now (times as stored text); the
+    alias. An expired job is never leased (rule: expiry): the receive rules cancel it.
     """
     guard = (
         f" AND NOT EXISTS (SELECT 1 FROM {CONTROL} k WHERE k.backend = %s "
@@ -104,13 +112,15 @@ def claim_statement(table: str, vendor: str, n: int, *, unlimited: bool = True) 
             f"UPDATE {table} SET {sets}lease_expires_at = c.now + make_interval(secs => %s), "
             f"started_at = c.now, updated_at = c.now FROM {values}, {clock} "
             f"WHERE {table}.id = v.column1 AND {table}.state = 'pending' "
-            f"AND {table}.available_at <= c.now{guard} RETURNING {CLAIM_COLUMNS}"
+            f"AND {table}.available_at <= c.now AND {not_expired('c.now', table)}{guard} "
+            f"RETURNING {CLAIM_COLUMNS}"
         )
     values = f"(VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * n)}) AS v"
     return (
         f"UPDATE {table} SET {sets}lease_expires_at = %s, started_at = %s, updated_at = %s "
         f"FROM {values} WHERE {table}.id = v.column1 AND {table}.state = 'pending' "
-        f"AND {table}.available_at <= %s{guard} RETURNING {CLAIM_COLUMNS}"
+        f"AND {table}.available_at <= %s AND {not_expired('%s', table)}{guard} "
+        f"RETURNING {CLAIM_COLUMNS}"
     )
 
 
@@ -127,12 +137,14 @@ class Receiver:
         sender: Sender,
         leases: Leases,
         limited: LimitedClaims,
+        expiry: Expiry,
     ) -> None:
         self.table = table
         self.transport = transport
         self.sender = sender  # what SQS is owed once the claim's transaction commits
         self.leases = leases  # an expired lease met by its message is rescued first
         self.limited = limited  # a limited queue's jobs are leased under its control row
+        self.expiry = expiry  # a message of an expired job cancels it
 
     def claim(
         self,
@@ -266,6 +278,7 @@ class Receiver:
             dict(
                 self.table.jobs()
                 .filter(
+                    Q(expires_at__isnull=True) | Q(expires_at__gt=gate.now),  # rule: expiry
                     id__in=[m.job_id for m in received],
                     state=State.PENDING,
                     available_at__lte=gate.now,
@@ -312,7 +325,7 @@ class Receiver:
                     m.message_id,
                     m.receive_count,
                 ]
-            params.append(now if t is None else a(t))
+            params += [now] if t is None else [a(t), a(t)]
             if unlimited:
                 params.append(self.table.alias)
             statement = claim_statement(
@@ -336,10 +349,13 @@ class Receiver:
         rows = {r[0]: r for r in self.table.jobs().filter(id__in=ids).values_list(*_SORT_COLUMNS)}
         gated = self._gated_queues({m.queue for m in leftovers} - set(limits))
         expired: dict[str, tuple[Received, tuple[Any, ...]]] = {}
+        gone = {r[0] for r in rows.values() if r[1] in _WAITING and expired_at(to_dt(r[14]), t)}
+        if gone:  # rule: expiry — cancelled in the ledger, their messages deleted
+            self.expiry.expire_ids(sorted(gone), t)
         for m in leftovers:
             row = rows.get(m.job_id or "")
             state = row[1] if row is not None else None
-            if row is None or state in _TERMINAL or state in _PARKED:
+            if row is None or state in _TERMINAL or state in _PARKED or row[0] in gone:
                 owed.remove(m.queue, m.receipt)
             elif state == State.PENDING and m.queue in gated:  # seen as unlimited: stale view
                 owed.hold(m.queue, m.receipt, LIMIT_HOLD)
@@ -354,7 +370,7 @@ class Receiver:
             elif row[0] in expired:
                 owed.hold(m.queue, m.receipt, math.ceil(lease_s) + 1)
             else:
-                expired[row[0]] = (m, (row[0], *row[6:]))  # leases.RESCUE_COLUMNS
+                expired[row[0]] = (m, (row[0], *row[6:14]))  # leases.RESCUE_COLUMNS
         return self._take_over(expired, lease_s, t, owed, limits) if expired else []
 
     def _gated_queues(self, queues: set[str]) -> set[str]:
