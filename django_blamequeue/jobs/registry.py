@@ -250,6 +250,17 @@ def registered() -> dict[str, JobDefinition]:
         return dict(_registry)
 
 
+def rate_limits() -> tuple[tuple[str, int, float], ...]:
+    """``(name, max, per_seconds)`` of every registered job with a ``rate_limit``: a worker
+    claims under them (``QueueLimits.name_rate_limits``)."""
+    found = []
+    for name, d in sorted(registered().items()):
+        rate = d.options.rate_limit
+        if isinstance(rate, tuple):  # checked at registration: (max, per_seconds)
+            found.append((name, rate[0], rate[1]))
+    return tuple(found)
+
+
 def queues() -> list[str]:
     """Every queue that has a registered job (``runworker``'s default)."""
     return sorted({d.queue for d in registered().values()})

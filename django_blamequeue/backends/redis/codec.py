@@ -288,7 +288,7 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
 
 
 def limits_spec(limits: QueueLimits | None) -> list[Any] | bool:
-    """Limits as the scripts read them (``limits.lua``): [c, kc, rm, rp, krm, krp]."""
+    """Limits as the scripts read them (``limits.lua``): [c, kc, rm, rp, krm, krp, names]."""
     if limits is None:
         return False
     rate, key_rate = limits.rate_limit, limits.key_rate_limit
@@ -300,7 +300,8 @@ def limits_spec(limits: QueueLimits | None) -> list[Any] | bool:
         key_rate[0] if key_rate else None,
         repr(float(key_rate[1])) if key_rate else None,
     ]
-    return [False if v is None else v for v in values]
+    names = [[name, most, repr(float(per))] for name, most, per in limits.name_rate_limits]
+    return [False if v is None else v for v in values] + [names or False]
 
 
 def control_from(queue: str, raw: Sequence[Any]) -> ControlState:

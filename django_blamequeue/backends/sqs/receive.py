@@ -18,7 +18,9 @@ by the receive rules (docs/backends/sqs.md):
 
 A paused or limited queue's received jobs are leased under its control row's lock
 (``jobtable/limited.py``): those its limits do not allow now, or a paused queue's, are hidden
-again for ``LIMIT_HOLD`` seconds, still pending, no attempt spent.
+again for ``LIMIT_HOLD`` seconds, still pending, no attempt spent. A message held so often that
+SQS's next receive would move it to the DLQ queue (``maxReceiveCount``) is replaced by a fresh
+one instead: a long rate-limited backlog never strands a job there.
 """
 
 from __future__ import annotations
@@ -230,8 +232,7 @@ class Receiver:
             else:
                 first[m.job_id] = m
         claimed, held = self._claim_gated(list(first.values()), lease_s, now, limits)
-        for m in held:
-            owed.hold(m.queue, m.receipt, LIMIT_HOLD)
+        self._hold(held, owed)
         leased = {c.job_id for c in claimed} | {m.job_id for m in held}
         leftovers = [m for m in first.values() if m.job_id not in leased] + rest
         if leftovers:
@@ -254,6 +255,7 @@ class Receiver:
         for m in received:
             if m.queue in limits:
                 by_queue.setdefault(m.queue, []).append(m)
+        self.limited.lock_names(limits, list(by_queue))  # before any queue's row
         for queue in sorted(by_queue):
             got, waiting = self._claim_limited_messages(
                 queue, by_queue[queue], lease_s, now, limits[queue]
@@ -274,8 +276,8 @@ class Receiver:
         the order SQS delivered them (rule: limits); the others are held."""
         looked = self.limited.gate(queue, defaults, now)
         gate = looked[0] if looked is not None else None
-        due = (
-            dict(
+        rows = (
+            list(
                 self.table.jobs()
                 .filter(
                     Q(expires_at__isnull=True) | Q(expires_at__gt=gate.now),  # rule: expiry
@@ -283,17 +285,22 @@ class Receiver:
                     state=State.PENDING,
                     available_at__lte=gate.now,
                 )
-                .values_list("id", "concurrency_key")
+                .values_list("id", "concurrency_key", "name")
             )
             if gate is not None
-            else {}
+            else []
         )
+        due = {job_id: key for job_id, key, _ in rows}
         if gate is None or not due:
             return [], [m for m in received if gate is None or m.job_id in due]
         candidates = [(m.job_id or "", due[m.job_id]) for m in received if m.job_id in due]
         ids = set(
             rule.claimable(
-                candidates, limit=len(candidates), limits=gate.limits, counted=gate.counted
+                candidates,
+                limit=len(candidates),
+                limits=gate.limits,
+                counted=gate.counted,
+                names={job_id: name for job_id, _, name in rows},
             )
         )
         picked = [m for m in received if m.job_id in ids]
@@ -358,7 +365,7 @@ class Receiver:
             if row is None or state in _TERMINAL or state in _PARKED or row[0] in gone:
                 owed.remove(m.queue, m.receipt)
             elif state == State.PENDING and m.queue in gated:  # seen as unlimited: stale view
-                owed.hold(m.queue, m.receipt, LIMIT_HOLD)
+                self._hold([m], owed)
             elif state == State.PENDING:
                 self._pending_message(m, row, t, owed)
             elif (to_dt(row[2]) or t) >= t:  # inflight, lease live: hold, never delete
@@ -413,9 +420,22 @@ class Receiver:
         if not again:
             return []
         claimed, held = self._claim_gated(again, lease_s, t, limits)
-        for m in held:
-            owed.hold(m.queue, m.receipt, LIMIT_HOLD)
+        self._hold(held, owed)
         return claimed
+
+    def _hold(self, held: Sequence[Received], owed: FollowUps) -> None:
+        """Hide refused messages for ``LIMIT_HOLD``; one SQS has received nearly
+        ``maxReceiveCount`` times is deleted and its job sent afresh once this commits."""
+        fresh = []
+        for m in held:
+            if m.receive_count + 1 >= self.transport.max_receive_count:
+                owed.remove(m.queue, m.receipt)
+                fresh.append(m.job_id or "")
+            else:
+                owed.hold(m.queue, m.receipt, LIMIT_HOLD)
+        if fresh:
+            self.sender.mark_unsent(fresh)
+            owed.send += fresh
 
     def _audit_starts(self, claimed: Sequence[Claimed]) -> None:
         if claimed:
