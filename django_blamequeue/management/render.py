@@ -203,7 +203,7 @@ class ScheduleView:
     """One schedule as ``blamequeue schedules`` shows it."""
 
     name: str
-    source: str  # "settings" or "admin"
+    source: str  # "settings", "code" or "admin"
     job: str
     queue: str | None  # None: the job is not registered in this process
     rule: str
@@ -212,16 +212,29 @@ class ScheduleView:
     last_fired: datetime | None
     next_fires: Sequence[datetime]
     problem: str | None = None  # why the next fire times cannot be computed
+    payload: Any = None  # what each fire enqueues (an argument envelope for a call)
+    overlap: str = "skip"
+    skipped: int = 0  # occurrences skipped while the last run still waited or ran
+    last_skipped: datetime | None = None
+    expires: float | None = None
 
 
 def render_schedules(views: Sequence[ScheduleView]) -> list[str]:
     if not views:
-        return ["no schedules (neither SCHEDULES nor the admin has one)"]
+        return ["no schedules (SCHEDULES, the code and the admin have none)"]
     lines: list[str] = []
     for v in views:
         queue = f"on {v.queue!r}" if v.queue else "(not registered here: the scheduler skips it)"
         lines.append(f"{v.name} ({v.source}): {v.job} {queue}")
         lines.append(f"  rule        {v.rule}")
+        lines.append(f"  calls       {_call_text(v.job, v.payload)}")
+        overlap = v.overlap
+        if v.skipped:
+            last = f", last {when(v.last_skipped)}" if v.last_skipped else ""
+            overlap += f" ({v.skipped} skipped{last})"
+        lines.append(f"  overlap     {overlap}")
+        if v.expires is not None:
+            lines.append(f"  expires     {v.expires:g} s after each fire")
         lines.append(f"  last fired  {when(v.last_fired) if v.last_fired else 'never'}")
         if not v.enabled:
             nexts = "disabled"
@@ -231,6 +244,20 @@ def render_schedules(views: Sequence[ScheduleView]) -> list[str]:
             nexts = ", ".join(when(f) + _local(f, v.tz) for f in v.next_fires)
         lines.append(f"  next        {nexts}")
     return lines
+
+
+def _call_text(job: str, payload: Any) -> str:
+    """``shop.jobs.cleanup(7, batch_size=100)``, or the one payload a handler is given."""
+    short = job.rsplit(".", 1)[-1]
+    if isinstance(payload, dict) and payload.keys() == {"__args__", "__kwargs__"}:
+        args = [repr(a) for a in payload["__args__"]]
+        args += [f"{k}={v!r}" for k, v in payload["__kwargs__"].items()]
+        text = f"{short}({', '.join(args)})"
+    elif payload is None:
+        text = f"{short}() (no payload)"
+    else:
+        text = f"{short}({payload!r})"
+    return text if len(text) <= 120 else f"{text[:119]}…"
 
 
 def _local(moment: datetime, tz: str) -> str:
