@@ -125,10 +125,12 @@ def _tally(counts: Mapping[str, int]) -> str:
 # -- stats -----------------------------------------------------------------------------------
 def render_stats(rows: Iterable[QueueStats]) -> list[str]:
     """One line per queue: due and delayed pending jobs apart, the other states, the age of
-    the oldest due job and when the next delayed one comes due."""
+    the oldest due job and when the next delayed one comes due; then the queues whose jobs
+    expired in the last hour, if any."""
     header = f"{'backend':<12} {'queue':<20} "
     header += " ".join(f"{name:>9}" for name, _ in STATS_COLUMNS) + "  oldest due  next delayed"
     lines = [header]
+    expired: list[str] = []
     for st in rows:
         counts = dict(st.counts)
         due = counts.get("pending", 0) - st.delayed
@@ -141,6 +143,10 @@ def render_stats(rows: Iterable[QueueStats]) -> list[str]:
         if st.delayed and st.next_delayed_in is not None:
             upcoming = f"in {span(max(0.0, st.next_delayed_in))}"
         lines.append(f"{st.backend:<12} {st.queue:<20} {' '.join(cells)}  {oldest:<10}  {upcoming}")
+        if st.expired_last_hour:
+            expired.append(f"{st.queue!r} {st.expired_last_hour:,} ({st.backend})")
+    if expired:  # among the cancelled: never started, so nobody else would notice
+        lines.append("expired in the last hour (not started in time): " + ", ".join(expired))
     return lines
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from django.core.management.base import SystemCheckError
 from pytest_django import Settings as SettingsWrapper
 
 from django_blamequeue import job, queue
+from django_blamequeue.backends import get_backend
 from django_blamequeue.jobs import registry
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -118,3 +120,12 @@ def test_a_route_to_nothing_is_an_error_of_manage_py_check(settings: SettingsWra
     assert "blamequeue.E040" in str(caught.value) and "expected a queue name" in str(caught.value)
     settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, "ROUTES": {"tests.*": "fine"}}
     json.dumps(run("check"))  # passes
+
+
+def test_enqueue_expires_and_stats_tell_the_jobs_that_expired(jobs: dict[str, Any]) -> None:
+    job_id = enqueued(run("blamequeue", "enqueue", "tests.cc.tick", "--expires", "60"))
+    engine = get_backend(None)
+    assert "expired in the last hour" not in run("blamequeue", "stats")
+    assert engine.expire(now=engine.now() + timedelta(seconds=61)) == [job_id]
+    expected = "expired in the last hour (not started in time): 'celery-cmd' 1 (default)"
+    assert expected in run("blamequeue", "stats").splitlines()
