@@ -14,12 +14,14 @@ process that made the change), so they count what really happened:
 ``blamequeue_jobs_dead_lettered_total``    jobs that reached the DLQ (incl. stalled)
 ``blamequeue_jobs_stalled_total``          expired leases rescued by the sweeper
 ``blamequeue_jobs_cancelled_total``        jobs cancelled
+``blamequeue_jobs_expired_total``          jobs cancelled as expired (not started in time)
 ``blamequeue_lock_lost_total``             acks refused and leases lost (another worker won)
 ``blamequeue_flow_fan_outs_total``         flow parents that fanned out (manifest stored)
 ``blamequeue_flow_child_reports_total``    child outcomes recorded on their parent (once each)
 ``blamequeue_flow_settles_total``          flow parents settled (``collect`` is due)
 ``blamequeue_flow_cascades_total``         cascading cancels of a settled/cancelled flow
 ``blamequeue_schedule_fires_total``        schedule occurrences fired
+``blamequeue_schedule_skips_total``        occurrences skipped: the last run still going
 ``blamequeue_outbox_skipped_total``        outbox rows a relay pass skipped (left for retry)
 ``blamequeue_job_run_seconds``             histogram: claim to ack, per attempt
 ``blamequeue_job_wait_seconds``            histogram: available to claimed (engine clock)

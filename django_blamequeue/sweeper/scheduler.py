@@ -146,8 +146,9 @@ class Scheduler:
             audit.record([fire], using=self.database)
         return "fired"
 
-    def _running(self, s: Any) -> tuple[str, str, str] | None:
-        """The schedule's last job as (backend, id, state) while it waits or runs, else None.
+    def _running(self, s: Any) -> tuple[str, str, str, str] | None:
+        """The schedule's last job as (backend, id, state, queue) while it waits or runs, else
+        None.
         A backend no longer configured, or a job pruned, is not running."""
         if not s.last_job_id:
             return None
@@ -158,16 +159,17 @@ class Scheduler:
         info = backend.resilience.call(lambda: backend.get(s.last_job_id), idempotent=True)
         if info is None or info.state not in _ACTIVE:
             return None
-        return backend.alias, info.job_id, info.state
+        return backend.alias, info.job_id, info.state, info.queue
 
-    def _skip(self, s: Any, due: datetime, running: tuple[str, str, str]) -> None:
-        alias, job_id, state = running
+    def _skip(self, s: Any, due: datetime, running: tuple[str, str, str, str]) -> None:
+        alias, job_id, state, queue = running
         Schedule.objects.using(self.database).filter(id=s.id).update(
             skipped=F("skipped") + 1, last_skipped_at=due
         )
         event = audit.Event(
             action=SKIP,
             job_id=job_id,
+            queue=queue,
             backend=alias,
             data={"schedule": s.name, "fire_time": due.isoformat(), "running": state},
         )
