@@ -78,6 +78,13 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
             "timezone": "IANA name, e.g. Europe/Paris; cron times are wall-clock times there",
         }
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["overlap"].required = False  # left out: the default, "skip"
+
+    def clean_overlap(self) -> str:
+        return str(self.cleaned_data.get("overlap") or "skip")
+
     def clean_job(self) -> str:
         job = str(self.cleaned_data["job"]).strip()
         if registry.get(job) is None:
