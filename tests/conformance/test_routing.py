@@ -12,7 +12,7 @@ import pytest
 from django_blamequeue import queue
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.exceptions import ErrorCode, QueueError
-from django_blamequeue.jobs import registry
+from django_blamequeue.jobs import registry, routing
 
 from .support import nothing_written
 
@@ -46,6 +46,7 @@ def test_routes_send_a_job_that_names_no_queue_and_a_call_overrides_them(
     )
     exact = register(lambda: None, name="tests.route.exact", backend=backend)
     globbed = register(lambda: None, name="tests.route.other", backend=backend)
+    assert (routing.route(exact.name), routing.route("elsewhere.job")) == ("exact", None)
     assert exact.delay().queue_name == "exact"  # the exact name wins over the glob
     assert globbed.delay().queue_name == "by-glob"
     assert globbed.apply_async(queue="mine").queue_name == "mine"

@@ -19,7 +19,7 @@ from pytest_django import Settings as SettingsWrapper
 from django_blamequeue import QueueError, job, periodic
 from django_blamequeue.checks import check_schedule_calls
 from django_blamequeue.exceptions import ErrorCode
-from django_blamequeue.jobs import registry
+from django_blamequeue.jobs import registry, schedules
 from django_blamequeue.models import Job, Schedule
 from django_blamequeue.sweeper.scheduler import Scheduler
 from django_blamequeue.testing import capture_jobs
@@ -58,6 +58,7 @@ def rows() -> dict[str, Schedule]:
 
 
 def test_declared_schedules_are_mirrored_into_the_table_as_code() -> None:
+    assert sorted(schedules.declared()[1]) == ["tests.beat.delete_expired", "tests.beat.refresh"]
     Scheduler().run_once(T0)
     found = rows()
     refresh, delete = found["tests.beat.refresh"], found["tests.beat.delete_expired"]
