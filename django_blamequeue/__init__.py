@@ -43,6 +43,7 @@ __all__ = [
     "current_job",
     "flow",
     "job",
+    "periodic",
     "queue",
     "workflow",
 ]
@@ -57,12 +58,13 @@ if TYPE_CHECKING:
     from django_blamequeue.jobs.flows import Child, flow
     from django_blamequeue.jobs.hooks import BaseJob
     from django_blamequeue.jobs.origin import ABOUT, about_key
-    from django_blamequeue.jobs.registry import job, workflow
+    from django_blamequeue.jobs.registry import job, periodic, workflow
 
 _LAZY = {
     "queue": ("api", "queue"),
     "job": ("jobs.registry", "job"),
     "workflow": ("jobs.registry", "workflow"),
+    "periodic": ("jobs.registry", "periodic"),
     "current_job": ("context", "current_job"),
     "flow": ("jobs.flows", "flow"),
     "Child": ("jobs.flows", "Child"),

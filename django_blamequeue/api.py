@@ -10,7 +10,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -90,11 +90,14 @@ class Queue:
         concurrency_key: str | None = None,
         about: Any = None,
         unique: Unique | bool | Mapping[str, Any] | None = None,
+        expires: float | timedelta | datetime | None = None,
     ) -> EnqueuedJob:
         """Store one job; inside ``transaction.atomic()`` it commits or rolls back with it.
         ``concurrency_key``: the key of the queue's per-key limits (docs/control.md);
         ``about``: the model instance the job is about (``JobInfo.about``, ``jobs_about``);
-        ``unique``: at most one job per key (docs/unique.md)."""
+        ``unique``: at most one job per key (docs/unique.md).
+        ``expires``: seconds (or a datetime) after which a run not started yet is cancelled
+        (reason ``expired``; docs/lifecycle.md#expiry)."""
         given = {  # the call's options, by JobOptions' names (merged in enqueueing)
             "queue": queue_name,
             "backend": backend,
@@ -108,6 +111,7 @@ class Queue:
             "concurrency_key": concurrency_key,
             "about": about,
             "unique": unique,
+            "expires": expires,
         }
         return enqueueing.enqueue(payload, given, definition=_definition(name), name=name)
 
@@ -131,6 +135,7 @@ class Queue:
         about: Any = None,
         abouts: Sequence[Any] | None = None,
         unique: Unique | bool | Mapping[str, Any] | None = None,
+        expires: float | timedelta | datetime | None = None,
     ) -> list[EnqueuedJob]:
         """Store many jobs of one queue in one statement batch (all or none). ``about``: one
         model instance every job is about; ``abouts``: one per payload; ``concurrency_keys``
@@ -148,6 +153,7 @@ class Queue:
             "concurrency_key": concurrency_key,
             "about": about,
             "unique": unique,
+            "expires": expires,
         }
         return enqueueing.enqueue_many(
             payloads,
@@ -317,19 +323,39 @@ class Queue:
         return result.cancelled or result.requested
 
     def dlq_list(
-        self, queue_name: str, limit: int = 100, offset: int = 0, backend: str | None = None
+        self,
+        queue_name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        backend: str | None = None,
     ) -> list[JobInfo]:
-        b = get_backend(backend)
-        self._require_dlq(b)
-        q = validation.queue_name(queue_name)
+        """A queue's dead letters, oldest first (by id). Without ``queue_name``, every
+        queue's: of ``backend``, or of every backend that lists its DLQ, merged by id."""
         limit = validation.positive_int(limit, "limit")
         offset = validation.non_negative_int(offset, "offset")
-        return _call(b, lambda: b.dlq_list(q, limit, offset), idempotent=True)
+        q = None if queue_name is None else validation.queue_name(queue_name)
+        if q is not None or backend is not None:
+            b = get_backend(backend)
+            self._require_dlq(b)
+            return _call(b, lambda: b.dlq_list(q, limit, offset), idempotent=True)
+        found: list[JobInfo] = []
+        for b in all_backends():
+            if b.supports_dlq_listing:
+                found += _call(b, lambda b=b: b.dlq_list(None, offset + limit), idempotent=True)  # type: ignore[misc]
+        found.sort(key=lambda info: info.job_id)
+        return found[offset : offset + limit]
 
-    def dlq_size(self, queue_name: str, backend: str | None = None) -> int:
-        b = get_backend(backend)
-        q = validation.queue_name(queue_name)
-        return _call(b, lambda: b.dlq_size(q), idempotent=True)
+    def dlq_size(self, queue_name: str | None = None, backend: str | None = None) -> int:
+        """How many dead letters a queue holds; without ``queue_name``, every queue (of
+        ``backend``, or of every backend)."""
+        q = None if queue_name is None else validation.queue_name(queue_name)
+        if q is not None or backend is not None:
+            b = get_backend(backend)
+            return _call(b, lambda: b.dlq_size(q), idempotent=True)
+        return sum(
+            _call(b, lambda b=b: b.dlq_size(None), idempotent=True)  # type: ignore[misc]
+            for b in all_backends()
+        )
 
     def dlq_retry(self, job_id: str, backend: str | None = None) -> bool:
         """A DLQ job back to pending with a fresh attempt budget."""

@@ -36,8 +36,10 @@ FLOW_FAN_OUT = "system.queue.flow.fan_out"
 FLOW_REPORT = "system.queue.flow.report"
 FLOW_CASCADE = "system.queue.flow.cascade"
 SCHEDULE_FIRE = "system.queue.schedule.fire"
+SCHEDULE_SKIP = "system.queue.schedule.skip"  # overlap="skip": the last run still going
 CANCEL = "system.queue.cancel"
 CANCEL_REQUESTED = "system.queue.cancel.requested"
+EXPIRE = "system.queue.expire"  # cancelled: not started before its expires_at
 RELEASE = "system.queue.release"
 STALLED = "system.queue.stalled"
 LOCK_LOST = "system.queue.lock_lost"

@@ -230,6 +230,13 @@ class Backend(metaclass=ABCMeta):
         is treated as crashed. The fence keeps that worker from acking afterwards.
         """
 
+    @abstractmethod
+    def expire(self, now: datetime | None = None, limit: int = 500) -> list[str]:
+        """Cancel up to ``limit`` waiting jobs whose ``expires_at`` passed, with reason
+        ``expired`` (audited ``system.queue.expire``, reported and cascaded as a cancel);
+        answer their ids. A claim never leases such a job (rule: expiry): this is the
+        sweeper's pass over the ones no claim met."""
+
     # -- operations ----------------------------------------------------------------------
     @abstractmethod
     def cancel(self, job_id: str, now: datetime | None = None) -> CancelResult:
@@ -251,10 +258,12 @@ class Backend(metaclass=ABCMeta):
         """Pending + inflight."""
 
     @abstractmethod
-    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]: ...
+    def dlq_list(self, queue: str | None, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        """The failed jobs of ``queue`` (None: of every queue), oldest first by id."""
 
     @abstractmethod
-    def dlq_size(self, queue: str) -> int: ...
+    def dlq_size(self, queue: str | None) -> int:
+        """How many failed jobs ``queue`` (None: every queue) holds."""
 
     @abstractmethod
     def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:

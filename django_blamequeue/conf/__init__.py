@@ -95,6 +95,8 @@ class Settings:
     log_tracebacks: str = "final"
     #: Which attempts a job's history keeps: "failures" (every attempt not done), "all", "off".
     attempt_history: str = "failures"
+    #: ``ROUTES``: job name or glob → queue, in the order given (``jobs/routing.py``).
+    routes: tuple[tuple[str, str], ...] = ()
 
 
 _UNSET: Any = object()
@@ -232,6 +234,10 @@ def _build(raw: Mapping[str, Any]) -> Settings:
         backends=MappingProxyType({a: _backend(a, e) for a, e in backends.items()}),
         schedules=MappingProxyType({n: _frozen(e) for n, e in schedules.items()}),
         queues=MappingProxyType({q: _limits(e) for q, e in queues.items()}),
+        routes=tuple(
+            (pattern, target["queue"] if isinstance(target, Mapping) else target)
+            for pattern, target in raw.get("ROUTES", {}).items()
+        ),
         **kwargs,
     )
 

@@ -98,6 +98,7 @@ TOP_KEYS = (
     "ORIGIN_SITE",
     "LOG_TRACEBACKS",
     "ATTEMPT_HISTORY",
+    "ROUTES",
 )
 #: ``LOG_TRACEBACKS``: which failed attempts the worker logs with their traceback.
 LOG_TRACEBACKS = ("final", "every", "never")
@@ -105,5 +106,20 @@ LOG_TRACEBACKS = ("final", "every", "never")
 QUEUE_KEYS = ("CONCURRENCY", "KEY_CONCURRENCY", "RATE_LIMIT", "KEY_RATE_LIMIT")
 RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT", "EVENTS")
 AUDIT_LEVELS = ("all", "operations", "off")
-SCHEDULE_KEYS = ("job", "cron", "interval", "timezone", "payload", "queue", "enabled", "backend")
+SCHEDULE_KEYS = (
+    "job",
+    "cron",
+    "interval",
+    "timezone",
+    "payload",
+    "args",
+    "kwargs",
+    "queue",
+    "enabled",
+    "backend",
+    "overlap",
+    "expires",
+)
+#: ``overlap`` of a schedule: skip an occurrence while its last run waits or runs, or fire.
+OVERLAPS = ("skip", "allow")
 UNSAFE_CONTENT = {"application/x-python-serialize": "pickle", "application/x-yaml": "yaml"}

@@ -23,6 +23,9 @@ class NewJob:
     priority: int = 0
     delay: float | None = None  # seconds after the engine's now
     run_at: datetime | None = None  # absolute; wins over delay
+    #: Not started by then → cancelled as expired: seconds after the engine's now at the
+    #: insert, or an absolute time (UTC).
+    expires: float | datetime | None = None
     max_attempts: int = 3
     timeout: float | None = None
     classification: str | None = None
@@ -274,6 +277,8 @@ class QueueStats:
     #: and seconds until the first of them comes due (None: there is none).
     delayed: int = 0
     next_delayed_in: float | None = None
+    #: Jobs cancelled as expired (not started before ``expires_at``) within the last hour.
+    expired_last_hour: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -346,6 +351,8 @@ class JobInfo:
     error_type: str | None = None
     unique_key: str | None = None  # the key of a unique job (docs/unique.md)
     unique_calls: int = 0  # enqueues of its key it absorbed (skipped, replaced, debounced)
+    #: Not started by then, it is cancelled with reason ``expired`` (None: never expires).
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,11 +24,11 @@ from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import Settings, get_settings
 from django_blamequeue.context import current_job_or_none
 from django_blamequeue.core import ids, unique, validation, wire
-from django_blamequeue.core.options import JobOptions
+from django_blamequeue.core.options import UNSET, JobOptions
 from django_blamequeue.core.records import EnqueuedJob, NewJob
 from django_blamequeue.core.unique import Unique, UniqueLock
 from django_blamequeue.exceptions import ErrorCode, QueueError
-from django_blamequeue.jobs import origin
+from django_blamequeue.jobs import origin, routing
 from django_blamequeue.observability import tracing
 from django_blamequeue.relay import outbox
 from django_blamequeue.serializers import encode_many
@@ -40,7 +40,12 @@ if TYPE_CHECKING:
 def merged(given: Mapping[str, Any], definition: JobDefinition | None) -> JobOptions:
     """The options in force for an enqueue: what the call gave (its keyword arguments, by
     option name), then the job's own, then the settings' defaults (``JobOptions.merge``); not
-    checked yet."""
+    checked yet. A call that names no queue takes the job's route (``ROUTES``) over the
+    job's own queue."""
+    if definition is not None and given.get("queue", UNSET) is UNSET:
+        routed = routing.route(definition.name)
+        if routed is not None:
+            given = {**given, "queue": routed}
     return JobOptions.merge(given, definition.options if definition else None, _settings_defaults())
 
 

@@ -110,6 +110,9 @@ class JobFields(models.Model):
     unique_states = models.CharField(max_length=100, null=True, blank=True)
     unique_until = models.DateTimeField(null=True, blank=True)
     unique_calls = models.PositiveIntegerField(default=0)
+    # Not started by then → cancelled with reason "expired" (``enqueue(expires=...)``): a
+    # claim never leases it, the sweeper cancels it (docs/lifecycle.md#expiry).
+    expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -200,6 +203,13 @@ class Job(JobFields):
             ),
             # ``queue.jobs_about(obj)``: an object's jobs, newest first (ids sort by time).
             models.Index("about", "id", name="bq_job_about", condition=Q(about__isnull=False)),
+            # The expiry sweep: waiting jobs that expire, by expiry. Jobs without one (most)
+            # take no entry.
+            models.Index(
+                "expires_at",
+                name="bq_job_expires",
+                condition=Q(state__in=["pending", "blocked"]) & Q(expires_at__isnull=False),
+            ),
         ]
         constraints = [
             # At most one non-terminal job per (queue, dedupe_key).
@@ -261,6 +271,11 @@ class SqsJob(JobFields):
                 condition=Q(state="inflight"),
             ),
             models.Index("about", "id", name="bq_sqs_about", condition=Q(about__isnull=False)),
+            models.Index(
+                "expires_at",
+                name="bq_sqs_expires",
+                condition=Q(state__in=["pending", "blocked"]) & Q(expires_at__isnull=False),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -14,12 +14,14 @@ process that made the change), so they count what really happened:
 ``blamequeue_jobs_dead_lettered_total``    jobs that reached the DLQ (incl. stalled)
 ``blamequeue_jobs_stalled_total``          expired leases rescued by the sweeper
 ``blamequeue_jobs_cancelled_total``        jobs cancelled
+``blamequeue_jobs_expired_total``          jobs cancelled as expired (not started in time)
 ``blamequeue_lock_lost_total``             acks refused and leases lost (another worker won)
 ``blamequeue_flow_fan_outs_total``         flow parents that fanned out (manifest stored)
 ``blamequeue_flow_child_reports_total``    child outcomes recorded on their parent (once each)
 ``blamequeue_flow_settles_total``          flow parents settled (``collect`` is due)
 ``blamequeue_flow_cascades_total``         cascading cancels of a settled/cancelled flow
 ``blamequeue_schedule_fires_total``        schedule occurrences fired
+``blamequeue_schedule_skips_total``        occurrences skipped: the last run still going
 ``blamequeue_outbox_skipped_total``        outbox rows a relay pass skipped (left for retry)
 ``blamequeue_unique_conflicts_total``      enqueues of a held unique key, by ``outcome``:
                                            ``skip``, ``replace``, ``debounce``
@@ -79,12 +81,14 @@ class _Metrics:
     dead_lettered: Any
     stalled: Any
     cancelled: Any
+    expired: Any
     lock_lost: Any
     fan_outs: Any
     child_reports: Any
     settles: Any
     cascades: Any
     schedule_fires: Any
+    schedule_skips: Any
     outbox_skipped: Any
     unique_conflicts: Any
     run_seconds: Any
@@ -116,12 +120,16 @@ def _create() -> _Metrics:
         dead_lettered=counter("jobs_dead_lettered", "Jobs that reached the DLQ."),
         stalled=counter("jobs_stalled", "Expired leases rescued by the sweeper."),
         cancelled=counter("jobs_cancelled", "Jobs cancelled."),
+        expired=counter("jobs_expired", "Jobs cancelled as expired: not started in time."),
         lock_lost=counter("lock_lost", "Acks refused and leases lost to another worker."),
         fan_outs=counter("flow_fan_outs", "Flow parents that fanned out."),
         child_reports=counter("flow_child_reports", "Child outcomes recorded on their parent."),
         settles=counter("flow_settles", "Flow parents settled (collect due)."),
         cascades=counter("flow_cascades", "Cascading cancels of unfinished children."),
         schedule_fires=counter("schedule_fires", "Schedule occurrences fired."),
+        schedule_skips=counter(
+            "schedule_skips", "Schedule occurrences skipped: the last run still going."
+        ),
         outbox_skipped=p.Counter(
             "blamequeue_outbox_skipped", "Outbox rows skipped by a relay pass.", ("backend", "kind")
         ),
@@ -199,6 +207,8 @@ _FLOW_COUNTERS = {
     audit.FLOW_SETTLE: "settles",
     audit.FLOW_CASCADE: "cascades",
     audit.SCHEDULE_FIRE: "schedule_fires",
+    audit.SCHEDULE_SKIP: "schedule_skips",
+    audit.EXPIRE: "expired",
 }
 
 

@@ -21,6 +21,7 @@ from django_blamequeue.backends.resilience import is_locked, retry_while_locked
 from django_blamequeue.conf import get_settings
 from django_blamequeue.relay.outbox import Relay
 from django_blamequeue.sweeper.depths import Depths
+from django_blamequeue.sweeper.expirer import Expirer
 from django_blamequeue.sweeper.flow_repair import FlowRepair
 from django_blamequeue.sweeper.pruner import Pruner
 from django_blamequeue.sweeper.rescuer import Rescuer
@@ -53,6 +54,7 @@ def services_for(backends: Sequence[Backend]) -> list[Service]:
         found.append(
             Rescuer(b, max_stalled=settings.max_stalled_count, period=settings.sweep_interval)
         )
+        found.append(Expirer(b, period=settings.sweep_interval))
         found.append(Pruner(b, settings=settings, period=max(settings.sweep_interval, 60.0)))
         found.append(Depths(b, period=60.0))
         if b.supports_flows:

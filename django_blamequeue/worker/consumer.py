@@ -105,7 +105,11 @@ class Consumer:
         self.loop = EventLoop(handler, self._report)  # async runs, in the same slots
         self.checkpointer = Checkpointer(backend, self._settings.progress_throttle, self._wake)
         self.control = ControlView(
-            backend, options.queues, self._settings.queues, options.poll_interval
+            backend,
+            options.queues,
+            self._settings.queues,
+            options.poll_interval,
+            registry.rate_limits() if handler is None else (),
         )
         self._listener: object = None
         #: Job names this worker handed back for lack of a handler, with how often.

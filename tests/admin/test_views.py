@@ -653,3 +653,24 @@ def test_the_admin_index_leaves_the_bookkeeping_tables_out_but_keeps_their_pages
     assert "Flow dependencies" not in body and "Outbox entries" not in body
     for model in ("flowdependency", "outboxentry"):
         assert admin_client_.get(f"/admin/django_blamequeue/{model}/").status_code == 200
+
+
+def test_schedules_show_overlap_and_skips_refuse_a_call_that_cannot_bind_and_keep_code_ones(
+    admin_client_: Client,
+) -> None:
+    from django_blamequeue.models import Schedule
+
+    call = '{"__args__": [1, 2], "__kwargs__": {}}'
+    refused = text(admin_client_.post(f"{SCHEDULES}add/", schedule_form(payload=call)))
+    assert "This schedule calls demo.jobs.send_email(*[1, 2], **{}), which cannot bind" in refused
+    assert not Schedule.objects.exists()
+    allowed = schedule_form(overlap="allow", expires="600")
+    assert admin_client_.post(f"{SCHEDULES}add/", allowed).status_code == 302
+    assert Schedule.objects.values_list("overlap", "expires").get() == ("allow", 600.0)
+    code = Schedule.objects.create(
+        name="from-code", job="demo.jobs.send_email", interval=60, source="code", skipped=3
+    )
+    listing = text(admin_client_.get(SCHEDULES))
+    assert "skip · 3 skipped" in listing and "allow" in listing
+    form = schedule_form(name="from-code")
+    assert admin_client_.post(f"{SCHEDULES}{code.pk}/change/", form).status_code == 403

@@ -70,7 +70,9 @@ def drain(*args: str) -> None:
 def test_enqueue_without_a_payload_is_refused_with_an_example_and_enqueues_nothing(
     jobs: dict[str, Any],
 ) -> None:
-    with pytest.raises(CommandError, match=r"--payload is required.*--payload '\{\}'"):
+    with pytest.raises(
+        CommandError, match=r"takes a payload: give --payload JSON \(e\.g\. --payload '\{\}'"
+    ):
         call_command("blamequeue", "enqueue", "tests.op.ok")
     assert queue.size("op") == 0
 

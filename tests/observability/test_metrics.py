@@ -284,3 +284,26 @@ def test_worker_processes_share_counters_through_the_multiprocess_dir(
     multiprocess.MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
     assert value("blamequeue_jobs_succeeded_total", backend, "tasks", registry) == 5
     assert value("blamequeue_job_run_seconds_count", backend, "tasks", registry) == 5
+
+
+def test_an_expired_job_and_a_skipped_schedule_fire_are_counted(metrics: Any, backend: str) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from django_blamequeue.backends import get_backend
+    from django_blamequeue.models import Schedule
+    from django_blamequeue.sweeper.scheduler import Scheduler
+
+    engine = get_backend(backend)
+    expired = value("blamequeue_jobs_expired_total", backend)
+    skips = value("blamequeue_schedule_skips_total", backend)
+    queue.enqueue("obs", {}, expires=60, backend=backend)
+    assert len(engine.expire(now=engine.now() + timedelta(seconds=61))) == 1
+    assert value("blamequeue_jobs_expired_total", backend) - expired == 1
+    t0 = datetime(2024, 1, 1, tzinfo=UTC)
+    Schedule.objects.using(engine.db).create(  # type: ignore[attr-defined]
+        name="obs-hourly", job=handlers.ok.name, interval=3600.0, last_fired_at=t0, backend=backend
+    )
+    sched = Scheduler(database=engine.db)  # type: ignore[attr-defined]
+    assert sched.run_once(t0 + timedelta(hours=1))["fired"] == 1
+    assert sched.run_once(t0 + timedelta(hours=2))["skipped"] == 1  # the first still waits
+    assert value("blamequeue_schedule_skips_total", backend) - skips == 1

@@ -28,6 +28,7 @@ from django_blamequeue.backends.jobtable.attempts import Attempts
 from django_blamequeue.backends.jobtable.bulk import BulkEdits
 from django_blamequeue.backends.jobtable.checkpoints import Checkpoints
 from django_blamequeue.backends.jobtable.control_rows import ControlRows
+from django_blamequeue.backends.jobtable.expiry import Expiry
 from django_blamequeue.backends.jobtable.flows import Flows
 from django_blamequeue.backends.jobtable.inserts import Inserts
 from django_blamequeue.backends.jobtable.leases import RESCUE_COLUMNS, Leases
@@ -93,6 +94,7 @@ class DatabaseBackend(Backend):
         self.control_rows = ControlRows(table, listen=self.supports_listen)
         self.limited = LimitedClaims(table)
         self.wakes = Wakes(table, self._released)
+        self.expiry = Expiry(table, self.flows)
 
     def _released(self, rows: Sequence[tuple[str, str]], now: datetime) -> None:
         """Jobs a transaction made pending from a state that holds no message: the table is
@@ -189,14 +191,14 @@ class DatabaseBackend(Backend):
         claimed = self.limited.claim(limited, limit, lease_s, now, limits or {}) if limited else []
         limit -= len(claimed)
         if qs and limit > 0 and table.is_postgres:
-            params = [qs, self.alias, now, now, float(lease_s), now, now]
+            params = [qs, self.alias, now, now, now, float(lease_s), now, now]
             rows = table.fetch(sql.claim_postgresql(limit), params, generic=True)
             claimed += [claimed_from_pg_row(r) for r in rows]
         elif qs and limit > 0:
             t = table.clock(now)
             expires = t + timedelta(seconds=lease_s)
             a = table.adapt
-            params = [a(expires), a(t), a(t), *qs, self.alias, a(t), limit]
+            params = [a(expires), a(t), a(t), *qs, self.alias, a(t), a(t), limit]
             with table.connection.cursor() as cur:
                 cur.execute(sql.claim_sqlite(len(qs)), params)
                 claimed += [claimed_from_row(r) for r in cur.fetchall()]
@@ -263,6 +265,9 @@ class DatabaseBackend(Backend):
             cancelled=len(groups[State.CANCELLED]),
         )
 
+    def expire(self, now: datetime | None = None, limit: int = 500) -> list[str]:
+        return self.expiry.expire(now, limit)
+
     # -- operations ------------------------------------------------------------------------
     def cancel(self, job_id: str, now: datetime | None = None) -> CancelResult:
         return self.flows.cancel(job_id, now)
@@ -279,10 +284,10 @@ class DatabaseBackend(Backend):
     def size(self, queue: str) -> int:
         return self.listing.size(queue)
 
-    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+    def dlq_list(self, queue: str | None, limit: int = 100, offset: int = 0) -> list[JobInfo]:
         return self.listing.dlq_list(queue, limit, offset)
 
-    def dlq_size(self, queue: str) -> int:
+    def dlq_size(self, queue: str | None) -> int:
         return self.listing.dlq_size(queue)
 
     def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:

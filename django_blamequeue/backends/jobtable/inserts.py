@@ -52,6 +52,7 @@ _INSERT_COLUMNS = (
     "about",
     "origin",
     "concurrency_key",
+    "expires_at",
     "created_at",
     "updated_at",
 )
@@ -108,11 +109,17 @@ def _origin_json(origin: Any) -> str | None:
 
 def _values(j: NewJob, now: datetime | None) -> tuple[Any, ...]:
     """A new row's values, in the order of ``_INSERT_COLUMNS``. With ``now`` None (the
-    PostgreSQL statement reads the clock), ``available_at`` is the ``run_at`` or None."""
+    PostgreSQL statement reads the clock), ``available_at`` is the ``run_at`` or None, and
+    ``expires_at`` an absolute expiry or None (``_expires_in`` carries a relative one)."""
+    expires: datetime | float | None
     if now is None:
         available = j.run_at
+        expires = j.expires if isinstance(j.expires, datetime) else None
     else:
         available = j.run_at or (now + timedelta(seconds=j.delay) if j.delay else now)
+        expires = j.expires
+        if expires is not None and not isinstance(expires, datetime):
+            expires = now + timedelta(seconds=expires)
     return (
         j.job_id,
         j.queue,
@@ -138,9 +145,16 @@ def _values(j: NewJob, now: datetime | None) -> tuple[Any, ...]:
         j.about,
         _origin_json(j.origin),
         j.concurrency_key,
+        expires,
         now,
         now,
     )
+
+
+def _expires_in(j: NewJob) -> float | None:
+    """Seconds from the engine's now to a relative expiry (the PostgreSQL insert adds them to
+    its clock), else None."""
+    return None if j.expires is None or isinstance(j.expires, datetime) else float(j.expires)
 
 
 class Inserts:
@@ -191,7 +205,9 @@ class Inserts:
         columns, defaults = _insert_layout(table.connection, table.model)
         inserted: set[str] = set()
         if table.is_postgres:
-            rows = [(*_values(j, None), *defaults, float(j.delay or 0.0)) for j in jobs]
+            rows = [
+                (*_values(j, None), *defaults, float(j.delay or 0.0), _expires_in(j)) for j in jobs
+            ]
             varying, arrays = sql.unnest_params(list(zip(*rows, strict=True)))
             statement = sql.insert_jobs_postgresql(columns, varying, len(notify), table.name)
             head = [now, *(a for q in notify for a in (CHANNEL, q))]

@@ -221,6 +221,7 @@ def info_from_model(
         checkpoint=_checkpoint(job.checkpoint),
         unique_key=job.unique_key,
         unique_calls=job.unique_calls,
+        expires_at=job.expires_at,
     )
 
 

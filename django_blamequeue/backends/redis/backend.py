@@ -313,6 +313,10 @@ class RedisBackend(Backend):
             log_rescued(self.alias, [tuple(r) for r in json.loads(rows)])
         return RescueReport(repended=repended, failed=failed, cancelled=cancelled)
 
+    def expire(self, now: datetime | None = None, limit: int = 500) -> list[str]:
+        ids = self.scripts.run("expire", [limit], now=now).result
+        return [i.decode() if isinstance(i, bytes) else str(i) for i in ids or []]
+
     def run_alone(self, job_id: str, token: str) -> bool:
         return bool(int(self.scripts.run("alone", [job_id, token]).result))
 
@@ -368,12 +372,28 @@ class RedisBackend(Backend):
         pipe.hget(k.leased, queue)
         return sum(int(n or 0) for n in pipe.execute())
 
-    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
-        ids = self.client.zrange(self.keys.queue(queue, "dlq"), offset, offset + limit - 1)
-        return self._hashes([i.decode() for i in ids])
+    def dlq_list(self, queue: str | None, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        """A queue's DLQ is a set ordered by id (every score 0): every queue's is the first
+        ``offset + limit`` ids of each, merged."""
+        if queue is not None:
+            ids = self.client.zrange(self.keys.queue(queue, "dlq"), offset, offset + limit - 1)
+            return self._hashes([i.decode() for i in ids])
+        pipe = self.client.pipeline(transaction=False)
+        for q in self._queues():
+            pipe.zrange(self.keys.queue(q, "dlq"), 0, offset + limit - 1)
+        merged = sorted(i.decode() for ids in pipe.execute() for i in ids)
+        return self._hashes(merged[offset : offset + limit])
 
-    def dlq_size(self, queue: str) -> int:
-        return int(self.client.zcard(self.keys.queue(queue, "dlq")))
+    def dlq_size(self, queue: str | None) -> int:
+        queues = [queue] if queue is not None else self._queues()
+        pipe = self.client.pipeline(transaction=False)
+        for q in queues:
+            pipe.zcard(self.keys.queue(q, "dlq"))
+        return sum(int(n) for n in pipe.execute())
+
+    def _queues(self) -> list[str]:
+        """Every queue this backend has held a job of."""
+        return sorted(q.decode() for q in self.client.smembers(self.keys.queues))
 
     def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
         retried, _, _ = self.scripts.run("dlq_retry", ["ids", [job_id]], now=now).result

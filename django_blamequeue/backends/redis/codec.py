@@ -70,7 +70,18 @@ def job_header(j: NewJob) -> list[Any]:
         j.unique_states or False,
         str(round(j.unique_window * 1_000_000)) if j.unique_window is not None else False,
         j.unique_mode or False,
+        _expires_spec(j.expires),
     ]
+
+
+def _expires_spec(expires: float | datetime | None) -> Any:
+    """A job's expiry as ``insert_job`` reads it: ``["at", us]`` absolute, ``["in", us]``
+    after the script's now, or false."""
+    if expires is None:
+        return False
+    if isinstance(expires, datetime):
+        return ["at", str(to_us(expires))]
+    return ["in", str(round(expires * 1_000_000))]
 
 
 class Blobs(list[bytes]):
@@ -286,11 +297,12 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         checkpoint=_checkpoint(s("checkpoint")),
         unique_key=s("ukey"),
         unique_calls=n("ucalls"),
+        expires_at=from_us(h.get("exp")),
     )
 
 
 def limits_spec(limits: QueueLimits | None) -> list[Any] | bool:
-    """Limits as the scripts read them (``limits.lua``): [c, kc, rm, rp, krm, krp]."""
+    """Limits as the scripts read them (``limits.lua``): [c, kc, rm, rp, krm, krp, names]."""
     if limits is None:
         return False
     rate, key_rate = limits.rate_limit, limits.key_rate_limit
@@ -302,7 +314,8 @@ def limits_spec(limits: QueueLimits | None) -> list[Any] | bool:
         key_rate[0] if key_rate else None,
         repr(float(key_rate[1])) if key_rate else None,
     ]
-    return [False if v is None else v for v in values]
+    names = [[name, most, repr(float(per))] for name, most, per in limits.name_rate_limits]
+    return [False if v is None else v for v in values] + [names or False]
 
 
 def control_from(queue: str, raw: Sequence[Any]) -> ControlState:
@@ -372,7 +385,8 @@ def outbox_item(raw: Sequence[Any]) -> OutboxItem:
 
 
 def stats_from(rows: Sequence[Any], now: datetime, alias: str) -> list[QueueStats]:
-    """``stats.lua``'s rows (a queue, its counts by state, then times) as ``QueueStats``."""
+    """``stats.lua``'s rows (a queue, its counts by state, then times, then the jobs expired
+    within the last hour) as ``QueueStats``."""
     out = []
     states = [s.value for s in State]
     for row in sorted(rows, key=lambda r: r[0]):
@@ -402,6 +416,7 @@ def stats_from(rows: Sequence[Any], now: datetime, alias: str) -> list[QueueStat
                 failed_last_hour=numbers[9],
                 delayed=numbers[10],
                 next_delayed_in=(next_due - now).total_seconds() if next_due else None,
+                expired_last_hour=numbers[12],
             )
         )
     return out

@@ -46,6 +46,10 @@ Layout (``P`` = the tagged prefix; times are integer microseconds since the epoc
 ``P:ts:STEP:START``             hash: a chart bucket of ``STEP`` seconds from ``START``
                                 (seconds), a field per queue and name (``buckets.lua``);
                                 it expires once its resolution's window has passed
+``P:expiring``                  zset of the ids of waiting jobs with an expiry, by it (a job's
+                                ``exp`` field); ``P:q:QUEUE:expired`` those cancelled as
+                                expired, by when (stats)
+``P:nrate:NAME``                zset, a job name's rate window (``@job(rate_limit=...)``)
 ==============================  ==============================================================
 """
 
@@ -89,6 +93,7 @@ class Keys:
         self.leased = f"{self.prefix}:leased"
         self.control_wake = f"{self.prefix}:ctlwake"
         self.controls = f"{self.prefix}:ctls"
+        self.queues = f"{self.prefix}:queues"
 
     def job(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}"

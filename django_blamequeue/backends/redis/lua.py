@@ -35,6 +35,7 @@ NAMES = (
     "wake",
     "checkpoint",
     "rescue",
+    "expire",
     "alone",
     "cancel",
     "cancel_flow",

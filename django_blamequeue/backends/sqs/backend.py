@@ -29,6 +29,7 @@ from django_blamequeue.backends.jobtable.attempts import Attempts
 from django_blamequeue.backends.jobtable.bulk import BulkEdits
 from django_blamequeue.backends.jobtable.checkpoints import Checkpoints
 from django_blamequeue.backends.jobtable.control_rows import ControlRows
+from django_blamequeue.backends.jobtable.expiry import Expiry
 from django_blamequeue.backends.jobtable.flows import Flows
 from django_blamequeue.backends.jobtable.inserts import Inserts
 from django_blamequeue.backends.jobtable.leases import RESCUE_COLUMNS, Leases
@@ -113,7 +114,10 @@ class SqsBackend(Backend):
         self.control_rows = ControlRows(table, listen=False)
         self.limited = LimitedClaims(table)
         self.wakes = Wakes(table, self.sender.released)
-        self.receiver = Receiver(table, self.transport, self.sender, self.leases, self.limited)
+        self.expiry = Expiry(table, self.flows)
+        self.receiver = Receiver(
+            table, self.transport, self.sender, self.leases, self.limited, self.expiry
+        )
 
     @property
     def effects_database(self) -> str:
@@ -279,6 +283,11 @@ class SqsBackend(Backend):
     ) -> frozenset[str]:
         return self.checkpoints.save(items, now)
 
+    def expire(self, now: datetime | None = None, limit: int = 500) -> list[str]:
+        """In the ledger; an expired job's message is deleted when it is next received (its
+        row is terminal)."""
+        return self.expiry.expire(now, limit)
+
     def rescue_expired(
         self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
     ) -> RescueReport:
@@ -330,10 +339,10 @@ class SqsBackend(Backend):
     def size(self, queue: str) -> int:
         return self.listing.size(queue)
 
-    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+    def dlq_list(self, queue: str | None, limit: int = 100, offset: int = 0) -> list[JobInfo]:
         return self.listing.dlq_list(queue, limit, offset)
 
-    def dlq_size(self, queue: str) -> int:
+    def dlq_size(self, queue: str | None) -> int:
         return self.listing.dlq_size(queue)
 
     def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:

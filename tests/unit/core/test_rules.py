@@ -40,6 +40,12 @@ COPIES = {
         "backends/sqs/receive.py",
         "backends/redis/scripts/limits.lua",
     ],
+    "expiry": [
+        "backends/jobtable/sql.py",
+        "backends/jobtable/limited.py",
+        "backends/sqs/receive.py",
+        "backends/redis/scripts/leasing.lua",
+    ],
     "limits": [
         "backends/jobtable/limited.py",
         "backends/sqs/receive.py",

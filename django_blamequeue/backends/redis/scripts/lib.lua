@@ -145,6 +145,7 @@ local report, settle, cascade_cancel, cancel_ids
 -- already): the finish-time index, the DLQ, the dedupe key freed, the report to a parent.
 local function on_terminal(id, q, state, key, parent)
   redis.call('ZADD', qk(q, state), fmt(NOW), id)
+  redis.call('ZREM', P .. ':expiring', id)
   if state == 'failed' then redis.call('ZADD', qk(q, 'dlq'), 0, id) end
   if key and redis.call('HGET', qk(q, 'dedupe'), key) == id then
     redis.call('HDEL', qk(q, 'dedupe'), key)
@@ -271,6 +272,17 @@ local function cascade_children(parent)
   return n + remote
 end
 
+-- A waiting job past its expiry ends cancelled, reason expired, as a cancel does (reports,
+-- cascades). rule: expiry (core.rules.expired)
+local function expire_job(id, q, state, avail, exp)
+  unindex(id, q, state, avail)
+  redis.call('HSET', jk(id), 'reason', 'expired')
+  terminal(id, q, 'cancelled')
+  redis.call('ZADD', qk(q, 'expired'), fmt(NOW), id)
+  emit(A.EXPIRE, id, q, nil, {expires_at = exp})
+  cascade_children(id)
+end
+
 -- Re-pend a parked parent when no child is pending, or at a failure under "fail" (then the
 -- unfinished children are cancelled). Counters on the parent make this O(1).
 -- rule: settle-due (core.rules.settle_due)
@@ -384,7 +396,13 @@ local function insert_job(j, payload)
   end
   local deps = j[22]
   if deps ~= '' then f[#f + 1] = 'depends_on'; f[#f + 1] = deps end
+  local exp = j[30]  -- ["at", us] or ["in", us after now]: P:expiring finds it when due
+  if exp then
+    exp = exp[1] == 'at' and tonumber(exp[2]) or NOW + tonumber(exp[2])
+    f[#f + 1] = 'exp'; f[#f + 1] = fmt(exp)
+  end
   redis.call(unpack(f))
+  if exp then redis.call('ZADD', P .. ':expiring', fmt(exp), id) end
   if not KNOWN[q] then
     KNOWN[q] = true
     redis.call('SADD', P .. ':queues', q)

@@ -27,6 +27,7 @@ for _, q in ipairs(redis.call('SMEMBERS', P .. ':queues')) do
         forget(id, q)
         redis.call('ZREM', key, id)
         if s[1] == 'failed' then redis.call('ZREM', qk(q, 'dlq'), id) end
+        if s[1] == 'cancelled' then redis.call('ZREM', qk(q, 'expired'), id) end
       end
       n = n + #ids
     end
