@@ -24,7 +24,7 @@ from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import get_settings
 from django_blamequeue.core import lifecycle
 from django_blamequeue.core.records import AckResult, Backlog, Claimed
-from django_blamequeue.exceptions import ErrorCode, QueueError, WorkerShutdown
+from django_blamequeue.exceptions import ErrorCode, LeaseLost, QueueError, WorkerShutdown
 from django_blamequeue.jobs import registry
 from django_blamequeue.observability import metrics
 from django_blamequeue.relay.outbox import RelayReport, settle_pending
@@ -334,6 +334,10 @@ class Consumer:
             atomic.prepare(run)
             run.ctx.atomic = True  # no checkpoints: its writes roll back with a failure
         self.checkpointer.attach(run)
+        old = self._running.get(c.job_id)
+        if old is not None:  # leased to us again: the engine gave the old lease up
+            old.superseded = True
+            self._interrupt(old, LeaseLost, None)
         self._running[c.job_id] = run
         if metrics.enabled:
             metrics.run_started(self.backend.alias, c, self.options.lease)
@@ -351,7 +355,7 @@ class Consumer:
             return
         run, marked = started
         if not marked:  # the lease is gone: someone else owns the job
-            self._running.pop(run.claimed.job_id, None)
+            self._untrack(run)
             self.counters.lock_lost += 1
             return
         self._start([run])
@@ -403,17 +407,27 @@ class Consumer:
             run = self._finished.popleft()
             assert run.outcome is not None
             if run.settled is not None:  # an atomic run acked (or lost) in its own transaction
-                self._running.pop(run.claimed.job_id, None)
+                self._untrack(run)
                 self.checkpointer.end(run, keep=False)  # acked already: nothing to resume
                 account(self.counters, self.backend.alias, run, atomic.SETTLED, run.settled)
                 continue
             self._decide(run, run.outcome)
 
     def _decide(self, run: Run, outcome: lifecycle.Outcome) -> None:
+        if run.superseded:  # it finished after its job was leased to us again: no ack
+            self.checkpointer.end(run, keep=False)
+            self.counters.lock_lost += 1
+            return
         transition = transition_for(run.claimed, run.definition, outcome)
-        self._running.pop(run.claimed.job_id, None)
+        self._untrack(run)
         self.checkpointer.end(run, keep=True)  # stored before the ack (``_flush``)
         self._acks.add(run, transition)
+
+    def _untrack(self, run: Run) -> None:
+        """Forget ``run`` as running here; never a newer run of the same job that replaced
+        it (a job leased again after its lease ran out has two runs here for a while)."""
+        if self._running.get(run.claimed.job_id) is run:
+            del self._running[run.claimed.job_id]
 
     def _interrupt(
         self,
@@ -429,7 +443,7 @@ class Consumer:
         elif not is_async(run, self.handler):  # an async run's task was cancelled instead
             self.pool.replace_one()
         if outcome is None:  # lease lost: someone else owns the job; nothing to ack
-            self._running.pop(run.claimed.job_id, None)
+            self._untrack(run)
             self.checkpointer.end(run, keep=False)
             self.counters.lock_lost += 1
             if run.invoker is not None:
