@@ -87,6 +87,9 @@ class Settings:
     queues: Mapping[str, QueueLimits] = field(default_factory=_frozen)
     max_snoozes: int = 1000
     missing_handler_timeout: float = 7 * _DAY
+    #: A worker whose loop has neither claimed nor acked for this long while jobs are due,
+    #: with no handler running, is shown as ``stalled`` (docs/operations.md).
+    worker_stalled_after: float = 60.0
     origin_site: bool = True  # record the enqueue's call site in JobInfo.origin
 
 
@@ -286,6 +289,7 @@ _PLAIN_KEYS = (
     "MAX_FLOW_DEPTH",
     "MAX_SNOOZES",
     "MISSING_HANDLER_TIMEOUT",
+    "WORKER_STALLED_AFTER",
     "ORIGIN_SITE",
 )
 _FLOAT_FIELDS = (
@@ -301,6 +305,7 @@ _FLOAT_FIELDS = (
     "flow_sweep_interval",
     "shutdown_grace",
     "missing_handler_timeout",
+    "worker_stalled_after",
 )
 
 

@@ -95,6 +95,7 @@ TOP_KEYS = (
     "QUEUES",
     "MAX_SNOOZES",
     "MISSING_HANDLER_TIMEOUT",
+    "WORKER_STALLED_AFTER",
     "ORIGIN_SITE",
 )
 #: Keys of a ``QUEUES`` entry: the default limits of that queue (docs/control.md).

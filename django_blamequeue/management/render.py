@@ -298,7 +298,7 @@ def render_waits(backend: str, waits: Iterable[HandlerWait]) -> list[str]:
     ]
 
 
-WORKER_MARK = {"running": "▶", "stopping": "◼", "stopped": "·", "gone": "✗"}
+WORKER_MARK = {"running": "▶", "stalled": "⚠", "stopping": "◼", "stopped": "·", "gone": "✗"}
 
 
 def render_workers(workers: Sequence[WorkerInfo], now: datetime) -> list[str]:

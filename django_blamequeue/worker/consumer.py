@@ -44,6 +44,7 @@ from django_blamequeue.worker.execution import (
     transition_for,
 )
 from django_blamequeue.worker.heartbeat import Heartbeat
+from django_blamequeue.worker.liveness import Liveness
 from django_blamequeue.worker.probation import Probation
 from django_blamequeue.worker.slots import SlotPool
 
@@ -88,6 +89,9 @@ class Consumer:
         self._stopping = False
         self._grace_until: float | None = None
         self._error_delay = 0.0
+        self.liveness = Liveness(
+            backend.alias, options.poll_interval, self._settings.worker_stalled_after
+        )
         self._thread = threading.Thread(target=self._main, name="blamequeue-consumer", daemon=True)
         self._exited = threading.Event()
         self.pool = SlotPool(options.concurrency, handler, self._report)
@@ -100,8 +104,10 @@ class Consumer:
         #: Job names this worker handed back for lack of a handler, with how often.
         self.no_handler: dict[str, int] = {}
         names = [fleet.ANY_NAME] if handler is not None else list(registry.registered())
+        # a beat at least every half WORKER_STALLED_AFTER, so the verdict it carries is fresh
+        beat = min(fleet.HEARTBEAT, max(self._settings.worker_stalled_after / 2, 0.5))
         self.registration = fleet.Registration(
-            backend, options.queues, options.concurrency, names, self._snapshot
+            backend, options.queues, options.concurrency, names, self._snapshot, heartbeat=beat
         )
 
     # -- control ---------------------------------------------------------------------------
@@ -174,8 +180,25 @@ class Consumer:
         else:
             running = ()
         c = self.counters
-        state = "stopping" if self._stopping else "running"
+        if self._stopping:
+            state = "stopping"
+        else:
+            held = self._probation.held
+            state = self.liveness.state(
+                running=max(0, len(running) - held),
+                due=self._due,
+                describe=lambda: (
+                    f"in flight {len(running)}/{self.options.concurrency}, "
+                    f"{held} held to run alone, backing off {self._error_delay:.1f} s"
+                ),
+            )
         return fleet.Snapshot(running=running, state=state, done=c.done, failed=c.failed)
+
+    def _due(self) -> int:
+        """Jobs due on this worker's queues (the stall check asks, from the registry's
+        thread, only once the loop has been quiet for ``WORKER_STALLED_AFTER``)."""
+        b = self.backend
+        return b.resilience.call(lambda: b.backlog(self.options.queues), idempotent=True).due
 
     @staticmethod
     def _settle_queued() -> None:
@@ -232,7 +255,12 @@ class Consumer:
 
     def _free_slots(self) -> int:
         free = self.options.concurrency - len(self._running)
-        return free if free <= 0 else min(free, self._starts.room(time.monotonic()))
+        if free <= 0:
+            return free
+        room = self._starts.room(time.monotonic())
+        if room <= 0:  # the rate window is closed: nothing to ask now
+            self.liveness.idle()
+        return min(free, room)
 
     def _wait_time(self) -> float:
         now = time.monotonic()
@@ -257,21 +285,24 @@ class Consumer:
     def _claim(self, limit: int) -> int:
         queues, limits = self.control.claim_args()
         if not queues:  # every queue paused
+            self.liveness.idle()
             return 0
         try:
             claimed = self.backend.resilience.call(
-                lambda: self.backend.claim(queues, limit, self.options.lease, limits=limits)
+                lambda: self.backend.claim(queues, limit, self.options.lease, limits=limits),
+                probe_after=self.options.poll_interval,
             )
         except Exception as exc:  # never let one bad round kill the worker
             self._failed("claim", exc)
             return 0
-        self._error_delay = 0.0
+        self._answered()
         return self._dispatch_all(claimed)
 
     def _flush_and_claim(self, limit: int) -> int:
         """Ack what finished and lease up to ``limit`` more, in one transaction."""
         queues, limits = self.control.claim_args()
         if not queues:  # every queue paused
+            self.liveness.idle()
             self._flush()
             return 0
         if self._acks and not self._store_checkpoints():
@@ -281,14 +312,15 @@ class Consumer:
             results, claimed = self.backend.resilience.call(
                 lambda: self.backend.apply_and_claim(
                     acks, queues, limit, self.options.lease, limits=limits
-                )
+                ),
+                probe_after=self.options.poll_interval,
             )
         except Exception as exc:  # keep the acks; a re-sent ack is fenced, so retrying is safe
             self._failed("ack and claim", exc)
             if not unavailable(exc):
                 self._flush()  # the acks alone: tells a refused ack from a failing claim
             return 0
-        self._error_delay = 0.0
+        self._answered()
         self._settle(results)
         return self._dispatch_all(claimed)
 
@@ -509,7 +541,7 @@ class Consumer:
                         extra=_extra(run),
                     )
             return
-        self._error_delay = 0.0
+        self._answered()
         self._settle(results)
 
     def _settle(self, results: list[AckResult]) -> None:
@@ -518,18 +550,14 @@ class Consumer:
 
     def _failed(self, what: str, exc: BaseException) -> None:
         """A backend call (or a whole round) failed: log it and back off (0.1 s doubling
-        to 5 s); the caller keeps what it must send again."""
-        self._error_delay = min(max(self._error_delay * 2, 0.1), 5.0)
-        if unavailable(exc):
-            logger.warning(
-                "backend %r: %s; retrying in %.1f s", self.backend.alias, exc, self._error_delay
-            )
-        else:
-            logger.error(
-                "%s failed on backend %r; retrying in %.1f s",
-                *(what, self.backend.alias, self._error_delay),
-                exc_info=exc,
-            )
+        to a poll interval, at most 5 s: ``liveness``); the caller keeps what it must send
+        again."""
+        self._error_delay = self.liveness.backoff(what, exc, unavailable=unavailable(exc))
+
+    def _answered(self) -> None:
+        """The engine answered a claim or an ack: any outage is over."""
+        self._error_delay = 0.0
+        self.liveness.progressed()
 
     # -- shutdown --------------------------------------------------------------------------
     def _shutdown_step(self) -> bool:

@@ -33,6 +33,11 @@ class Probation:
         self._held: deque[Run] = deque()
         self._alone: Run | None = None
 
+    @property
+    def held(self) -> int:
+        """How many runs wait to run alone (read by the registry's thread too)."""
+        return len(self._held)
+
     def admit(self, runs: list[Run]) -> list[Run]:
         """The runs to start now; those on probation are held to run alone, in turn."""
         start = []
