@@ -82,6 +82,7 @@ class JobAdmin(ReadOnlyAdmin):
         AboutFilter,
         OriginFilter,
     )
+    url_filters = ("flow_id", "trace_id")  # exact: the flow page's link, and by hand
     search_fields = ("id", "dedupe_key", "trace_id")
     search_help_text = (
         "Exact job id, trace id, about key (app.model:pk) or dedupe key; or part of the "
