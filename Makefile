@@ -1,7 +1,7 @@
 # django-blamequeue: development tasks. Everything runs from the repository's own .venv.
 #
 #   make test [PYTEST_ARGS='-k lease -x'] [TEST_SERVERS='postgres']
-#   make demo | lint | typecheck | bench | docs | docs-serve | screenshots | clean | distclean
+#   make demo | dist-check | lint | typecheck | bench | docs | docs-serve | screenshots | clean | distclean
 
 SHELL := /bin/bash
 
@@ -17,6 +17,9 @@ DEV_STAMP := $(VENV)/.installed-dev
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 
 PYTEST_ARGS ?=
+# The whole suite also builds the wheel and sdist and runs the quickstart against the wheel in a
+# fresh virtualenv (tests/dist_check.py, ~30 s); a run with PYTEST_ARGS skips it unless asked.
+DIST_CHECK ?= $(if $(strip $(PYTEST_ARGS)),no,yes)
 # The test servers tests/servers.py knows (postgres redis sqs), read when a recipe needs them.
 SERVER_KINDS = $(shell $(PY) -c 'from tests.servers import KINDS; print(*KINDS)' 2>/dev/null)
 # PostgreSQL is always started; the others (redis, sqs: moto_server) only where installed. A
@@ -25,7 +28,7 @@ TEST_SERVERS ?= $(SERVER_KINDS)
 
 LINT_PATHS := $(wildcard django_blamequeue tests bench testproject)
 
-.PHONY: venv test demo lint typecheck bench docs docs-serve clean distclean
+.PHONY: venv test dist-check demo lint typecheck bench docs docs-serve clean distclean
 
 venv: $(DEV_STAMP)
 
@@ -50,6 +53,7 @@ $(RUNTIME_STAMP): pyproject.toml | $(PY)
 test: $(DEV_STAMP)
 	@mkdir -p $(TMP) && $(VENV)/bin/lint-imports --no-cache >$(TMP)/lint-imports.log 2>&1 || { cat $(TMP)/lint-imports.log; exit 1; }
 	@echo "make test: import layers kept (lint-imports)"
+	@if test "$(DIST_CHECK)" = yes; then $(PY) -m tests.dist_check || exit 1; fi
 	@test -n "$(SERVER_KINDS)" || { echo "make test: tests/servers.py lists no KINDS" >&2; exit 1; }
 	@set -u; \
 	dir_of() { echo "$(TMP)/$${1/postgres/pg}"; }; \
@@ -65,6 +69,10 @@ test: $(DEV_STAMP)
 	done; \
 	export BLAMEQUEUE_TEST_REQUIRE_BROWSER=1; \
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; exit $$rc
+
+# The wheel and sdist as PyPI would take them, and the quickstart against the installed wheel.
+dist-check: $(DEV_STAMP)
+	$(PY) -m tests.dist_check
 
 demo: $(RUNTIME_STAMP)
 	$(PY) testproject/manage.py migrate --noinput

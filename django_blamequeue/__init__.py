@@ -17,9 +17,11 @@ from django_blamequeue.exceptions import (
 
 __all__ = [
     "ABOUT",
+    "BaseJob",
     "Child",
     "EnqueuedJob",
     "ErrorCode",
+    "JobEvent",
     "JobFailed",
     "JobInfo",
     "JobWasCancelled",
@@ -42,7 +44,9 @@ if TYPE_CHECKING:
     from django_blamequeue.context import current_job
     from django_blamequeue.core.controls import QueueLimits, WorkerInfo
     from django_blamequeue.core.records import EnqueuedJob, JobInfo
+    from django_blamequeue.jobs.events import JobEvent
     from django_blamequeue.jobs.flows import Child, flow
+    from django_blamequeue.jobs.hooks import BaseJob
     from django_blamequeue.jobs.origin import ABOUT, about_key
     from django_blamequeue.jobs.registry import job
 
@@ -52,6 +56,8 @@ _LAZY = {
     "current_job": ("context", "current_job"),
     "flow": ("jobs.flows", "flow"),
     "Child": ("jobs.flows", "Child"),
+    "BaseJob": ("jobs.hooks", "BaseJob"),
+    "JobEvent": ("jobs.events", "JobEvent"),
     "JobInfo": ("core.records", "JobInfo"),
     "EnqueuedJob": ("core.records", "EnqueuedJob"),
     "QueueLimits": ("core.controls", "QueueLimits"),

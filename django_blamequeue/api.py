@@ -27,7 +27,7 @@ from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import enqueueing, registry
 from django_blamequeue.jobs.origin import About, about_key
 from django_blamequeue.observability import tracing
-from django_blamequeue.worker import atomic, fleet
+from django_blamequeue.worker import fleet
 from django_blamequeue.worker.consumer import Consumer, WorkerOptions
 
 T = TypeVar("T")
@@ -223,10 +223,12 @@ class Queue:
         backend: str | None = None,
         burst: bool = False,
         wait_delayed: bool = False,
+        max_jobs: int | None = None,
     ) -> Consumer:
         """Start consuming in background threads. ``handler(job, ctx)``; None dispatches by
         job name to ``@job`` handlers. ``burst``: stop once nothing is due (delayed jobs are
-        left, ``consumer.left`` says how many; ``wait_delayed`` waits for them too)."""
+        left, ``consumer.left`` says how many; ``wait_delayed`` waits for them too).
+        ``max_jobs``: claim no more than that many jobs in all (``runworker`` recycling)."""
         if isinstance(queue_name, str):
             queues = [queue_name]
         elif isinstance(queue_name, Sequence | set | frozenset):
@@ -250,12 +252,9 @@ class Queue:
             rate_limit=validation.rate_limit(rate_limit),
             burst=burst,
             wait_delayed=wait_delayed,
+            max_jobs=None if max_jobs is None else validation.positive_int(max_jobs, "max_jobs"),
         )
         target = get_backend(backend)
-        if handler is None and (
-            contention := atomic.sqlite_contention(target, options.queues, options.concurrency)
-        ):
-            logger.warning("%s (blamequeue.W020)", contention)
         consumer = Consumer(target, options, handler=handler)
         with self._lock:
             self._consumers = [c for c in self._consumers if c.alive] + [consumer]

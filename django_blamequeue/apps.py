@@ -23,20 +23,25 @@ class BlameQueueConfig(AppConfig):
         from django_blamequeue.checks import (
             check_backends,
             check_handlers,
+            check_migrated,
             check_queues_served,
+            check_schedule_jobs,
             check_settings,
         )
         from django_blamequeue.context import JobContextFilter
-        from django_blamequeue.jobs import origin, waiting
+        from django_blamequeue.jobs import events, origin, waiting
         from django_blamequeue.relay import outbox
 
         outbox.install()  # the backends' hooks: relay, settle and cascade through the services
         waiting.install()  # EnqueuedJob.info() / .wait() / .result() poll the backends
+        events.install()  # lifecycle signals of transitions no worker acked (stalled, cancels)
         # JobInfo.origin["request"] with no setup: the method and path of the request served
         request_started.connect(origin.request_started, dispatch_uid="blamequeue.origin")
         request_finished.connect(origin.request_finished, dispatch_uid="blamequeue.origin")
         checks.register(check_settings, "blamequeue")
         checks.register(check_queues_served, "blamequeue")
+        checks.register(check_schedule_jobs, "blamequeue")
+        checks.register(check_migrated, "blamequeue")
         checks.register(check_backends, "blamequeue", deploy=True)
         checks.register(check_handlers, "blamequeue", deploy=True)
         for name in AUTODISCOVER_MODULES:

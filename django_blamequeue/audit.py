@@ -7,7 +7,7 @@ the row commits or rolls back with the state change; the signal goes out only af
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +144,8 @@ def ack_events(
     if state == "pending" and t.give_back_attempt:
         return [Event(action=RELEASE, data={"name": name}, **base)] if happy else []
     data = {"name": name, "error": t.error, "reason": t.reason.value if t.reason else None}
+    if t.error_type is not None:  # each attempt's exception class: the job's row keeps the last
+        data["error_type"] = t.error_type
     retry = {"retry_in": t.delay} if state == "pending" else {}
     events = [Event(action=CONSUME_FAILURE, data={**data, **retry}, **base)]
     if state == "failed":
@@ -178,6 +180,7 @@ def record(events: Iterable[Event], *, using: str | None) -> None:
     db = using or "default"
     if rows:
         AuditEvent.objects.using(db).bulk_create(rows)
+    watched = [e for e in events if e.action in _watched_actions] if _watchers else []
     if logger.isEnabledFor(logging.DEBUG):
         for e in events:
             logger.debug(
@@ -188,18 +191,41 @@ def record(events: Iterable[Event], *, using: str | None) -> None:
                 e.attempt,
                 extra={"job_id": e.job_id, "queue": e.queue, "attempt": e.attempt},
             )
+    if audit_event.receivers or watched:
+        transaction.on_commit(lambda: _send(events, watched), using=db)
+
+
+def _send(events: list[Event], watched: list[Event]) -> None:
     if audit_event.receivers:
-        transaction.on_commit(lambda: _send(events), using=db)
+        for e in events:
+            audit_event.send_robust(
+                sender=Event,
+                event=e,
+                action=e.action,
+                job_id=e.job_id,
+                queue=e.queue,
+                backend=e.backend,
+                attempt=e.attempt,
+            )
+    for actions, callback in _watchers:
+        mine = [e for e in watched if e.action in actions]
+        if mine:
+            try:
+                callback(mine)
+            except Exception:
+                logger.exception("a watcher of audit events (%r) raised", callback)
 
 
-def _send(events: list[Event]) -> None:
-    for e in events:
-        audit_event.send_robust(
-            sender=Event,
-            event=e,
-            action=e.action,
-            job_id=e.job_id,
-            queue=e.queue,
-            backend=e.backend,
-            attempt=e.attempt,
-        )
+#: Callbacks of committed events by action (``watch``), and the union of their actions.
+_watchers: list[tuple[frozenset[str], Callable[[list[Event]], None]]] = []
+_watched_actions: frozenset[str] = frozenset()
+
+
+def watch(actions: Iterable[str], callback: Callable[[list[Event]], None]) -> None:
+    """Call ``callback`` with the events of these actions once they committed (the lifecycle
+    signals of transitions no worker acked: ``jobs/events.py``). Installed once, from
+    ``AppConfig.ready``; a second install of the same callback replaces the first."""
+    global _watched_actions
+    wanted = frozenset(actions)
+    _watchers[:] = [(a, c) for a, c in _watchers if c != callback] + [(wanted, callback)]
+    _watched_actions = frozenset().union(*(a for a, _ in _watchers))

@@ -7,6 +7,9 @@ Registered by ``apps.py``.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,18 +17,21 @@ from django.apps import AppConfig
 from django.core import checks
 
 from django_blamequeue import conf
-from django_blamequeue.backends import get_backend
+from django_blamequeue.backends import get_backend, migration_state
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.exceptions import QueueError
 from django_blamequeue.jobs import registry
-from django_blamequeue.worker import atomic
 
 __all__ = [
-    "check_atomic_on_sqlite",
     "check_backends",
     "check_handlers",
+    "check_migrated",
+    "check_queues_known",
     "check_queues_served",
+    "check_schedule_jobs",
     "check_settings",
+    "job_databases",
+    "used_queues",
 ]
 
 
@@ -135,11 +141,11 @@ def _unserved(what: str, queue: str, backend: str, default: str) -> checks.Warni
 def check_handlers(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """W008, ``check --deploy``: waiting jobs (pending, delayed, blocked) and schedules whose
-    job name no handler of this code answers, with counts. Run it with the code about to be
-    deployed: a name it lacks would wait (workers hand it back) until it fails after
-    ``MISSING_HANDLER_TIMEOUT``. Jobs named after their queue (enqueued without ``name=``, for
-    a ``queue.consume(queue, handler)``) are not checked."""
+    """W008, ``check --deploy``: waiting jobs (pending, delayed, blocked) and schedules made in
+    the admin whose job name no handler of this code answers, with counts. Run it with the
+    code about to be deployed: a name it lacks would wait (workers hand it back) until it
+    fails after ``MISSING_HANDLER_TIMEOUT``. Jobs named after their queue (enqueued without
+    ``name=``, for a ``queue.consume(queue, handler)``) are not checked."""
     from django_blamequeue.models import Schedule
 
     try:
@@ -156,10 +162,10 @@ def check_handlers(
         for (q, name), n in sorted(waiting.items()):
             if name and name != q and registry.get(name) is None:
                 messages.append(_no_handler(f"{n:,} waiting job(s) of backend {alias!r}", q, name))
-    schedules = {n: str(e["job"]) for n, e in current.schedules.items()}
+    schedules: dict[str, str] = {}  # SCHEDULES entries are E041 errors of the plain check
     try:
         rows = Schedule.objects.filter(enabled=True).values_list("name", "job")
-        schedules.update({n: j for n, j in rows if n not in schedules})
+        schedules.update({n: j for n, j in rows if n not in current.schedules})
     except Exception as exc:  # no table yet (before migrate)
         messages.append(_unreachable("default", exc))
     for name, job in sorted(schedules.items()):
@@ -192,14 +198,166 @@ def _unreachable(alias: str, exc: Exception) -> checks.Warning:
     )
 
 
-def check_atomic_on_sqlite(
-    backend: Backend, queues: Sequence[str], concurrency: int
+# -- before migrate, and names that lead nowhere ------------------------------------------------
+def job_databases(current: conf.Settings) -> list[str]:
+    """The Django databases that hold this app's tables: each backend's ``DATABASE`` (the jobs,
+    the SQS ledger, a Redis backend's outbox and audit rows) and ``default``."""
+    found = {"default"}
+    for entry in current.backends.values():
+        found.add(str(entry.options.get("DATABASE") or "default"))
+    return sorted(found)
+
+
+def check_migrated(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
 ) -> list[checks.CheckMessage]:
-    """W020: atomic jobs served on SQLite with ``concurrency`` > 1 (each holds the write lock
-    while its handler runs). Only a worker knows its concurrency: ``runworker`` runs this
-    at start and shows it in its banner; ``queue.consume`` logs the same text."""
-    contention = atomic.sqlite_contention(backend, queues, concurrency)
-    if contention is None:
+    """E040: a database that holds jobs lacks this app's tables, or some of its migrations.
+
+    Silent inside ``migrate``, which runs the checks just before it creates the tables and
+    must not be stopped by a check that asks for it. A database that cannot be reached says
+    nothing here (``check`` must work without a server)."""
+    if _inside_migrate():
         return []
-    hint = "Run atomic jobs with --concurrency 1 on SQLite, or use PostgreSQL."
-    return [checks.Warning(contention, hint=hint, id="blamequeue.W020")]
+    try:
+        current = conf.get_settings()
+    except QueueError:  # invalid settings: check_settings reports them
+        return []
+    messages: list[checks.CheckMessage] = []
+    for db in job_databases(current):
+        try:
+            lacking = migration_state.unmigrated(db)
+        except Exception:
+            continue
+        if lacking is not None:
+            messages.append(
+                checks.Error(
+                    lacking.sentence(),
+                    hint="Every worker, enqueue and admin page needs them: run "
+                    '"python manage.py migrate" (add --database for another alias).',
+                    id="blamequeue.E040",
+                )
+            )
+    return messages
+
+
+#: Django's commands that must work before ``migrate`` (or are it): E040 keeps quiet in them.
+#: ``runserver`` prints Django's own "unapplied migrations" line instead.
+_MIGRATION_COMMANDS = frozenset(
+    {
+        "migrate",
+        "makemigrations",
+        "showmigrations",
+        "sqlmigrate",
+        "squashmigrations",
+        "optimizemigration",
+        "runserver",
+    }
+)
+
+
+def _inside_migrate() -> bool:
+    """Called by ``migrate``, ``makemigrations`` and the other commands of
+    ``_MIGRATION_COMMANDS`` (or a command built on one, e.g. staticfiles' ``runserver``)?
+    Django passes checks no command, so look at the callers for a ``self`` that is one."""
+    from django.core.management.base import BaseCommand
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        caller = frame.f_locals.get("self")
+        if isinstance(caller, BaseCommand) and any(
+            cls.__module__.rpartition(".")[2] in _MIGRATION_COMMANDS for cls in type(caller).__mro__
+        ):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def _near(name: str, known: Sequence[str]) -> str:
+    found = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    return "Did you mean " + " or ".join(repr(n) for n in found) + "? " if found else ""
+
+
+def _resolves(name: str) -> bool:
+    try:
+        return registry.get(name) is not None
+    except Exception:  # a resolver's import failed: the job cannot run either
+        return False
+
+
+def check_schedule_jobs(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """E041: an enabled ``SCHEDULES`` entry whose job no ``@job``, ``@flow`` or ``@task`` of
+    this code registers: it would fire on time and never run. (Schedules made in the admin
+    are rows, checked by ``check --deploy``'s W008.)"""
+    try:
+        current = conf.get_settings()
+    except QueueError:  # invalid settings: check_settings reports them
+        return []
+    known = sorted(registry.registered())
+    messages: list[checks.CheckMessage] = []
+    for name, entry in sorted(current.schedules.items()):
+        job = str(entry["job"])
+        if entry.get("enabled") is False or _resolves(job):
+            continue
+        messages.append(
+            checks.Error(
+                f'SCHEDULES["{name}"] fires job {job!r}, which no @job, @flow or @task of this '
+                "code registers: it would never run",
+                hint=_near(job, known) + 'A job is named "module.function" unless '
+                "@job(name=...) gives it a name.",
+                id="blamequeue.E041",
+            )
+        )
+    return messages
+
+
+def used_queues(current: conf.Settings) -> set[str]:
+    """Every queue something of this project sends jobs to: registered jobs and flows,
+    ``SCHEDULES`` entries, ``QUEUES`` limits and the ``TASKS`` that use this app. The one
+    place a routing setting adds the queues it routes to."""
+    from django.conf import settings as django_settings
+
+    used = set(registry.queues()) | set(current.queues)
+    for entry in current.schedules.values():
+        definition = registry.registered().get(str(entry["job"]))
+        used.add(str(entry.get("queue") or (definition.queue if definition else "")))
+    for task in getattr(django_settings, "TASKS", {}).values():
+        if str(task.get("BACKEND", "")).startswith("django_blamequeue."):
+            used.update(str(q) for q in task.get("QUEUES") or ())
+    used.discard("")
+    return used
+
+
+def check_queues_known(backend: Backend, queues: Sequence[str]) -> list[checks.CheckMessage]:
+    """W041, at a worker's start: a queue it serves that no job, schedule, limit or task uses
+    and that holds no job either (a typo: ``runworker emials``), with the nearest names.
+    Schedules made in the admin count too: the worker reads their rows."""
+    from django_blamequeue.models import Schedule
+
+    used = used_queues(conf.get_settings())
+    with contextlib.suppress(Exception):  # no table yet: the migrate check says so
+        used.update(q for q in Schedule.objects.values_list("queue", flat=True) if q)
+    messages: list[checks.CheckMessage] = []
+    for q in queues:
+        if q in used or _holds_jobs(backend, q):
+            continue
+        messages.append(
+            checks.Warning(
+                f"queue {q!r} is used by no job, schedule or task of this project and holds no "
+                "job: this worker will wait on it for nothing",
+                hint=_near(q, sorted(used)) + "Name a queue a @job uses (or leave QUEUE out "
+                "to serve them all).",
+                id="blamequeue.W041",
+            )
+        )
+    return messages
+
+
+def _holds_jobs(backend: Backend, q: str) -> bool:
+    try:
+        return backend.resilience.call(lambda: backend.size(q), idempotent=True) > 0
+    except QueueError:
+        return False

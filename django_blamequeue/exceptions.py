@@ -32,6 +32,7 @@ class ErrorCode(StrEnum):
     BAD_CHECKPOINT = "BAD_CHECKPOINT"
     CHECKPOINT_TOO_LARGE = "CHECKPOINT_TOO_LARGE"
     BAD_LIMIT = "BAD_LIMIT"
+    NOT_MIGRATED = "NOT_MIGRATED"
 
 
 class QueueError(Exception):

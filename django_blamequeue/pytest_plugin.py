@@ -22,6 +22,14 @@ from typing import Any
 
 import pytest
 
+try:
+    import pytest_django  # noqa: F401  (the ``db`` fixture below comes from it)
+except ImportError as exc:
+    raise ImportError(
+        "django_blamequeue.pytest_plugin needs pytest-django: "
+        "pip install 'django-blamequeue[testing]'"
+    ) from exc
+
 from django_blamequeue.testing import CHAOS_MODES, CapturedJobs, capture_jobs
 
 

@@ -44,7 +44,7 @@ from django_blamequeue.admin.overview import Console
 from django_blamequeue.admin.provenance import AboutFilter, OriginFilter
 from django_blamequeue.api import queue
 from django_blamequeue.core.records import JobInfo
-from django_blamequeue.core.states import TERMINAL
+from django_blamequeue.core.states import TERMINAL, reason_note
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.models import AuditEvent, Job, traced
 
@@ -257,6 +257,7 @@ class JobAdmin(ReadOnlyAdmin):
             "tabs": Console.tabs(request, "jobs"),
             "job": info,
             "state": display.state_badge(info.state),
+            "reason": reason_note(info.state, info.reason),
             "progress": display.progress_bar(info.progress),
             "times": [
                 (label, display.relative(getattr(info, field)))

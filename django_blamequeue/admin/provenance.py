@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,8 +85,17 @@ def chain(info: JobInfo, depth: int = CHAIN_DEPTH) -> list[Link]:
         text = f"enqueued by job {parent.job_id} ({parent.name}){where}"
         steps.append(Link(text, job_url(parent.job_id, parent.backend), parent))
         current = parent
-    steps.append(Link(f"enqueued by {describe(current.origin)}"))
+    steps.append(Link(enqueued(current.origin)))
     return steps
+
+
+def enqueued(origin: Mapping[str, Any] | None) -> str:
+    """The root's step: "enqueued by POST /orders/ by alice at …", or "enqueued at
+    manage.py:18 in main" when only the call site is known (a command, a shell)."""
+    text = describe(origin)
+    if text == "unknown":
+        return "enqueued from an unknown place (no origin recorded)"
+    return f"enqueued {text}" if text.startswith("at ") else f"enqueued by {text}"
 
 
 def about_search(queryset: QuerySet[Any], term: str) -> QuerySet[Any] | None:

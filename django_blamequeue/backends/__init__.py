@@ -28,7 +28,14 @@ def _build(alias: str) -> Backend:
         if row is not None:
             raise row.refusal(alias)
         raise QueueError(ErrorCode.UNKNOWN_BACKEND, f"unknown protocol {config.protocol!r}")
-    engine: type[Backend] = import_string(config.engine)
+    try:
+        engine: type[Backend] = import_string(config.engine)
+    except ModuleNotFoundError as exc:  # its client library: name the extra that installs it
+        row = ENGINES.get(config.protocol)
+        missing = str(exc.name or "")
+        if row is None or row.extra is None or missing.startswith("django_blamequeue"):
+            raise
+        raise row.missing(alias, missing.partition(".")[0]) from exc
     return engine(config)
 
 

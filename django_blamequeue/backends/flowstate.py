@@ -9,12 +9,16 @@ from django_blamequeue.serializers import decode
 
 
 def state_from_rows(rows: list[dict[str, Any]]) -> FlowState:
-    """``FlowState`` from the parent's dependency rows (status, key, result, error)."""
+    """``FlowState`` from the parent's dependency rows (status, key, result, error, and the
+    child's ``job_id`` and ``backend`` where the engine has them)."""
     tally = {"done": 0, "failed": 0, "cancelled": 0, "pending": 0}
     results: dict[str, Any] = {}
     errors: dict[str, str] = {}
     states: dict[str, str] = {}
+    jobs: dict[str, tuple[str, str]] = {}
     for row in rows:
+        if row.get("job_id") and row.get("backend"):
+            jobs[row["key"]] = (row["job_id"], row["backend"])
         status = row["status"]
         tally[status if status in tally else "pending"] += 1
         states[row["key"]] = status
@@ -34,4 +38,5 @@ def state_from_rows(rows: list[dict[str, Any]]) -> FlowState:
         results=results,
         errors=errors,
         states=states,
+        jobs=jobs,
     )

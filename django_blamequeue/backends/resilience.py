@@ -1,6 +1,7 @@
 """Circuit breaker and retry wrapper, one per backend (docs/concepts.md).
 
-Engine errors are mapped to ``QueueError(BACKEND_UNAVAILABLE)`` here, at the boundary. The
+Engine errors are mapped to ``QueueError(BACKEND_UNAVAILABLE)`` here, at the boundary (a
+missing table to ``NOT_MIGRATED``: no retry or breaker helps there, ``migrate`` does). The
 breaker opens after ``threshold`` consecutive failures and refuses calls at once for
 ``reset_after`` seconds, then lets one trial call through (half-open). Only idempotent
 operations are retried; leasing goes through the breaker alone, since a retried claim could
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from django_blamequeue.backends import migration_state
 from django_blamequeue.exceptions import ErrorCode, QueueError
 
 if TYPE_CHECKING:
@@ -97,7 +99,15 @@ class Resilience:
                 raise
             try:
                 value = fn()
-            except self.backend.unavailable_errors as exc:
+            except Exception as exc:
+                if migration_state.is_missing_schema(exc):  # not an outage: nothing to retry
+                    raise QueueError(
+                        ErrorCode.NOT_MIGRATED,
+                        f"backend {self.backend.alias!r}: the django_blamequeue tables are "
+                        f"missing or behind ({exc}): {migration_state.FIX}",
+                    ) from exc
+                if not isinstance(exc, self.backend.unavailable_errors):
+                    raise
                 self.breaker.failure()
                 self.backend.on_unavailable()
                 if attempt == attempts:
@@ -110,3 +120,41 @@ class Resilience:
             self.breaker.success()
             return value
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+# -- SQLite's write lock --------------------------------------------------------------------------
+_LOCKED = ("database is locked", "database table is locked")
+
+
+def is_locked(exc: BaseException) -> bool:
+    """``exc``, or what it was raised from, is SQLite's "database is locked": another
+    connection holds the one write lock longer than this one's busy timeout."""
+    from django.db.utils import OperationalError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OperationalError) and any(t in str(seen) for t in _LOCKED):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def retry_while_locked[R](
+    fn: Callable[[], R],
+    *,
+    tries: int = 8,
+    delay: float = 0.05,
+    wait: Callable[[float], object] = time.sleep,
+) -> R:
+    """``fn()``, tried again while SQLite answers "database is locked" (``delay`` doubling
+    up to 1 s; 8 tries wait about 4 s in all). For writes that are whole transactions of
+    their own, so that trying again repeats nothing; the last error is raised."""
+    for attempt in range(1, tries + 1):
+        try:
+            return fn()
+        except Exception as exc:
+            if attempt == tries or not is_locked(exc):
+                raise
+            logger.debug("database locked; trying again (%d/%d)", attempt, tries)
+            wait(min(delay * 2 ** (attempt - 1), 1.0))
+    raise AssertionError("unreachable")  # pragma: no cover

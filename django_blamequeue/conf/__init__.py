@@ -85,12 +85,15 @@ class Settings:
     max_flow_depth: int = 5
     #: ``QUEUES``: each queue's default limits (a live ``set_limits`` replaces them).
     queues: Mapping[str, QueueLimits] = field(default_factory=_frozen)
-    max_snoozes: int = 1000
+    max_snoozes: int = 100
     missing_handler_timeout: float = 7 * _DAY
     #: A worker whose loop has neither claimed nor acked for this long while jobs are due,
     #: with no handler running, is shown as ``stalled`` (docs/operations.md).
     worker_stalled_after: float = 60.0
     origin_site: bool = True  # record the enqueue's call site in JobInfo.origin
+    #: When the worker logs a failed attempt's traceback: "final" (once, when the job goes to
+    #: the DLQ; a retry is one WARNING line), "every" (each failed attempt) or "never".
+    log_tracebacks: str = "final"
 
 
 _UNSET: Any = object()
@@ -291,6 +294,7 @@ _PLAIN_KEYS = (
     "MISSING_HANDLER_TIMEOUT",
     "WORKER_STALLED_AFTER",
     "ORIGIN_SITE",
+    "LOG_TRACEBACKS",
 )
 _FLOAT_FIELDS = (
     "default_lease",

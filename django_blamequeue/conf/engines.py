@@ -58,10 +58,20 @@ class Engine:
     environment: Mapping[str, str] = field(default_factory=dict)
     #: Its own checks of the options, after their kinds (E005-E007, W002, E012).
     check: Check | None = None
+    #: The pip extra that installs the engine's client libraries, named when one is missing.
+    extra: str | None = None
 
     @property
     def available(self) -> bool:
         return self.path is not None
+
+    def missing(self, alias: str, module: str) -> QueueError:
+        """Backend ``alias`` cannot be built: its client library ``module`` is not installed."""
+        return QueueError(
+            ErrorCode.INVALID_CONFIG,
+            f"backend {alias!r} ({self.label}) needs the {module!r} package: "
+            f"pip install 'django-blamequeue[{self.extra}]'",
+        )
 
     def refusal(self, alias: str) -> QueueError:
         """Why backend ``alias`` of this protocol cannot be built (it is not available)."""
@@ -175,6 +185,7 @@ _ROWS = (
             "BLAMEQUEUE_REDIS_KEY_PREFIX": "KEY_PREFIX",
         },
         check=_redis,
+        extra="redis",
     ),
     Engine(
         name="sqs",
@@ -204,6 +215,7 @@ _ROWS = (
             "BLAMEQUEUE_SQS_QUEUE_PREFIX": "QUEUE_PREFIX",
         },
         check=_sqs,
+        extra="sqs",
     ),
     Engine(name="amqp", label="AMQP 0-9-1 (RabbitMQ etc.)"),
     Engine(name="nats", label="NATS JetStream"),

@@ -97,7 +97,10 @@ TOP_KEYS = (
     "MISSING_HANDLER_TIMEOUT",
     "WORKER_STALLED_AFTER",
     "ORIGIN_SITE",
+    "LOG_TRACEBACKS",
 )
+#: ``LOG_TRACEBACKS``: which failed attempts the worker logs with their traceback.
+LOG_TRACEBACKS = ("final", "every", "never")
 #: Keys of a ``QUEUES`` entry: the default limits of that queue (docs/control.md).
 QUEUE_KEYS = ("CONCURRENCY", "KEY_CONCURRENCY", "RATE_LIMIT", "KEY_RATE_LIMIT")
 RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT")

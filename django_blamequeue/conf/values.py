@@ -14,7 +14,7 @@ from kombu.exceptions import SerializerNotInstalled
 from kombu.serialization import dumps as _kombu_dumps
 from kombu.serialization import registry
 
-from django_blamequeue.conf.schema import SCHEDULE_KEYS
+from django_blamequeue.conf.schema import LOG_TRACEBACKS, SCHEDULE_KEYS
 from django_blamequeue.core.schedules import cron_error
 from django_blamequeue.core.validation import MAX_INT, MAX_SECONDS, MIN_INTERVAL, json_problem
 
@@ -119,4 +119,5 @@ SCALARS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "MISSING_HANDLER_TIMEOUT": (lambda v: is_number(v) and 0 < v <= MAX_SECONDS, SECONDS),
     "WORKER_STALLED_AFTER": (lambda v: is_number(v) and 0 < v <= MAX_SECONDS, SECONDS),
     "ORIGIN_SITE": (lambda v: isinstance(v, bool), "True or False"),
+    "LOG_TRACEBACKS": (lambda v: v in LOG_TRACEBACKS, " or ".join(map(repr, LOG_TRACEBACKS))),
 }

@@ -15,7 +15,7 @@ from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.records import ChildSpec, Transition
 from django_blamequeue.core.retry import RetryPolicy, is_retryable
 from django_blamequeue.core.states import Reason, State, can_transition
-from django_blamequeue.exceptions import Retry, Unrecoverable
+from django_blamequeue.exceptions import JobTimeout, Retry, Unrecoverable
 
 #: The retry policy (``core/retry.py``) under the name the lifecycle's callers know.
 Policy = RetryPolicy
@@ -120,6 +120,22 @@ def _type_name(exc: BaseException) -> str:
         return "Exception"
 
 
+def class_path(exc: BaseException) -> str:
+    """``module.QualName`` of the exception's class (``builtins.ValueError``): what a job
+    stores as ``error_type``, so code can match an error by class without parsing its text.
+    Never raises; at most 255 characters."""
+    try:
+        cls = type(exc)
+        path = f"{cls.__module__}.{cls.__qualname__}"
+    except BaseException:  # a metaclass may do anything
+        return "builtins.Exception"
+    return path if len(path) <= 255 else path[:255]
+
+
+#: The ``error_type`` of an attempt that ran past its timeout.
+TIMEOUT_TYPE = f"{JobTimeout.__module__}.{JobTimeout.__qualname__}"
+
+
 def format_traceback(exc: BaseException) -> str:
     """The traceback as text; never raises (a handler's exception may break any formatting:
     its ``__notes__``, its chain, its ``__str__``). The stored text is bounded later
@@ -144,7 +160,9 @@ def unstorable(transition: Transition, exc: BaseException) -> Transition:
     note = note.encode("ascii", "backslashreplace").decode("ascii")
     if transition.state in (State.DONE, State.WAITING_CHILDREN):
         return Transition(state=State.FAILED, error=note, reason=Reason.ERROR)
-    return replace(transition, error=note, traceback=None, result=None, children=())
+    return replace(
+        transition, error=note, error_type=None, traceback=None, result=None, children=()
+    )
 
 
 def _retry_or_fail(
@@ -155,15 +173,24 @@ def _retry_or_fail(
     trace: str,
     reason: Reason,
     delay: float | None = None,
+    *,
+    error_type: str | None,
 ) -> Transition:
     """Back to pending after ``delay`` (None: the policy's backoff) while attempts are left."""
     if attempt < max_attempts:
         if delay is None:
             delay = policy.delay(attempt)
         return Transition(
-            state=State.PENDING, delay=delay, error=error, traceback=trace, reason=reason
+            state=State.PENDING,
+            delay=delay,
+            error=error,
+            error_type=error_type,
+            traceback=trace,
+            reason=reason,
         )
-    return Transition(state=State.FAILED, error=error, traceback=trace, reason=reason)
+    return Transition(
+        state=State.FAILED, error=error, error_type=error_type, traceback=trace, reason=reason
+    )
 
 
 def decide(
@@ -188,23 +215,36 @@ def _decide(
         case Succeeded(result):
             return Transition(state=State.DONE, result=result, yields_to_cancel=False)
         case Raised(exc, trace):
-            error = describe(exc)
+            error, kind = describe(exc), class_path(exc)
             if isinstance(exc, Retry):  # asked for by the handler: spends the attempt
                 return _retry_or_fail(
-                    attempt, max_attempts, policy, error, trace, Reason.ERROR, exc.delay
+                    *(attempt, max_attempts, policy, error, trace, Reason.ERROR, exc.delay),
+                    error_type=kind,
                 )
             if isinstance(exc, Unrecoverable):
                 return Transition(
-                    state=State.FAILED, error=error, traceback=trace, reason=Reason.UNRECOVERABLE
+                    state=State.FAILED,
+                    error=error,
+                    error_type=kind,
+                    traceback=trace,
+                    reason=Reason.UNRECOVERABLE,
                 )
             if not is_retryable(exc, policy.retryable):
                 return Transition(
-                    state=State.FAILED, error=error, traceback=trace, reason=Reason.NOT_RETRYABLE
+                    state=State.FAILED,
+                    error=error,
+                    error_type=kind,
+                    traceback=trace,
+                    reason=Reason.NOT_RETRYABLE,
                 )
-            return _retry_or_fail(attempt, max_attempts, policy, error, trace, Reason.ERROR)
+            return _retry_or_fail(
+                attempt, max_attempts, policy, error, trace, Reason.ERROR, error_type=kind
+            )
         case TimedOut(timeout):
             error = f"JobTimeout: the attempt ran past its timeout of {timeout:g} s"
-            return _retry_or_fail(attempt, max_attempts, policy, error, "", Reason.TIMEOUT)
+            return _retry_or_fail(
+                attempt, max_attempts, policy, error, "", Reason.TIMEOUT, error_type=TIMEOUT_TYPE
+            )
         case Cancelled():
             return Transition(
                 state=State.CANCELLED, error="cancelled while running", reason=Reason.CANCELLED
@@ -226,8 +266,9 @@ def _hand_back(outcome: Snoozed | NoHandler, *, policy: RetryPolicy, snoozes: in
         if snoozes >= policy.max_snoozes:
             return Transition(
                 state=State.FAILED,
-                error=f"Snooze: the job snoozed {snoozes} times, the most MAX_SNOOZES allows "
-                f"({policy.max_snoozes}); it fails instead of snoozing forever",
+                error=f"Snooze: the job snoozed {snoozes} times, the most it may "
+                f"({policy.max_snoozes}: @job(max_snoozes=), else MAX_SNOOZES); it fails "
+                "instead of snoozing forever",
                 reason=Reason.SNOOZED_TOO_OFTEN,
             )
         return Transition(

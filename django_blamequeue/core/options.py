@@ -31,7 +31,7 @@ from typing import Any, Final, Literal
 
 from django_blamequeue.core import validation
 from django_blamequeue.core.retry import RetryPredicate
-from django_blamequeue.core.validation import MAX_SECONDS
+from django_blamequeue.core.validation import MAX_INT, MAX_SECONDS
 from django_blamequeue.exceptions import ErrorCode, QueueError
 
 
@@ -99,6 +99,8 @@ class JobOptions:
     backoff_base: float | None = None
     backoff_max: float | None = None
     jitter: bool | None = None
+    #: Snoozes before the job fails (``snoozed_too_often``): the job's, else ``MAX_SNOOZES``.
+    max_snoozes: int | None = None
 
     @classmethod
     def merge(cls, given: Mapping[str, Any], *defaults: JobOptions | None) -> JobOptions:
@@ -153,6 +155,11 @@ class JobOptions:
                 _refuse(f"{what} must be seconds > 0 and ≤ {MAX_SECONDS:,}", value, quote)
         if self.jitter is not None and not isinstance(self.jitter, bool):
             _refuse("jitter must be True or False", self.jitter, quote)
+        snoozes = self.max_snoozes
+        if snoozes is not None and (
+            not isinstance(snoozes, int) or isinstance(snoozes, bool) or not 0 <= snoozes <= MAX_INT
+        ):
+            _refuse(f"max_snoozes must be an int from 0 to {MAX_INT:,}", snoozes, quote)
         dedupe = self.dedupe_key
         if dedupe is not None and (not isinstance(dedupe, str) or not dedupe or len(dedupe) > 255):
             _refuse("dedupe_key must be a non-empty string of ≤255 characters", dedupe, False)

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.states import Reason, State
-from django_blamequeue.core.texts import error_text, traceback_text
+from django_blamequeue.core.texts import error_text, storable, traceback_text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +172,9 @@ class Transition:
     delay: float = 0.0  # RETRY: seconds after now before the job is available again
     result: Encoded | None = None
     error: str | None = None
+    #: The exception's class path (``builtins.ValueError``) when the error is an exception's;
+    #: written with every error, so it never describes an older one.
+    error_type: str | None = None
     traceback: str | None = None
     reason: Reason | None = None
     give_back_attempt: bool = False  # graceful release, a snooze, a hand-back
@@ -183,6 +186,8 @@ class Transition:
         """Texts every engine can store (``texts.storable``): no NUL, bounded."""
         if self.error is not None:
             object.__setattr__(self, "error", error_text(self.error))
+        if self.error_type is not None:
+            object.__setattr__(self, "error_type", storable(str(self.error_type), 255))
         if self.traceback is not None:
             object.__setattr__(self, "traceback", traceback_text(self.traceback))
 
@@ -325,6 +330,27 @@ class JobInfo:
     about: str | None = None  # "app_label.model_name:pk" of the object it is about
     origin: Mapping[str, Any] | None = None  # site, request, user, parent_job, schedule, flow
     checkpoint: Any = None  # the value the job's last ``ctx.checkpoint`` stored (decoded)
+    #: The class path of the exception behind ``error`` (``builtins.ValueError``); None for an
+    #: error that is no exception (stalled, cancelled, bad job) and for a job without error.
+    error_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildOutcome:
+    """How one child of a flow ended, as ``collect`` sees it (``FlowState.outcomes``):
+    ``state`` done, failed, cancelled or pending; ``result`` a done child's return value;
+    ``error`` a failed (or cancelled) child's error text; ``job_id`` and ``backend`` where
+    the child is (``queue.get_job(job_id, backend=backend)`` has its ``error_type``)."""
+
+    state: str
+    result: Any = None
+    error: str | None = None
+    job_id: str | None = None
+    backend: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "done"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -338,7 +364,23 @@ class FlowState:
     results: Mapping[str, Any] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)
     states: Mapping[str, str] = field(default_factory=dict)
+    #: Each child's job id and backend alias, by key.
+    jobs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
         return self.completed + self.failed + self.cancelled + self.pending
+
+    @property
+    def outcomes(self) -> dict[str, ChildOutcome]:
+        """Every child's outcome by key, in key order — what a Celery chord's error callback
+        and body see together (docs/flows.md, "Celery's group and chord")."""
+        return {
+            key: ChildOutcome(
+                self.states[key],
+                self.results.get(key),
+                self.errors.get(key),
+                *self.jobs.get(key, (None, None)),
+            )
+            for key in sorted(self.states)
+        }

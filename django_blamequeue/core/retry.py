@@ -73,13 +73,13 @@ class RetryPolicy:
     backoff_max: float = 300.0
     backoff_jitter: bool = False
     retryable: RetryPredicate | None = None
-    max_snoozes: int = 1000
+    max_snoozes: int = 100
     missing_handler_timeout: float = 7 * 86400.0
 
     @classmethod
     def of(cls, options: JobOptions | None, settings: RetrySettings) -> RetryPolicy:
         """The job's own backoff options (``@job(backoff_base=, backoff_max=, jitter=)``,
-        its ``retryable``) win over the settings'."""
+        its ``retryable``, its ``max_snoozes``) win over the settings'."""
         o = options
         return cls(
             backoff_base=o.backoff_base
@@ -88,7 +88,7 @@ class RetryPolicy:
             backoff_max=o.backoff_max if o and o.backoff_max is not None else settings.backoff_max,
             backoff_jitter=o.jitter if o and o.jitter is not None else settings.backoff_jitter,
             retryable=o.retryable if o else None,
-            max_snoozes=settings.max_snoozes,
+            max_snoozes=o.max_snoozes if o and o.max_snoozes is not None else settings.max_snoozes,
             missing_handler_timeout=settings.missing_handler_timeout,
         )
 

@@ -55,3 +55,12 @@ class Reason(StrEnum):
     SNOOZED = "snoozed"  # the handler raised Snooze: pending again, no attempt spent
     SNOOZED_TOO_OFTEN = "snoozed_too_often"  # past MAX_SNOOZES
     NO_HANDLER = "no_handler"  # handed back (no attempt spent), or failed once it waited too long
+
+
+def reason_note(state: str, reason: str | None) -> str:
+    """How to show a job's reason beside its state: why it ended for a terminal job
+    ("unrecoverable"); for a live one the reason is its last attempt's, not its state's (a
+    job retried from the DLQ is pending again, not unrecoverable)."""
+    if not reason:
+        return ""
+    return reason if state in TERMINAL else f"last attempt: {reason}"

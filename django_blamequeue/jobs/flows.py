@@ -20,6 +20,7 @@ from django_blamequeue.core.options import OPTION_NAMES, JobOptions
 from django_blamequeue.core.records import ChildSpec, FlowState
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import enqueueing, origin, registry
+from django_blamequeue.jobs.hooks import HOOK_NAMES, NO_HOOKS, Hook, Hooks
 from django_blamequeue.jobs.registry import JobDefinition, register_definition
 
 OnChildFailure = Literal["fail", "continue"]
@@ -112,7 +113,9 @@ def flow(
             timeout=timeout,
             concurrency_key=concurrency_key,
         )
-        definition = register_definition(not_directly, name=name, options=options, flow=spec)
+        definition = register_definition(
+            not_directly, name=name, options=options, flow=spec, hooks=_hooks_of(cls)
+        )
         cls.definition = definition  # type: ignore[attr-defined]
         cls.enqueue = staticmethod(definition.enqueue)  # type: ignore[attr-defined]
         return cls
@@ -171,3 +174,20 @@ def build_children(
         )
         built.append(ChildSpec(key=key, job=job, backend=target.alias))
     return tuple(built)
+
+
+def _hooks_of(cls: type) -> Hooks:
+    """A @flow class's ``on_success`` / ``on_retry`` / ``on_failure`` methods, each called on
+    a fresh instance as ``fan_out`` and ``collect`` are (``on_failure``: Celery's
+    ``link_error``, run once the flow is in the DLQ)."""
+    found = {
+        kind: _method_hook(cls, kind) for kind in HOOK_NAMES if callable(getattr(cls, kind, None))
+    }
+    return Hooks(**{kind: (hook,) for kind, hook in found.items()}) if found else NO_HOOKS
+
+
+def _method_hook(cls: type, kind: str) -> Hook:
+    def hook(event: Any) -> Any:
+        return getattr(cls(), kind)(event)
+
+    return hook

@@ -16,6 +16,15 @@ from django_blamequeue.core.records import EnqueuedJob
 from django_blamequeue.core.retry import RetryPredicate
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import calls, enqueueing
+from django_blamequeue.jobs.hooks import (
+    NO_HOOKS,
+    BaseJob,
+    Hook,
+    Hooks,
+    as_handler,
+    checked_hook,
+    hooks_of,
+)
 
 _lock = threading.Lock()
 _registry: dict[str, JobDefinition] = {}
@@ -33,6 +42,8 @@ class JobDefinition:
     flow: Any = None  # a flow.FlowSpec for @flow classes
     #: Run the handler in one transaction with its fenced completion (``worker/atomic.py``).
     atomic: bool = False
+    #: ``on_success`` / ``on_retry`` / ``on_failure`` (``jobs/hooks.py``, run by ``events``).
+    hooks: Hooks = NO_HOOKS
 
     @property
     def queue(self) -> str:
@@ -109,6 +120,11 @@ def job(
     backoff_max: float | None = None,
     jitter: bool | None = None,
     atomic: bool = False,
+    on_success: Hook | None = None,
+    on_retry: Hook | None = None,
+    on_failure: Hook | None = None,
+    base: type[BaseJob] | None = None,
+    max_snoozes: int | None = None,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -126,11 +142,19 @@ def job(
     backoff_max: float | None = None,
     jitter: bool | None = None,
     atomic: bool = False,
+    on_success: Hook | None = None,
+    on_retry: Hook | None = None,
+    on_failure: Hook | None = None,
+    base: type[BaseJob] | None = None,
+    max_snoozes: int | None = None,
 ) -> Any:
     """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``).
     ``backoff_base``, ``backoff_max`` and ``jitter`` replace the settings' for this job.
     ``concurrency_key``: the key of the queue's per-key limits for each run, a string or a
     callable of the payload (``enqueue(concurrency_key=...)`` overrides it).
+
+    ``max_snoozes``: how often a run may raise ``Snooze`` before the job fails
+    (``snoozed_too_often``); ``MAX_SNOOZES`` when None.
 
     ``atomic=True``: the handler's database writes commit in one transaction with the job's
     completion, fenced by its lease, so a run that lost its lease commits nothing
@@ -138,6 +162,11 @@ def job(
 
     An ``async def`` handler runs on the worker's event loop (docs/async.md); it cannot be
     ``atomic`` (a transaction cannot span its awaits).
+
+    ``on_success``, ``on_retry``, ``on_failure``: callables of a ``JobEvent``, run in the
+    process that made the transition, after it committed (docs/hooks.md). ``base``: a
+    ``BaseJob`` subclass whose ``__call__`` wraps the function and whose hook methods run
+    too; ``@job`` on a ``BaseJob`` subclass registers the class itself (its ``run``).
     """
     options = JobOptions(
         queue=queue,
@@ -150,12 +179,21 @@ def job(
         backoff_base=backoff_base,
         backoff_max=backoff_max,
         jitter=jitter,
+        max_snoozes=max_snoozes,
     ).check_defaults()
     if not isinstance(atomic, bool):
         raise QueueError(ErrorCode.INVALID_HANDLER, "atomic must be True or False")
+    given = {
+        "on_success": checked_hook(on_success, "on_success"),
+        "on_retry": checked_hook(on_retry, "on_retry"),
+        "on_failure": checked_hook(on_failure, "on_failure"),
+    }
 
     def register(f: Callable[..., Any]) -> JobDefinition:
-        return register_definition(f, name=name, options=options, atomic=atomic)
+        handler = as_handler(f, base)
+        return register_definition(
+            handler, name=name, options=options, atomic=atomic, hooks=hooks_of(handler, given)
+        )
 
     return register(func) if func is not None else register
 
@@ -167,6 +205,7 @@ def register_definition(
     options: JobOptions,
     flow: Any = None,
     atomic: bool = False,
+    hooks: Hooks = NO_HOOKS,
 ) -> JobDefinition:
     """Register ``f`` under ``name`` with ``options`` as the job's own (checked here: a
     ``QueueError`` means nothing was registered)."""
@@ -184,6 +223,7 @@ def register_definition(
         options=options,
         flow=flow,
         atomic=atomic,
+        hooks=hooks,
     )
     with _lock:
         old = _registry.get(definition.name)

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django_blamequeue.core.controls import HandlerWait, QueueControl, WorkerInfo, rate_text
 from django_blamequeue.core.records import JobInfo, QueueStats
+from django_blamequeue.core.states import reason_note
 
 STATE_MARK = {
     "pending": "·",
@@ -53,7 +54,8 @@ def span(seconds: float) -> str:
 # -- show ------------------------------------------------------------------------------------
 def render_job(j: JobInfo) -> list[str]:
     """Every field an operator asks about, the error and traceback last."""
-    state = j.state + (f" ({j.reason})" if j.reason else "")
+    note = reason_note(j.state, j.reason)
+    state = j.state + (f" ({note})" if note else "")
     if j.cancel_requested and j.state == "inflight":
         state += ", cancel requested"
     rows = [
@@ -84,7 +86,8 @@ def render_job(j: JobInfo) -> list[str]:
     width = max(len(k) for k, _ in rows)
     lines = [f"job {j.job_id}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
     if j.error:
-        lines += ["error", *_indented(j.error)]
+        kind = f" ({j.error_type})" if j.error_type else ""
+        lines += [f"error{kind}", *_indented(j.error)]
     if j.traceback:
         lines += ["traceback", *_indented(j.traceback.rstrip("\n"))]
     return lines

@@ -7,9 +7,8 @@ and 16 slots per worker and no-op jobs still gain past it, while every slot can 
 connection. Ten sits on that plateau and keeps a worker to about fifteen connections, so six
 workers fit in PostgreSQL's default ``max_connections`` of 100.
 
-On SQLite one transaction writes at a time: an ``@job(atomic=True)`` handler holds the write
-lock for its whole run, so a worker that serves atomic jobs there defaults to one slot
-(``blamequeue.W020`` explains the cost of more).
+Atomic jobs on SQLite do not change it: they take turns among themselves
+(``worker/atomic_turns.py``) while the other jobs keep every slot.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from dataclasses import dataclass
 
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.jobs import registry
-from django_blamequeue.worker.atomic import sqlite_contention
 
 #: ``runworker``'s slots when ``--concurrency`` is not given.
 DEFAULT_CONCURRENCY = 10
@@ -33,8 +31,6 @@ class Concurrency:
 
 def default_concurrency(backend: Backend, queues: Sequence[str]) -> Concurrency:
     """The slots of a ``runworker`` of ``queues`` on ``backend`` without ``--concurrency``."""
-    if sqlite_contention(backend, queues, DEFAULT_CONCURRENCY):
-        return Concurrency(1, "default for atomic jobs on SQLite: one writer at a time")
     return Concurrency(DEFAULT_CONCURRENCY, "default; --concurrency N to change")
 
 

@@ -77,6 +77,8 @@ class JobFields(models.Model):
     result = models.BinaryField(null=True, blank=True)
     error = models.TextField(null=True, blank=True)
     traceback = models.TextField(null=True, blank=True)
+    # The class path of the exception behind ``error`` (``builtins.ValueError``), if any.
+    error_type = models.CharField(max_length=255, null=True, blank=True)
     reason = models.CharField(max_length=30, null=True, blank=True)
     classification = models.CharField(max_length=100, null=True, blank=True)
     trace_id = models.CharField(max_length=64, null=True, blank=True)

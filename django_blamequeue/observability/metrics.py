@@ -283,6 +283,8 @@ def serve(port: int, address: str = "127.0.0.1") -> Any:
     from wsgiref.simple_server import WSGIRequestHandler, make_server
 
     from django.db import connections
+
+    _require()  # names the extra when prometheus_client is missing
     from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
     enable()

@@ -101,10 +101,13 @@ class BlameQueueBackend(BaseTaskBackend):
         _register(task)
 
     def check(self, **kwargs: Any) -> list[Any]:
-
+        """E030 for a ``BLAMEQUEUE_BACKEND`` that is not configured. Invalid settings are
+        left to ``check_settings``, which reports each problem once under its own id."""
         try:
             backend_config(self.blamequeue_backend)
         except QueueError as exc:
+            if exc.code != ErrorCode.UNKNOWN_BACKEND:
+                return []
             return [checks.Error(f"TASKS[{self.alias!r}]: {exc.message}", id="blamequeue.E030")]
         return []
 

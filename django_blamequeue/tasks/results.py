@@ -135,9 +135,12 @@ def _job_error(info: JobInfo) -> list[TaskError]:
 
 
 def _class_path(info: JobInfo) -> str:
-    """The raised exception's class path: from the reason, else the traceback's last line."""
+    """The raised exception's class path: from the reason, else the one the job stored
+    (``error_type``), else the traceback's last line (a job acked before it was stored)."""
     if info.reason in _REASON_CLASSES:
         return _REASON_CLASSES[info.reason]
+    if info.error_type:
+        return info.error_type
     name = (info.error or "").split(":", 1)[0].strip()
     if re.fullmatch(r"[A-Za-z_]\w*", name):
         line = re.compile(rf"^((?:[A-Za-z_]\w*\.)*){re.escape(name)}(?::|$)")

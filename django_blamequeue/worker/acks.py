@@ -15,6 +15,7 @@ import logging
 import time
 from dataclasses import replace
 
+from django_blamequeue.conf import get_settings
 from django_blamequeue.core import lifecycle
 from django_blamequeue.core.records import Ack, AckResult, Transition
 from django_blamequeue.core.states import Reason, State
@@ -111,17 +112,31 @@ def account(
 
 
 def log_applied(run: Run, transition: Transition, state: State | None) -> None:
-    """A WARNING for each retry, an ERROR for each move to the DLQ, with the job's id, name,
-    queue and attempt, the error and its traceback (what the operator reads at 3 a.m.)."""
+    """One WARNING line for each retry, an ERROR for each move to the DLQ, with the job's id,
+    name, queue and attempt and the error (what the operator reads at 3 a.m.); a WARNING for
+    each job a stopping worker released, its attempt given back. The traceback goes with the
+    final failure only (``LOG_TRACEBACKS``: "every" adds it to each retry's line, "never"
+    leaves it to the job's row): a flaky job does not fill the log with the same frames
+    attempt after attempt."""
     c = run.claimed
-    if state == State.PENDING and not transition.give_back_attempt:
+    if state == State.PENDING and transition.give_back_attempt:
+        if not (transition.snoozed or transition.reason == Reason.NO_HANDLER):
+            logger.warning(
+                "job %s (%s) on %s released: back to pending, attempt %s/%s given back",
+                *(c.job_id, c.name, c.queue, c.attempt, c.max_attempts),
+                extra={"job_id": c.job_id, "queue": c.queue, "attempt": c.attempt},
+            )
+        return
+    if state == State.PENDING:
         level, what = logging.WARNING, f"will be retried in {transition.delay:.3g} s"
     elif state == State.FAILED:
         level, what = logging.ERROR, "moved to the DLQ"
     else:
         return
     reason = transition.reason.value if transition.reason else "error"
-    trace = f"\n{transition.traceback.rstrip()}" if transition.traceback else ""
+    wanted = get_settings().log_tracebacks
+    traced = wanted == "every" or (wanted == "final" and level == logging.ERROR)
+    trace = f"\n{transition.traceback.rstrip()}" if traced and transition.traceback else ""
     logger.log(
         level,
         "job %s (%s) on %s failed on attempt %s/%s and %s (%s): %s%s",

@@ -15,7 +15,7 @@ A failing attempt rolls its writes back and is acked as a failure by the worker,
 other. So is a cancel that wins over the completion: its writes roll back too. Costs, stated
 in docs/effects.md: one commit per atomic job (no ack batching); on SQLite the write lock is
 held while the handler runs, so its lease is not renewed meanwhile (nobody can take the job
-over while the lock is held).
+over while the lock is held), and a worker's atomic runs take turns (``atomic_turns``).
 """
 
 from __future__ import annotations
@@ -23,19 +23,16 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from django.db import close_old_connections, connections, transaction
 
 from django_blamequeue import audit
-from django_blamequeue.backends.base import Backend
-from django_blamequeue.conf import get_settings
 from django_blamequeue.core import lifecycle, rules
 from django_blamequeue.core.records import Ack, AckResult, Transition
 from django_blamequeue.core.states import State
 from django_blamequeue.exceptions import JobInterrupted
-from django_blamequeue.jobs import registry
 from django_blamequeue.worker.execution import Handler, Run, invoke, transition_for
 
 logger = logging.getLogger("django_blamequeue.worker")
@@ -191,29 +188,3 @@ def _on_sidecar(verb: Callable[[], bool]) -> bool:
         return verb()
     finally:
         close_old_connections()
-
-
-# -- the SQLite caveat ------------------------------------------------------------------------
-def sqlite_contention(backend: Backend, queues: Sequence[str], concurrency: int) -> str | None:
-    """Why the atomic jobs a worker of ``queues`` on ``backend`` serves contend on SQLite
-    with ``concurrency`` slots (``blamequeue.W020``), or None.
-
-    On SQLite one transaction writes at a time: an atomic handler holds the write lock for
-    its whole run, so other slots' handlers (and this worker's claims and acks) wait for it.
-    """
-    default = get_settings().default_backend
-    names = [
-        d.name
-        for d in registry.registered().values()
-        if d.atomic and d.queue in queues and (d.backend or default) == backend.alias
-    ]
-    db = backend.effects_database
-    if concurrency <= 1 or not names:
-        return None
-    if connections[db].vendor != "sqlite":
-        return None
-    shown = ", ".join(sorted(names)[:3]) + (" …" if len(names) > 3 else "")
-    return (
-        f"atomic jobs ({shown}) run on SQLite database {db!r} with concurrency {concurrency}: "
-        "each holds the write lock while its handler runs, so the other slots wait for it"
-    )

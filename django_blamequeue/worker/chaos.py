@@ -34,6 +34,7 @@ from django_blamequeue.jobs import registry
 from django_blamequeue.observability import tracing
 from django_blamequeue.worker import atomic
 from django_blamequeue.worker.execution import Handler, Run, invoke, transition_for
+from django_blamequeue.worker.notify import notify_now
 
 MODES = ("duplicate", "takeover", "crash_before_ack")
 
@@ -134,15 +135,18 @@ def run_claimed(
         return Ran(transition=Transition(state=State.INFLIGHT), ack=None, crashed=True)
     finally:
         _current.reset(token)
+    run.outcome = outcome
     transition = transition_for(c, definition, outcome)
     last = slot.take(close=True)  # what async code left: stored before the ack, as a worker does
     if last is not None and run.settled is None:
         backend.save_checkpoints([(c.job_id, c.token, last[0])], now)
     if run.settled is not None:
+        notify_now(run, atomic.SETTLED, run.settled)
         return Ran(transition=transition, ack=run.settled)
     if not ack:
         return Ran(transition=transition, ack=None)
     [result] = backend.apply_many([Ack(job_id=c.job_id, token=c.token, transition=transition)], now)
+    notify_now(run, transition, result)  # the hooks and signals a worker sends after its ack
     return Ran(transition=transition, ack=result)
 
 

@@ -30,6 +30,7 @@ from django_blamequeue.observability import metrics
 from django_blamequeue.relay.outbox import RelayReport, settle_pending
 from django_blamequeue.worker import atomic, fleet
 from django_blamequeue.worker.acks import PendingAcks, account
+from django_blamequeue.worker.atomic_turns import Turns
 from django_blamequeue.worker.batching import Gather
 from django_blamequeue.worker.checkpoint_writer import Checkpointer
 from django_blamequeue.worker.control_cache import ControlView
@@ -45,10 +46,14 @@ from django_blamequeue.worker.execution import (
 )
 from django_blamequeue.worker.heartbeat import Heartbeat
 from django_blamequeue.worker.liveness import Liveness
+from django_blamequeue.worker.notify import Notifier
 from django_blamequeue.worker.probation import Probation
 from django_blamequeue.worker.slots import SlotPool
 
 logger = logging.getLogger("django_blamequeue.worker")
+
+#: Seconds the exiting worker waits for its slot threads to close their connections.
+STOP_WAIT = 2.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +67,7 @@ class WorkerOptions:
     burst: bool = False  # exit when nothing is due (delayed jobs are left to come due)
     wait_delayed: bool = False  # burst: wait for delayed jobs too
     register: bool = True  # in the worker registry (queue.workers())
+    max_jobs: int | None = None  # claim no more than this many in the worker's life (recycling)
 
 
 class Consumer:
@@ -80,7 +86,9 @@ class Consumer:
         self._running: dict[str, Run] = {}
         self._acks = PendingAcks()
         self._probation = Probation(self._settings.max_stalled_count)
+        self._turns = Turns(backend, options.queues, dispatching=handler is None)
         self._gather = Gather(options.concurrency)
+        self.notifier = Notifier()  # hooks and lifecycle signals, after each ack
         #: Burst mode: what was left when the worker last looked (delayed jobs it leaves).
         self.left: Backlog | None = None
         #: The exception that ended the main loop, if one did (runworker exits non-zero).
@@ -161,9 +169,10 @@ class Consumer:
             wakeup.unregister(self.options.queues, self._wake)
             if listener is not None:
                 listener.stop()
-            self.pool.stop()
+            self.pool.stop(wait=STOP_WAIT)  # the slots' connections close before we return
             self.loop.stop()
             self._settle_queued()
+            self.notifier.stop(max(self._grace_until or 0.0, time.monotonic() + 1.0))
             if self.options.register:
                 self.registration.stop()
             self._exited.set()
@@ -231,6 +240,7 @@ class Consumer:
         self._heartbeat()
         self.control.refresh(listener)
         self._start_alone()
+        self._start(self._turns.due(self._running))
         claimed_full = False
         free = 0 if self._stopping or self._probation.busy(self._running) else self._free_slots()
         hold = self._gather.hold(free, len(self._running), time.monotonic())
@@ -253,8 +263,16 @@ class Consumer:
             self._wake.wait(self._wait_time())
         return False
 
+    def _busy(self) -> int:
+        """Runs holding a slot. An atomic run waiting its turn holds none (it has no thread),
+        so the other jobs of its queue keep their slots; at most ``concurrency`` of them are
+        left out of the count, which bounds what a worker leases at twice its slots."""
+        return len(self._running) - min(self._turns.waiting, self.options.concurrency)
+
     def _free_slots(self) -> int:
-        free = self.options.concurrency - len(self._running)
+        free = self.options.concurrency - self._busy()
+        if self.options.max_jobs is not None:
+            free = min(free, self.options.max_jobs - self.counters.claimed)
         if free <= 0:
             return free
         room = self._starts.room(time.monotonic())
@@ -268,7 +286,7 @@ class Consumer:
             return self._error_delay
         if self._stopping:
             return 0.05
-        if self._running and len(self._running) >= self.options.concurrency:
+        if self._running and self._busy() >= self.options.concurrency:
             wait = self.options.poll_interval  # woken by the next finished handler
         elif self.backend.cheap_polling or self.options.burst:
             wait = self.options.fast_poll
@@ -277,13 +295,14 @@ class Consumer:
         wait = min(wait, self._starts.next_room(now))
         wait = min(wait, self.heartbeat.next_due(self._running, now))
         wait = min(wait, self.checkpointer.next_due(now))
-        if len(self._running) < self.options.concurrency:
+        if self._busy() < self.options.concurrency:
             wait = min(wait, self.control.rate_wait())  # a rate window may open before a poll
         return max(wait, 0.0005)
 
     # -- claims ----------------------------------------------------------------------------
     def _claim(self, limit: int) -> int:
         queues, limits = self.control.claim_args()
+        queues = self._turns.claimable(queues)
         if not queues:  # every queue paused
             self.liveness.idle()
             return 0
@@ -301,6 +320,7 @@ class Consumer:
     def _flush_and_claim(self, limit: int) -> int:
         """Ack what finished and lease up to ``limit`` more, in one transaction."""
         queues, limits = self.control.claim_args()
+        queues = self._turns.claimable(queues)
         if not queues:  # every queue paused
             self.liveness.idle()
             self._flush()
@@ -336,7 +356,7 @@ class Consumer:
             else:
                 runs.append(self._dispatch(run, now))
         read_flow_states(self.backend, runs)
-        self._start(self._probation.admit(runs))
+        self._start(self._turns.admit(self._probation.admit(runs)))
         self.counters.claimed += len(claimed)
         return len(claimed)
 
@@ -442,6 +462,7 @@ class Consumer:
                 self._untrack(run)
                 self.checkpointer.end(run, keep=False)  # acked already: nothing to resume
                 account(self.counters, self.backend.alias, run, atomic.SETTLED, run.settled)
+                self.notifier.ended(run, atomic.SETTLED, run.settled)
                 continue
             self._decide(run, run.outcome)
 
@@ -468,8 +489,8 @@ class Consumer:
         outcome: lifecycle.Outcome | None,
     ) -> None:
         """Take the decision away from the handler thread, free the slot, ack ``outcome``."""
-        if self._probation.discard(run):
-            pass  # held to run alone: it never started, no thread to interrupt
+        if self._probation.discard(run) or self._turns.discard(run):
+            pass  # held to run alone or waiting its turn: never started, no thread to stop
         elif not run.abandon(exc_type):  # type: ignore[arg-type]
             return  # it finished first; its outcome is already queued
         elif not is_async(run, self.handler):  # an async run's task was cancelled instead
@@ -547,12 +568,16 @@ class Consumer:
     def _settle(self, results: list[AckResult]) -> None:
         for run, transition, res in self._acks.applied(results):
             account(self.counters, self.backend.alias, run, transition, res)
+            self.notifier.ended(run, transition, res)
 
     def _failed(self, what: str, exc: BaseException) -> None:
         """A backend call (or a whole round) failed: log it and back off (0.1 s doubling
         to a poll interval, at most 5 s: ``liveness``); the caller keeps what it must send
         again."""
-        self._error_delay = self.liveness.backoff(what, exc, unavailable=unavailable(exc))
+        not_migrated = isinstance(exc, QueueError) and exc.code == ErrorCode.NOT_MIGRATED
+        self._error_delay = self.liveness.backoff(
+            what, exc, unavailable=unavailable(exc), traceback=not not_migrated
+        )
 
     def _answered(self) -> None:
         """The engine answered a claim or an ack: any outage is over."""
@@ -562,7 +587,7 @@ class Consumer:
     # -- shutdown --------------------------------------------------------------------------
     def _shutdown_step(self) -> bool:
         """While stopping: wait for handlers until the grace ends, then release the rest."""
-        for held in self._probation.release_all():  # never started: give them back now
+        for held in [*self._probation.release_all(), *self._turns.release_all()]:  # not started
             self._decide(held, lifecycle.Released())
         now = time.monotonic()
         if self._running and self._grace_until is not None and now >= self._grace_until:

@@ -35,6 +35,7 @@ from django_blamequeue.exceptions import JobInterrupted
 from django_blamequeue.observability import tracing
 from django_blamequeue.worker.execution import Handler, Run, prepare, succeeded
 from django_blamequeue.worker.interrupt import Guard
+from django_blamequeue.worker.notify import asend_started
 
 logger = logging.getLogger("django_blamequeue.worker")
 
@@ -69,6 +70,7 @@ async def ainvoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
     call = prepare(run, handler)
     if not callable(call):
         return call
+    await asend_started(run)
     try:
         result = call()
         if inspect.isawaitable(result):

@@ -29,6 +29,7 @@ from django_blamequeue.jobs import calls, registry
 from django_blamequeue.jobs.flows import build_children
 from django_blamequeue.serializers import decode, encode
 from django_blamequeue.worker.interrupt import Guard
+from django_blamequeue.worker.notify import send_started
 
 logger = logging.getLogger("django_blamequeue.worker")
 
@@ -163,6 +164,7 @@ def invoke(run: Run, handler: Handler | None) -> lifecycle.Outcome:
     call = prepare(run, handler)
     if not callable(call):
         return call
+    send_started(run)
     try:
         result = call()
         if type(result) not in _PLAIN and inspect.isawaitable(result):
@@ -226,6 +228,7 @@ def prepare(run: Run, handler: Handler | None) -> lifecycle.Outcome | Callable[[
             f"claimed by a plain handler; register the @flow class {claimed.name!r} on this worker"
         )
     if spec is not None and handler is None:
+        send_started(run)  # a flow's phase runs here, in the slot thread
         return _flow_phase(run, spec, payload)
     if handler is None:
         if run.definition is None:

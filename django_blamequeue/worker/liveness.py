@@ -57,9 +57,12 @@ class Liveness:
                 *(self.alias, now - since, failures),
             )
 
-    def backoff(self, what: str, exc: BaseException, *, unavailable: bool) -> float:
+    def backoff(
+        self, what: str, exc: BaseException, *, unavailable: bool, traceback: bool = True
+    ) -> float:
         """A call failed: the delay before the next round (0.1 s doubling, at most one poll
-        interval and 5 s), logged once per ``REMIND`` while it lasts."""
+        interval and 5 s), logged once per ``REMIND`` while it lasts (``traceback``: with
+        the exception's, unless it says all there is, as ``NOT_MIGRATED`` does)."""
         now = time.monotonic()
         with self._lock:
             self.delay = min(max(self.delay * 2, MIN_BACKOFF), self.max_backoff)
@@ -78,6 +81,9 @@ class Liveness:
             logger.warning(
                 "backend %r: %s; retrying in %.1f s%s", self.alias, exc, self.delay, tail
             )
+        elif not traceback:
+            message = getattr(exc, "message", str(exc))
+            logger.error("%s failed: %s; retrying in %.1f s%s", what, message, self.delay, tail)
         else:
             logger.error(
                 "%s failed on backend %r; retrying in %.1f s%s",

@@ -68,6 +68,8 @@ class ProgressLine:
         ]
         if c.cancelled:
             parts.append(f"cancelled {c.cancelled:,}")
+        if c.released:
+            parts.append(f"released {c.released:,}")
         if c.lock_lost:
             parts.append(f"lock lost {c.lock_lost:,}")
         if c.timed_out:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from queue import SimpleQueue
@@ -76,6 +77,8 @@ class SlotPool:
         self._parked: list[SimpleQueue[bool]] = []  # last parked, first woken: warm threads
         self._stopped = False
         self._live = 0  # threads counted against ``size``
+        #: Threads started and not exited yet, with the run each is on (None: parked).
+        self._threads: dict[threading.Thread, Run | None] = {}
 
     @property
     def live(self) -> int:
@@ -101,33 +104,47 @@ class SlotPool:
         if woken is not None:
             woken.put(True)
         for _ in range(spawn):
-            threading.Thread(target=self._serve, name="blamequeue-slot", daemon=True).start()
+            thread = threading.Thread(target=self._serve, name="blamequeue-slot", daemon=True)
+            with self._lock:
+                self._threads[thread] = None
+            thread.start()
 
     def replace_one(self) -> None:
         """The thread running an abandoned job exits when it returns: stop counting it."""
         with self._lock:
             self._live -= 1
 
-    def stop(self) -> None:
-        """Parked threads exit now, busy ones once no run is left queued."""
+    def stop(self, wait: float = 0.0) -> None:
+        """Parked threads exit now, busy ones once no run is left queued. With ``wait``, wait
+        up to that many seconds for them to be gone, their connections closed (not for the
+        threads of abandoned runs: their handlers may not return soon)."""
         with self._lock:
             self._stopped = True
             parked, self._parked = self._parked, []
+            threads = [t for t, run in self._threads.items() if run is None or not run.abandoned]
         for inbox in parked:
             inbox.put(False)
+        deadline = time.monotonic() + wait
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _serve(self) -> None:
         inbox: SimpleQueue[bool] = SimpleQueue()
         fresh = True  # just started
+        me = threading.current_thread()
         while (run := self._next(inbox, fresh)) is not None:
             fresh = False
+            self._threads[me] = run
             try:
                 run_in_slot(run, self.handler, self.report)
             except Exception:  # a slot thread must never die: the worker would lose the slot
                 logger.exception("slot thread error after job %s", run.claimed.job_id)
+            self._threads[me] = None
             if run.abandoned:  # no longer counted (replace_one); the next run starts a thread
                 break
         slot_db.drop_all()
+        with self._lock:
+            self._threads.pop(me, None)
 
     def _next(self, inbox: SimpleQueue[bool], fresh: bool) -> Run | None:
         """The next queued run, parked until there is one; None: exit (no longer counted).

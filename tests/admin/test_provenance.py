@@ -60,7 +60,7 @@ def test_the_job_page_links_the_object_and_shows_the_chain_to_the_root(
     assert len(steps) == 2
     assert f"enqueued by job {root_id} (tests.admin.parent) at tests/admin/" in steps[0]
     assert "in chained.parent" in steps[0]
-    assert steps[1].startswith("enqueued by tests/admin/") is False
+    assert steps[1].startswith("enqueued at tests/admin/test_provenance.py:"), steps[1]
     assert "test_provenance.py" in steps[1] and "test_the_job_page_links_the_object" in steps[1]
 
 

@@ -689,3 +689,24 @@ def test_the_job_list_takes_its_documented_filters(client_as: Login) -> None:
         assert response.status_code == 200, query
         body = text(response)
         assert shown in body and hidden not in body, query
+
+
+def test_a_job_retried_from_the_dlq_reads_pending_with_its_last_attempts_reason(
+    admin_client_: Client,
+) -> None:
+    [job_id] = make_failed("hooks", 1)
+    assert queue.dlq_retry(job_id)
+    body = text(admin_client_.get(f"{JOB}{job_id}/change/"))
+    shown = re.search(r'<dd id="bq-state">(.*?)</dd>', body, re.S)
+    assert shown is not None and shown.group(1).endswith(" — last attempt: error")
+    assert "pending" in shown.group(1)
+
+
+def test_the_admin_index_leaves_the_bookkeeping_tables_out_but_keeps_their_pages(
+    admin_client_: Client,
+) -> None:
+    body = text(admin_client_.get("/admin/"))
+    assert "Jobs" in body and "Schedules" in body
+    assert "Flow dependencies" not in body and "Outbox entries" not in body
+    for model in ("flowdependency", "outboxentry"):
+        assert admin_client_.get(f"/admin/django_blamequeue/{model}/").status_code == 200

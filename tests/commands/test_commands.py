@@ -5,14 +5,17 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connections
 
-from django_blamequeue import job, queue
+from django_blamequeue import QueueError, Snooze, job, queue
 from django_blamequeue.jobs import registry
+from tests.conftest import need_server
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -68,6 +71,50 @@ def test_runworker_burst_with_wait_delayed_waits_for_delayed_jobs(jobs: dict[str
     assert queue.get_job(soon).state == "done"  # type: ignore[union-attr]
 
 
+def test_runworker_warns_of_a_queue_nothing_uses_with_the_nearest_name(
+    jobs: dict[str, Any],
+) -> None:
+    """``runworker cdm`` (a typo of ``cmd``) would wait on an empty queue for nothing."""
+    out = run("runworker", "cdm", "--burst", "--no-sweep")
+    assert (
+        "warning         queue 'cdm' is used by no job, schedule or task of this project and "
+        "holds no job: this worker will wait on it for nothing. Did you mean 'cmd'?"
+    ) in out, out
+    assert "(blamequeue.W041)" in out
+    queue.enqueue("bulk", {"n": 1}, name="tests.cmd.ok")  # a job on another queue: in use
+    out = run("runworker", "cmd", "bulk", "--burst", "--no-sweep")
+    assert "W041" not in out, out
+
+
+def test_a_job_that_snoozes_forever_fails_at_its_bound_and_the_burst_ends(
+    jobs: dict[str, Any],
+) -> None:
+    """``--burst --wait-delayed`` waits for a snoozed job; ``max_snoozes`` bounds the wait."""
+
+    @job(queue="cmd", name="tests.cmd.not_yet", max_snoozes=3)
+    def not_yet(payload: Any) -> None:
+        raise Snooze(0.01)
+
+    try:
+        job_id = not_yet.enqueue({}).job_id
+        out = run("runworker", "cmd", "--burst", "--wait-delayed", "--no-sweep")
+    finally:
+        registry.unregister("tests.cmd.not_yet")
+    assert "burst finished: done 0 · retried 0 · failed 1 · snoozed 3 ·" in out, out
+    info = queue.get_job(job_id)
+    assert info is not None and info.state == "failed" and info.snoozes == 3
+    assert info.error == (
+        "Snooze: the job snoozed 3 times, the most it may (3: @job(max_snoozes=), else "
+        "MAX_SNOOZES); it fails instead of snoozing forever"
+    )
+
+
+def test_max_snoozes_is_refused_unless_a_count() -> None:
+    for bad in (-1, True, 1.5):
+        with pytest.raises(QueueError, match="max_snoozes must be an int from 0"):
+            job(queue="cmd", name="tests.cmd.bad", max_snoozes=bad)
+
+
 def test_runworker_says_it_runs_an_event_loop_for_async_jobs(jobs: dict[str, Any]) -> None:
     @job(queue="cmd", name="tests.cmd.fetch")
     async def fetch(payload: Any) -> Any:
@@ -96,21 +143,6 @@ def test_runworker_without_concurrency_runs_the_default_slots_and_bounds_its_con
     out = run("runworker", "cmd", "--burst", "--concurrency", "3")
     assert re.search(r"^  concurrency +3 \(--concurrency\)$", out, re.M), out
     assert "(3 slots + consumer, registry, outbox relay, sweeper)" in out
-
-
-def test_runworker_serving_atomic_jobs_on_sqlite_defaults_to_one_slot(
-    jobs: dict[str, Any],
-) -> None:
-    @job(queue="cmd", name="tests.cmd.atomic", atomic=True)
-    def write(payload: Any) -> None:
-        pass
-
-    try:
-        out = run("runworker", "cmd", "--burst", "--no-sweep")
-    finally:
-        registry.unregister("tests.cmd.atomic")
-    assert "concurrency     1 (default for atomic jobs on SQLite: one writer at a time)" in out
-    assert "W020" not in out
 
 
 def test_runworker_refuses_a_bad_rate_limit() -> None:
@@ -198,3 +230,35 @@ def test_flow_show_prints_each_node_with_its_state_and_dependencies(jobs: dict[s
 def test_runsweeper_once_reports_each_service() -> None:
     out = run("runsweeper", "--once")
     assert "rescuer[default]" in out and "pruner[default]" in out
+
+
+def test_an_in_process_burst_worker_closes_its_database_connections_when_it_returns(
+    jobs: dict[str, Any],
+) -> None:
+    """``call_command("runworker", burst=True)`` in a test leaves no session behind, so the
+    test database can be dropped at teardown (pytest-django warns otherwise)."""
+    need_server("postgres")
+    with connections["postgres"].cursor() as cur:  # this thread's own connection stays
+        cur.execute("SELECT pg_backend_pid()")
+        (mine,) = cur.fetchone()
+    ids = [
+        queue.enqueue("cmd", {"n": i}, name="tests.cmd.ok", backend="postgres") for i in range(30)
+    ]
+    out = run("runworker", "cmd", "--burst", "--backend", "postgres", "--concurrency", "8")
+    assert "burst finished: done 30" in out and all(i.job_id for i in ids)
+
+    def others() -> tuple[int, str | None]:
+        with connections["postgres"].cursor() as cur:
+            cur.execute(
+                "SELECT count(*), string_agg(query || ' / ' || state, '; ') "
+                "FROM pg_stat_activity WHERE datname = current_database() AND pid <> %s",
+                [mine],
+            )
+            return cur.fetchone()  # type: ignore[return-value]
+
+    # A closed session's server process may take a moment to leave pg_stat_activity; a
+    # connection left open stays there for good.
+    deadline = time.monotonic() + 5
+    while (left := others())[0] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left[0] == 0, left[1]

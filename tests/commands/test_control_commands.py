@@ -121,11 +121,14 @@ def test_stats_counts_jobs_waiting_for_a_handler_no_running_worker_has(mailer: A
         queue.enqueue("ctl-mail", {}, name=None)  # named after the queue: no @job has it
     consumer = queue.consume("ctl-mail", None, poll_interval=0.05)
     assert wait_until(lambda: sum(consumer.no_handler.values()) == 3, 10)
-    stats = run("blamequeue", "--backend", "default", "stats")
-    assert (
+    # The worker publishes what it handed back with its heartbeat: poll until the
+    # registry row has all three, then read the line once more as a user would.
+    line = (
         "3 job(s) wait for a handler no running worker has on backend default: "
         "3 × 'ctl-mail' on 'ctl-mail'"
-    ) in stats
+    )
+    assert wait_until(lambda: line in run("blamequeue", "--backend", "default", "stats"), 10)
+    assert line in run("blamequeue", "--backend", "default", "stats")
     consumer.cancel()
     assert consumer.join(10)
 

@@ -92,7 +92,7 @@ def test_show_prints_a_failed_jobs_state_attempts_error_and_traceback(
     assert re.search(r"^  attempts +2/2$", out, re.M)
     assert re.search(r"^  queue +op \(backend default\)$", out, re.M)
     assert '"n": 7' in out
-    assert "\nerror\n  RuntimeError: boom 7\n" in out
+    assert "\nerror (builtins.RuntimeError)\n  RuntimeError: boom 7\n" in out
     traceback = out.split("\ntraceback\n", 1)[1]
     assert traceback.startswith("  Traceback (most recent call last):")
     assert "RuntimeError: boom 7" in traceback
@@ -295,3 +295,16 @@ def _blocks(out: str) -> list[str]:
 
 def _utc(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%d %H:%M:%S UTC").replace(tzinfo=UTC)
+
+
+def test_show_of_a_job_retried_from_the_dlq_calls_the_reason_its_last_attempts(
+    jobs: dict[str, Any],
+) -> None:
+    """Pending again, not "pending (error)": the reason was the failed attempt's."""
+    job_id = jobs["boom"].enqueue({"n": 7}).job_id
+    drain("op", "--wait-delayed")
+    assert queue.dlq_retry(job_id)
+
+    out = run("blamequeue", "show", job_id)
+
+    assert re.search(r"^  state +pending \(last attempt: error\)$", out, re.M), out

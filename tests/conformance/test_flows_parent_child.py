@@ -137,6 +137,35 @@ def test_under_continue_collect_sees_every_outcome(backend: str, flows: SimpleNa
     assert (state.completed, state.failed, state.cancelled, state.pending) == (2, 1, 0, 0)
     assert "page 1 is broken" in state.errors["p1"]
     assert state.results["p2"] == {"page": 2, "words": 20}
+    outcomes = state.outcomes
+    assert list(outcomes) == ["p0", "p1", "p2"]
+    assert [(o.state, o.ok) for o in outcomes.values()] == [
+        ("done", True),
+        ("failed", False),
+        ("done", True),
+    ]
+    assert outcomes["p2"].result == {"page": 2, "words": 20} and outcomes["p2"].error is None
+    assert outcomes["p1"].result is None and "page 1 is broken" in (outcomes["p1"].error or "")
+    failed = outcomes["p1"]
+    assert (failed.job_id, failed.backend) == (ids.child_id(parent, "p1"), backend)
+    child = queue.get_job(failed.job_id, backend=failed.backend)
+    assert child is not None and child.error_type == "builtins.ValueError"
+
+
+def test_under_continue_a_failed_child_lets_its_running_siblings_finish(
+    backend: str, flows: SimpleNamespace
+) -> None:
+    parent = flows.Continue.enqueue({"pages": 1, "broken": [0], "holds": 1}, backend=backend)
+    work(backend)
+    hold = ids.child_id(parent.job_id, "h0")
+    assert wait_until(lambda: state_of(backend, ids.child_id(parent.job_id, "p0")) == "failed", 20)
+    assert state_of(backend, hold) == "inflight"
+    assert CALLS["collect"] == []  # the flow waits for the sibling, which is not cancelled
+    queue.cancel(hold, backend=backend)  # the sibling ends; only now does the flow collect
+    info = finished(backend, parent.job_id)
+    assert (info.result["pages"], info.result["cancelled"]) == (0, 1)
+    [(_, state)] = CALLS["collect"]
+    assert [o.state for o in state.outcomes.values()] == ["cancelled", "failed"]
 
 
 def test_an_empty_fan_out_collects_at_once(backend: str, flows: SimpleNamespace) -> None:
@@ -199,3 +228,6 @@ def test_children_may_run_on_another_backend_than_their_parent(
     child = queue.get_job(ids.child_id(parent, "p0"), backend=other)
     assert child is not None and (child.state, child.parent_id) == ("done", parent)
     assert queue.get_job(ids.child_id(parent, "p0"), backend=backend) is None
+    [(_, state)] = CALLS["collect"]
+    assert state.outcomes["p0"].backend == other
+    assert state.outcomes["p0"].job_id == ids.child_id(parent, "p0")

@@ -15,8 +15,7 @@ from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
 import django_blamequeue
-from django_blamequeue import JobInfo, checks, queue
-from django_blamequeue.backends import get_backend
+from django_blamequeue import JobInfo, queue
 from django_blamequeue.jobs import origin
 from django_blamequeue.middleware import OriginMiddleware
 
@@ -106,22 +105,3 @@ def test_describe_reads_as_a_sentence() -> None:
         origin.describe({"request": "POST /o/", "user": "bob", "site": "a.py:3 in f"})
         == "POST /o/ by bob at a.py:3 in f"
     )
-
-
-def test_w020_warns_of_atomic_jobs_on_sqlite_with_more_than_one_slot() -> None:
-    from django_blamequeue import job
-    from django_blamequeue.jobs import registry
-
-    @job(queue="w020", name="tests.origin.atomic", atomic=True)
-    def atomic(payload: Any) -> None:
-        return None
-
-    try:
-        b = get_backend(None)
-        assert checks.check_atomic_on_sqlite(b, ["w020"], 1) == []
-        assert checks.check_atomic_on_sqlite(b, ["other"], 4) == []
-        [warning] = checks.check_atomic_on_sqlite(b, ["w020"], 4)
-        assert warning.id == "blamequeue.W020"
-        assert "tests.origin.atomic" in warning.msg and "concurrency 4" in warning.msg
-    finally:
-        registry.unregister("tests.origin.atomic")

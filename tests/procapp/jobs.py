@@ -20,6 +20,8 @@ from django_blamequeue import current_job, job
 from .models import Redelivery, Run, SideEffect
 
 QUEUE = "proc"
+#: What ``{"leak_mb": n}`` runs keep for the process's life (the recycling test's leak).
+LEAKED: list[bytes] = []
 
 
 class LeaseGone(Exception):
@@ -48,8 +50,11 @@ def effect(payload: dict[str, Any] | None) -> dict[str, int]:
 
     ``{"hold_gil": s, "hold_attempts": n}``: attempts up to ``n`` hold the GIL ``s`` seconds
     and end there, without the effect (their lease is lost by then: their ack is refused).
+    ``{"leak_mb": n}`` keeps ``n`` MB of written memory for the life of the process.
     """
     payload = payload or {}
+    if payload.get("leak_mb"):
+        LEAKED.append(b"\x01" * (int(payload["leak_mb"]) * 2**20))  # written: resident
     seconds = float(payload.get("sleep", 0))
     if seconds:
         time.sleep(seconds)

@@ -1,4 +1,4 @@
-"""Enqueue joins the caller's transaction: a rolled-back batch is never seen nor run (§3)."""
+"""Enqueue joins the caller's transaction: a rolled-back batch is never seen nor run."""
 
 from __future__ import annotations
 

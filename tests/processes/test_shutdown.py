@@ -40,6 +40,16 @@ def test_sigterm_releases_what_outlives_the_grace_and_each_job_runs_once_elsewhe
     jobs = Job.objects.using(backend).filter(queue=QUEUE)
     released = jobs.filter(state="pending", attempts=0, lease_token=None).count()
     assert effects(backend) == 0
+    # What the operator reads: the summary counts them, and each one has its line.
+    assert f" released {IN_FLIGHT} " in first.stdout().splitlines()[-1], first.tail()
+    lines = [line for line in first.stderr().splitlines() if "released: back to pending" in line]
+    ids = set(jobs.values_list("id", flat=True))
+    assert len(lines) == IN_FLIGHT, first.tail()
+    assert {line.split("job ", 1)[1].split(" ", 1)[0] for line in lines} == ids
+    assert all(
+        "(procapp.effect) on " in line and "attempt 1/" in line and "given back" in line
+        for line in lines
+    )
 
     second = processes.worker(
         backend, "--concurrency", str(IN_FLIGHT), "--lease", "30", "--no-sweep"

@@ -7,6 +7,7 @@ again for ``BlameQueueBackend``: JSON-only arguments, the ``supports_*`` flags, 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -15,6 +16,8 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.db import transaction
 from django.tasks import TaskResultStatus, task_backends
 from django.tasks.base import Task
@@ -207,6 +210,18 @@ def test_check_reports_a_blamequeue_backend_that_does_not_exist(settings: Any) -
     }
     errors = task_backends["x"].check()
     assert [e.id for e in errors] == ["blamequeue.E030"] and "missing" in errors[0].msg
+
+
+def test_check_reports_a_settings_error_once_when_tasks_use_the_backend(settings: Any) -> None:
+    """The settings' own check names the problem; E030 does not repeat it."""
+    settings.TASKS = {"x": {"BACKEND": "django_blamequeue.tasks.BlameQueueBackend"}}
+    settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, "RETRIES": 3}
+    out = io.StringIO()
+    with pytest.raises(SystemCheckError) as caught:
+        call_command("check", stdout=out, stderr=out)
+    text = str(caught.value)
+    assert text.count('BLAMEQUEUE["RETRIES"] is not a known key') == 1, text
+    assert "(blamequeue.E001)" in text and "E030" not in text
 
 
 # -- task options reach the job ---------------------------------------------------------------

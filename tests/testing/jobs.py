@@ -100,3 +100,24 @@ async def resumable(payload: dict[str, Any]) -> dict[str, Any]:
         ctx.checkpoint({"page": 2})  # held: stored with the attempt's end
         raise ConnectionError("page 3 timed out")
     return {"resumed_at": ctx.last_checkpoint, "audit_rows": seen}
+
+
+HOOKED: list[tuple[str, str, int | None]] = []
+
+
+def _record_success(event: Any) -> None:
+    HOOKED.append(("success", event.job_id, event.attempt))
+
+
+def _record_failure(event: Any) -> None:
+    HOOKED.append(("failure", event.job_id, event.attempt))
+
+
+@job(queue="chaos", name="tests.testing.hooked", on_success=_record_success)
+def hooked(payload: dict[str, Any]) -> str:
+    return "ok"
+
+
+@job(queue="chaos", name="tests.testing.hooked_fail", max_attempts=2, on_failure=_record_failure)
+def hooked_fail(payload: dict[str, Any]) -> None:
+    raise ValueError("declined")

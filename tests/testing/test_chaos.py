@@ -133,3 +133,16 @@ def test_an_atomic_handler_that_dooms_its_transaction_fails_instead_of_completin
     [info] = jobs_enqueued(queue="doomed")
     assert info.state == "failed"
     assert info.error == "RuntimeError: the handler marked the run's transaction for rollback"
+
+
+def test_a_hook_runs_once_per_transition_even_when_a_delivery_repeats(
+    blamequeue_chaos: str, run_jobs: Any
+) -> None:
+    jobs.HOOKED.clear()
+    done = jobs.hooked.enqueue({}).job_id
+    failed = jobs.hooked_fail.enqueue({}).job_id
+    run_jobs(chaos=blamequeue_chaos)
+    # the refused ack of a duplicate or of a taken-over run notifies nothing, and a crash
+    # before the ack skips its run's: one hook for each job's one end
+    assert [kind for kind, job_id, _ in jobs.HOOKED if job_id == done] == ["success"]
+    assert [(kind, n) for kind, job_id, n in jobs.HOOKED if job_id == failed] == [("failure", 2)]

@@ -57,7 +57,6 @@ NOT_YET_IMPORTED = frozenset(
         "django_blamequeue.models.control",
         "django_blamequeue.models.flows",
         "django_blamequeue.models.trail",
-        "django_blamequeue.tasks.attempts",
         "django_blamequeue.tasks.compat",
         "django_blamequeue.tasks.results",
         "django_blamequeue.tasks.task",

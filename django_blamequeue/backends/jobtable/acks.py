@@ -44,6 +44,7 @@ def _ack_row_pg(a: Ack) -> tuple[Any, ...]:
         int(t.yields_to_cancel),
         int(t.state == State.DONE),
         int(t.snoozed),
+        t.error_type,
     )
 
 
@@ -65,6 +66,7 @@ def _ack_params(a: Ack, now: datetime, stamp: Any, adapt: Callable[[Any], Any]) 
         int(t.yields_to_cancel),
         int(t.state == State.DONE),
         int(t.snoozed),
+        t.error_type,
     ]
 
 

@@ -173,11 +173,21 @@ class Leases:
         msg = STALLED_MESSAGE
         if groups[State.PENDING]:
             table.jobs().filter(id__in=[r[0] for r in groups[State.PENDING]], **fence).update(
-                state=State.PENDING, available_at=t, error=msg, reason="stalled", **common
+                state=State.PENDING,
+                available_at=t,
+                error=msg,
+                error_type=None,
+                reason="stalled",
+                **common,
             )
         if groups[State.FAILED]:
             table.jobs().filter(id__in=[r[0] for r in groups[State.FAILED]], **fence).update(
-                state=State.FAILED, finished_at=t, error=msg, reason="stalled", **common
+                state=State.FAILED,
+                finished_at=t,
+                error=msg,
+                error_type=None,
+                reason="stalled",
+                **common,
             )
             self.flows.report_terminal([r[0] for r in groups[State.FAILED]])
         if groups[State.CANCELLED]:
@@ -195,7 +205,7 @@ class Leases:
                 queue=r[5],
                 backend=alias,
                 attempt=r[1],
-                data={"to": to.value, "stalls": r[3] + 1},
+                data={"to": to.value, "stalls": r[3] + 1, "name": r[6]},
             )
             for to, grp in groups.items()
             for r in grp

@@ -179,10 +179,22 @@ class Manifests:
         for row in (
             FlowDependency.objects.using(self.table.db)
             .filter(job_id__in=list(parent_ids), kind="child")
-            .values("job_id", "key", "status", "result", "result_type", "error")
+            .values(
+                "job_id",
+                "key",
+                "status",
+                "result",
+                "result_type",
+                "error",
+                "depends_on_id",
+                "spec__backend",
+            )
         ):
             data: dict[str, Any] = dict(row)
-            rows[data.pop("job_id")].append(data)
+            parent = data.pop("job_id")
+            data["job_id"] = data.pop("depends_on_id")
+            data["backend"] = data.pop("spec__backend") or self.table.alias
+            rows[parent].append(data)
         return {p: state_from_rows(r) for p, r in rows.items()}
 
     def children_tally(self, parent_id: str) -> dict[str, int]:

@@ -194,6 +194,7 @@ def info_from_model(
         progress=job.progress,
         result=_decoded(job.content_type, job.content_encoding, job.result),
         error=job.error,
+        error_type=job.error_type,
         traceback=job.traceback,
         classification=job.classification,
         trace_id=job.trace_id,

@@ -202,9 +202,10 @@ RETURNING {CLAIM_COLUMNS}
 
 
 # Batched acks: one UPDATE … FROM (VALUES …) fenced by (id, token, state = 'inflight').
-# v.column1..13: id, token, state, result, error, traceback, reason, available_at,
-# finished_at, give_back (0/1), yields_to_cancel (0/1), progress_done (0/1), snoozed (0/1).
-ACK_COLUMNS = 13
+# v.column1..14: id, token, state, result, error, traceback, reason, available_at,
+# finished_at, give_back (0/1), yields_to_cancel (0/1), progress_done (0/1), snoozed (0/1),
+# error_type.
+ACK_COLUMNS = 14
 _PG_CASTS = (
     "varchar",
     "varchar",
@@ -219,21 +220,28 @@ _PG_CASTS = (
     "integer",
     "integer",
     "integer",
+    "varchar",
 )
 
 
 @cache
 def _ack_set(table: str) -> str:
     """The SET of every ack; its state CASE is rule: cancel-wins (a cancel request turns a
-    yielding transition, column 11, into cancelled)."""
+    yielding transition, column 11, into cancelled). A done job keeps no error: its error,
+    traceback, error type and reason are cleared (the audit trail keeps each attempt's); any
+    other ack that writes an error writes its type and traceback with it."""
     return f"""
 SET state = CASE WHEN v.column11 = 1 AND {table}.cancel_requested THEN 'cancelled'
                  ELSE v.column3 END,
     attempts = {table}.attempts - v.column10,
     result = CASE WHEN v.column3 = 'done' THEN v.column4 ELSE {table}.result END,
-    error = COALESCE(v.column5, {table}.error),
-    traceback = CASE WHEN v.column5 IS NULL THEN {table}.traceback ELSE v.column6 END,
+    error = CASE WHEN v.column3 = 'done' THEN NULL ELSE COALESCE(v.column5, {table}.error) END,
+    traceback = CASE WHEN v.column3 = 'done' THEN NULL
+                     WHEN v.column5 IS NULL THEN {table}.traceback ELSE v.column6 END,
+    error_type = CASE WHEN v.column3 = 'done' THEN NULL
+                      WHEN v.column5 IS NULL THEN {table}.error_type ELSE v.column14 END,
     reason = CASE WHEN v.column11 = 1 AND {table}.cancel_requested THEN 'cancelled'
+                  WHEN v.column3 = 'done' THEN NULL
                   ELSE COALESCE(v.column7, {table}.reason) END,
     available_at = COALESCE(v.column8, {table}.available_at),
     finished_at = CASE WHEN v.column3 = 'pending'

@@ -439,8 +439,10 @@ class RedisBackend(Backend):
                 "result": c.get("r"),
                 "result_type": text(c.get("t")),
                 "error": text(c.get("e")),
+                "job_id": child_id,
+                "backend": text(c.get("b")) or self.alias,
             }
-            for c in self._manifest(parent_id).values()
+            for child_id, c in self._manifest(parent_id).items()
         ]
         return state_from_rows(rows)
 

@@ -99,6 +99,7 @@ def ack_spec(a: Ack, blobs: Blobs) -> list[Any]:
         1 if t.yields_to_cancel else 0,
         [child_spec(c, blobs) for c in t.children] if t.children else False,
         1 if t.snoozed else 0,
+        t.error_type if t.error_type is not None else False,
     ]
 
 
@@ -248,6 +249,7 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         progress=n("progress"),
         result=_decoded(ctype, cenc, h.get("result")),
         error=s("error"),
+        error_type=s("etype"),
         traceback=s("traceback"),
         classification=s("classification"),
         trace_id=s("trace_id"),

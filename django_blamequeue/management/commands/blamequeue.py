@@ -17,6 +17,7 @@ from django_blamequeue.exceptions import QueueError
 from django_blamequeue.jobs import registry
 from django_blamequeue.management import control
 from django_blamequeue.management.control import ControlCommands
+from django_blamequeue.management.preflight import require_migrated
 from django_blamequeue.management.render import (
     ScheduleView,
     render_flow,
@@ -71,6 +72,7 @@ class Command(ControlCommands, BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
+        require_migrated()
         try:
             getattr(self, f"do_{action}")(options)
         except QueueError as exc:

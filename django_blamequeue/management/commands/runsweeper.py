@@ -16,6 +16,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_blamequeue.backends import all_backends
+from django_blamequeue.management.preflight import require_migrated
 from django_blamequeue.sweeper import Sweeper, SweepReport, services_for
 from django_blamequeue.worker.progress import banner, worker_identity
 
@@ -40,6 +41,7 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="run every service once, then exit")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         sweeper = Sweeper(services_for(all_backends()))
         if options["once"]:
             report = sweeper.run_once()

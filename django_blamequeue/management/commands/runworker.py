@@ -11,16 +11,19 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
+from django.core.checks import CheckMessage
 from django.core.management.base import BaseCommand, CommandError
 
 from django_blamequeue.api import queue
 from django_blamequeue.backends import get_backend
-from django_blamequeue.checks import check_atomic_on_sqlite
+from django_blamequeue.checks import check_queues_known
 from django_blamequeue.conf import get_settings
 from django_blamequeue.core.records import Backlog
 from django_blamequeue.core.validation import MAX_SECONDS, parse_rate_limit
 from django_blamequeue.exceptions import QueueError
 from django_blamequeue.jobs import registry
+from django_blamequeue.management import supervisor
+from django_blamequeue.management.preflight import require_migrated
 from django_blamequeue.management.render import span
 from django_blamequeue.management.sizing import (
     DEFAULT_CONCURRENCY,
@@ -30,7 +33,7 @@ from django_blamequeue.management.sizing import (
 )
 from django_blamequeue.observability import metrics
 from django_blamequeue.sweeper import Sweeper, services_for
-from django_blamequeue.worker import fleet
+from django_blamequeue.worker import atomic_turns, fleet
 from django_blamequeue.worker.progress import ProgressLine, banner, worker_identity
 
 
@@ -117,7 +120,7 @@ class Command(BaseCommand):
             "--concurrency",
             type=positive_int,
             default=None,
-            help=f"handler slots (default {DEFAULT_CONCURRENCY}; 1 for atomic jobs on SQLite)",
+            help=f"handler slots (default {DEFAULT_CONCURRENCY})",
         )
         parser.add_argument("--lease", type=positive_float, default=None, help="lease seconds")
         parser.add_argument("--poll", type=positive_float, default=1.0, help="idle poll seconds")
@@ -156,12 +159,39 @@ class Command(BaseCommand):
             default=None,
             help="seconds between progress lines when not on a terminal",
         )
+        parser.add_argument(
+            "--processes",
+            type=positive_int,
+            default=None,
+            help="run N worker processes under a supervisor that replaces one that exits",
+        )
+        parser.add_argument(
+            "--max-jobs-per-process",
+            type=positive_int,
+            default=None,
+            metavar="N",
+            help="recycle a worker process after N jobs (it finishes them first)",
+        )
+        parser.add_argument(
+            "--max-memory-per-process",
+            type=positive_int,
+            default=None,
+            metavar="MB",
+            help="recycle a worker process whose resident memory passes MB (jobs finish first)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         queues = options["queues"] or registry.queues()
         if not queues:
             raise CommandError("no queues given and no @job registered: name the queues to consume")
         settings = get_settings()
+        require_migrated()
+        if options["processes"] is not None:
+            self._supervise(queues, options)
+            return
+        bounds = supervisor.RecycleBounds(
+            options["max_jobs_per_process"], options["max_memory_per_process"]
+        )
         metrics_server = self._serve_metrics(options["metrics_port"], options["metrics_address"])
         # Everything loaded so far (Django, the apps, the job modules) lives as long as the
         # process: keep it out of the cyclic collector's full passes, which otherwise walk it
@@ -169,6 +199,8 @@ class Command(BaseCommand):
         gc.freeze()
         try:
             concurrency = options["concurrency"]
+            # Read before the worker starts: a job it finished would no longer count as use.
+            unused = check_queues_known(get_backend(options["backend"]), options["queues"])
             self._sizing = None
             if concurrency is None:
                 self._sizing = default_concurrency(get_backend(options["backend"]), queues)
@@ -184,6 +216,7 @@ class Command(BaseCommand):
                 backend=options["backend"],
                 burst=options["burst"],
                 wait_delayed=options["wait_delayed"],
+                max_jobs=options["max_jobs_per_process"],
             )
         except QueueError as exc:
             if metrics_server is not None:
@@ -191,7 +224,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         grace = settings.shutdown_grace if options["grace"] is None else options["grace"]
         sweeper = None if options["no_sweep"] else Sweeper(services_for([consumer.backend]))
-        self._print_banner(consumer, queues, grace, sweeper is not None)
+        self._print_banner(consumer, queues, grace, sweeper is not None, unused)
         if metrics_server is not None:
             host, bound = metrics_server.server_address[:2]
             self.stdout.write(f"  metrics  http://{host}:{bound}/metrics")
@@ -222,9 +255,21 @@ class Command(BaseCommand):
             notes=lambda: _notes(consumer),
             **({"log_interval": interval} if interval else {}),
         )
+        recycling: str | None = None
         try:
+            ticks = 0
             while not consumer.join(timeout=0.2):
                 line.tick()
+                ticks += 1
+                if stopped.is_set() or recycling or ticks % 5:
+                    continue  # bounds and the parent: checked once a second
+                if supervisor.parent_gone():
+                    self.stderr.write(f"the supervisor is gone: stopping (grace {grace:g} s)")
+                    consumer.cancel(grace=grace)
+                    stopped.set()
+                elif bounds and (recycling := bounds.crossed(consumer.counters.claimed)):
+                    self.stderr.write(f"recycling: {recycling}; letting its jobs finish")
+                    consumer.cancel(grace=MAX_SECONDS)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -239,11 +284,59 @@ class Command(BaseCommand):
                 f"the worker's main loop died: {consumer.failure!r} (traceback above)",
                 returncode=EXIT_DIED,
             )
+        if recycling and not stopped.is_set():
+            self.stdout.write(f"recycled: {summary}")
+            sys.stdout.flush()
+            raise SystemExit(supervisor.EXIT_RECYCLE)
         how = "burst finished" if options["burst"] and not stopped.is_set() else "stopped"
         self.stdout.write(f"{how}: {summary}")
         if how == "burst finished" and consumer.left is not None and consumer.left.delayed:
             self.stdout.write(_delayed_left(consumer.left))
         sys.stdout.flush()
+
+    def _supervise(self, queues: list[str], options: dict[str, Any]) -> None:
+        """``--processes N``: run the workers under a supervisor (``management/supervisor``)."""
+        if options["metrics_port"] is not None:
+            raise CommandError(
+                "--metrics-port serves one process: run the workers without --processes, "
+                "each with its own port, to scrape them"
+            )
+        n = options["processes"]
+        try:
+            b = get_backend(options["backend"])
+            slots = options["concurrency"] or default_concurrency(b, queues).slots
+            bound = connection_bound(b, queues, slots, sweeping=not options["no_sweep"])
+        except QueueError as exc:
+            raise CommandError(str(exc)) from exc
+        recycle = [
+            f"after {options['max_jobs_per_process']:,} jobs"
+            if options["max_jobs_per_process"]
+            else "",
+            f"past {options['max_memory_per_process']:,} MB resident"
+            if options["max_memory_per_process"]
+            else "",
+        ]
+        rows = [
+            ("processes", f"{n} worker processes, each replaced when it exits"),
+            ("queues", ", ".join(queues)),
+            ("concurrency", f"{slots} slots per process, {n * slots} in all"),
+            (
+                "db connections",
+                f"≤ {n * bound.total} per database in all ({n} × {bound.total}: "
+                f"{bound.slots} slots + {', '.join(bound.threads)})",
+            ),
+            (
+                "recycle",
+                " or ".join(r for r in recycle if r)
+                or "never (--max-jobs-per-process, --max-memory-per-process)",
+            ),
+        ]
+        self.stdout.write(banner("django-blamequeue · runworker supervisor", rows))
+        sys.stdout.flush()
+        boss = supervisor.Supervisor(
+            _worker_command(options), n, out=sys.stdout, burst=options["burst"]
+        )
+        boss.run()
 
     def _concurrency_row(self, slots: int) -> str:
         if self._sizing is None:
@@ -260,7 +353,14 @@ class Command(BaseCommand):
         except (ImproperlyConfigured, OSError) as exc:
             raise CommandError(f"--metrics-port {port}: {exc}") from exc
 
-    def _print_banner(self, consumer: Any, queues: list[str], grace: float, sweeping: bool) -> None:
+    def _print_banner(
+        self,
+        consumer: Any,
+        queues: list[str],
+        grace: float,
+        sweeping: bool,
+        unused: list[CheckMessage],
+    ) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -294,15 +394,41 @@ class Command(BaseCommand):
                 else "none",
             ),
             ("async jobs", _async_row(queues, consumer.options.concurrency)),
+            *[("atomic jobs", t) for t in [atomic_turns.describe(b, queues)] if t],
             ("shutdown grace", f"{grace:g} s"),
             ("sweeper", "on" if sweeping else "off (--no-sweep)"),
             ("mode", _mode(consumer.options)),
         ]
         rows += _control_rows(consumer)
         rows += [("warning", text) for text in b.deployment_warnings()]
-        for warning in check_atomic_on_sqlite(b, queues, opts.concurrency):
-            rows.append(("warning", f"{warning.msg} ({warning.id})"))
+        for warning in unused:
+            rows.append(("warning", f"{warning.msg}. {warning.hint} ({warning.id})"))
         self.stdout.write(banner(f"django-blamequeue {ver} · runworker", rows))
+
+
+def _worker_command(options: dict[str, Any]) -> list[str]:
+    """The ``runworker`` arguments of each process a supervisor starts: the same as its own
+    without ``--processes``."""
+    args = ["runworker", *options["queues"]]
+    valued = {
+        "--backend": options["backend"],
+        "--concurrency": options["concurrency"],
+        "--lease": options["lease"],
+        "--poll": options["poll"],
+        "--fast-poll": options["fast_poll"],
+        "--grace": options["grace"],
+        "--progress-interval": options["progress_interval"],
+        "--max-jobs-per-process": options["max_jobs_per_process"],
+        "--max-memory-per-process": options["max_memory_per_process"],
+    }
+    if options["rate_limit"] is not None:
+        valued["--rate-limit"] = "{}/{}".format(*options["rate_limit"])
+    for flag, value in valued.items():
+        if value is not None:
+            args += [flag, str(value)]
+    flags = {"--burst": "burst", "--wait-delayed": "wait_delayed", "--no-sweep": "no_sweep"}
+    args += [flag for flag, key in flags.items() if options[key]]
+    return args
 
 
 def _notes(consumer: Any) -> list[str]:

@@ -100,6 +100,7 @@ EDGES: list[tuple[str, list[Any], list[Any]]] = [
     ("MAX_FLOW_DEPTH", [1, 50], [0, -1, 1.5, True]),
     ("BACKOFF_JITTER", [True, False], [1, 0, "yes", None]),
     ("ORIGIN_SITE", [True, False], [1, "true"]),
+    ("LOG_TRACEBACKS", ["final", "every", "never"], ["all", "", None, True]),
 ]
 
 

@@ -82,7 +82,7 @@ end
 
 -- One ack, from JSON: [id, token, state, result blob or false, error, traceback, reason,
 -- delay_us, give_back 0/1, yields_to_cancel 0/1, children (a fan-out's, see land) or false,
--- snoozed 0/1].
+-- snoozed 0/1, error_type or false].
 -- Reply row: {id, ok, state, queue, attempts, name, fanned}.
 local function fan_out(id, k, h, children)
   local q = h[4]
@@ -138,10 +138,14 @@ local function apply_ack(a)
   if wanted == 'done' then  -- a job is done once: it holds no result before
     if result then put('result', result) end
     put('progress', '100')
+    if not wins then  -- a done job keeps no error (the audit trail keeps each attempt's)
+      for _, f in ipairs({'error', 'traceback', 'etype', 'reason'}) do del[#del + 1] = f end
+    end
   end
   if err then
     put('error', err)
     if tb then put('traceback', tb) else del[#del + 1] = 'traceback' end
+    if a[13] then put('etype', a[13]) else del[#del + 1] = 'etype' end
   end
   if wins then reason = 'cancelled' end
   if reason then put('reason', reason) end

@@ -33,10 +33,11 @@ for _, id in ipairs(ids) do
     redis.call('HSET', k, 'stalls', fmt(stalls), 'updated', fmt(NOW))
     if to == 'pending' then
       redis.call('HSET', k, 'error', MSG, 'reason', 'stalled')
-      redis.call('HDEL', k, 'finished')
+      redis.call('HDEL', k, 'finished', 'etype')
       make_pending(id, q, num(h[7], 0), NOW)
     elseif to == 'failed' then
       redis.call('HSET', k, 'error', MSG, 'reason', 'stalled')
+      redis.call('HDEL', k, 'etype')
       terminal(id, q, 'failed')
     else
       redis.call('HSET', k, 'reason', 'cancelled')
@@ -44,7 +45,7 @@ for _, id in ipairs(ids) do
       cascade_cancel({id})
     end
     counts[to] = counts[to] + 1
-    emit(A.STALLED, id, q, attempts, {to = to, stalls = stalls})
+    emit(A.STALLED, id, q, attempts, {to = to, stalls = stalls, name = h[10]})
     rescued[#rescued + 1] = {id, h[10], q, to, fmt(attempts), h[3], fmt(stalls)}
     if to == 'failed' then
       emit(A.DLQ_WRITE, id, q, attempts, {reason = 'stalled', error = MSG})
