@@ -5,38 +5,47 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django_blamequeue.exceptions import (
+    ChildFailed,
     ErrorCode,
     JobFailed,
     JobWasCancelled,
+    NonDeterministicWorkflow,
     QueueError,
     ResultTimeout,
     Retry,
     Snooze,
     Unrecoverable,
+    WaitTimeout,
 )
 
 __all__ = [
     "ABOUT",
     "BaseJob",
     "Child",
+    "ChildFailed",
     "EnqueuedJob",
     "ErrorCode",
     "JobEvent",
     "JobFailed",
     "JobInfo",
     "JobWasCancelled",
+    "NonDeterministicWorkflow",
     "QueueError",
     "QueueLimits",
     "ResultTimeout",
     "Retry",
     "Snooze",
+    "Unique",
     "Unrecoverable",
+    "WaitTimeout",
     "WorkerInfo",
     "about_key",
     "current_job",
     "flow",
     "job",
+    "periodic",
     "queue",
+    "workflow",
 ]
 
 if TYPE_CHECKING:
@@ -44,15 +53,18 @@ if TYPE_CHECKING:
     from django_blamequeue.context import current_job
     from django_blamequeue.core.controls import QueueLimits, WorkerInfo
     from django_blamequeue.core.records import EnqueuedJob, JobInfo
+    from django_blamequeue.core.unique import Unique
     from django_blamequeue.jobs.events import JobEvent
     from django_blamequeue.jobs.flows import Child, flow
     from django_blamequeue.jobs.hooks import BaseJob
     from django_blamequeue.jobs.origin import ABOUT, about_key
-    from django_blamequeue.jobs.registry import job
+    from django_blamequeue.jobs.registry import job, periodic, workflow
 
 _LAZY = {
     "queue": ("api", "queue"),
     "job": ("jobs.registry", "job"),
+    "workflow": ("jobs.registry", "workflow"),
+    "periodic": ("jobs.registry", "periodic"),
     "current_job": ("context", "current_job"),
     "flow": ("jobs.flows", "flow"),
     "Child": ("jobs.flows", "Child"),
@@ -62,6 +74,7 @@ _LAZY = {
     "EnqueuedJob": ("core.records", "EnqueuedJob"),
     "QueueLimits": ("core.controls", "QueueLimits"),
     "WorkerInfo": ("core.controls", "WorkerInfo"),
+    "Unique": ("core.unique", "Unique"),
     "ABOUT": ("jobs.origin", "ABOUT"),
     "about_key": ("jobs.origin", "about_key"),
 }

@@ -10,7 +10,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -22,10 +22,12 @@ from django_blamequeue.conf import get_settings
 from django_blamequeue.core import ids, validation
 from django_blamequeue.core.controls import ControlState, QueueControl, QueueLimits, WorkerInfo
 from django_blamequeue.core.dag import DAG_OPTIONS, validate_dag
-from django_blamequeue.core.records import EnqueuedJob, JobInfo
+from django_blamequeue.core.records import AttemptInfo, EnqueuedJob, JobInfo
+from django_blamequeue.core.unique import Unique
 from django_blamequeue.exceptions import ErrorCode, QueueError
-from django_blamequeue.jobs import enqueueing, registry
+from django_blamequeue.jobs import enqueueing, registry, workflow_ops
 from django_blamequeue.jobs.origin import About, about_key
+from django_blamequeue.jobs.workflow_ops import StepView
 from django_blamequeue.observability import tracing
 from django_blamequeue.worker import fleet
 from django_blamequeue.worker.consumer import Consumer, WorkerOptions
@@ -87,10 +89,15 @@ class Queue:
         backend: str | None = None,
         concurrency_key: str | None = None,
         about: Any = None,
+        unique: Unique | bool | Mapping[str, Any] | None = None,
+        expires: float | timedelta | datetime | None = None,
     ) -> EnqueuedJob:
         """Store one job; inside ``transaction.atomic()`` it commits or rolls back with it.
         ``concurrency_key``: the key of the queue's per-key limits (docs/control.md);
-        ``about``: the model instance the job is about (``JobInfo.about``, ``jobs_about``)."""
+        ``about``: the model instance the job is about (``JobInfo.about``, ``jobs_about``);
+        ``unique``: at most one job per key (docs/unique.md).
+        ``expires``: seconds (or a datetime) after which a run not started yet is cancelled
+        (reason ``expired``; docs/lifecycle.md#expiry)."""
         given = {  # the call's options, by JobOptions' names (merged in enqueueing)
             "queue": queue_name,
             "backend": backend,
@@ -103,6 +110,8 @@ class Queue:
             "dedupe_key": dedupe_key,
             "concurrency_key": concurrency_key,
             "about": about,
+            "unique": unique,
+            "expires": expires,
         }
         return enqueueing.enqueue(payload, given, definition=_definition(name), name=name)
 
@@ -125,6 +134,8 @@ class Queue:
         concurrency_keys: Sequence[str | None] | None = None,
         about: Any = None,
         abouts: Sequence[Any] | None = None,
+        unique: Unique | bool | Mapping[str, Any] | None = None,
+        expires: float | timedelta | datetime | None = None,
     ) -> list[EnqueuedJob]:
         """Store many jobs of one queue in one statement batch (all or none). ``about``: one
         model instance every job is about; ``abouts``: one per payload; ``concurrency_keys``
@@ -141,6 +152,8 @@ class Queue:
             "dedupe_key": dedupe_key,
             "concurrency_key": concurrency_key,
             "about": about,
+            "unique": unique,
+            "expires": expires,
         }
         return enqueueing.enqueue_many(
             payloads,
@@ -310,19 +323,39 @@ class Queue:
         return result.cancelled or result.requested
 
     def dlq_list(
-        self, queue_name: str, limit: int = 100, offset: int = 0, backend: str | None = None
+        self,
+        queue_name: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        backend: str | None = None,
     ) -> list[JobInfo]:
-        b = get_backend(backend)
-        self._require_dlq(b)
-        q = validation.queue_name(queue_name)
+        """A queue's dead letters, oldest first (by id). Without ``queue_name``, every
+        queue's: of ``backend``, or of every backend that lists its DLQ, merged by id."""
         limit = validation.positive_int(limit, "limit")
         offset = validation.non_negative_int(offset, "offset")
-        return _call(b, lambda: b.dlq_list(q, limit, offset), idempotent=True)
+        q = None if queue_name is None else validation.queue_name(queue_name)
+        if q is not None or backend is not None:
+            b = get_backend(backend)
+            self._require_dlq(b)
+            return _call(b, lambda: b.dlq_list(q, limit, offset), idempotent=True)
+        found: list[JobInfo] = []
+        for b in all_backends():
+            if b.supports_dlq_listing:
+                found += _call(b, lambda b=b: b.dlq_list(None, offset + limit), idempotent=True)  # type: ignore[misc]
+        found.sort(key=lambda info: info.job_id)
+        return found[offset : offset + limit]
 
-    def dlq_size(self, queue_name: str, backend: str | None = None) -> int:
-        b = get_backend(backend)
-        q = validation.queue_name(queue_name)
-        return _call(b, lambda: b.dlq_size(q), idempotent=True)
+    def dlq_size(self, queue_name: str | None = None, backend: str | None = None) -> int:
+        """How many dead letters a queue holds; without ``queue_name``, every queue (of
+        ``backend``, or of every backend)."""
+        q = None if queue_name is None else validation.queue_name(queue_name)
+        if q is not None or backend is not None:
+            b = get_backend(backend)
+            return _call(b, lambda: b.dlq_size(q), idempotent=True)
+        return sum(
+            _call(b, lambda b=b: b.dlq_size(None), idempotent=True)  # type: ignore[misc]
+            for b in all_backends()
+        )
 
     def dlq_retry(self, job_id: str, backend: str | None = None) -> bool:
         """A DLQ job back to pending with a fresh attempt budget."""
@@ -337,10 +370,84 @@ class Queue:
         q = validation.queue_name(queue_name)
         return _call(b, lambda: b.dlq_retry_all(q))
 
+    def dlq_retry_many(self, job_ids: Sequence[str], *, backend: str | None = None) -> int:
+        """The failed jobs among ``job_ids`` back to pending; answers how many."""
+        b, found = get_backend(backend), _ids(job_ids)
+        return _call(b, lambda: b.dlq_retry_many(found)) if found else 0
+
+    def delete_jobs(self, job_ids: Sequence[str], *, backend: str | None = None) -> int:
+        """Delete these jobs unless running (inflight, waiting for children), with their
+        flow rows and history; answers how many. Each deletion is audited."""
+        b, found = get_backend(backend), _ids(job_ids)
+        return _call(b, lambda: b.delete_jobs(found)) if found else 0
+
+    def move_jobs(
+        self, job_ids: Sequence[str], queue_name: str, *, backend: str | None = None
+    ) -> int:
+        """Move the pending, blocked and failed ones among these jobs to ``queue_name``
+        (a waiting job whose dedupe key a live job holds there stays); answers how many."""
+        b, found = get_backend(backend), _ids(job_ids)
+        q = validation.queue_name(queue_name)
+        return _call(b, lambda: b.move_jobs(found, q)) if found else 0
+
+    def set_priority(
+        self, job_ids: Sequence[str], priority: int, *, backend: str | None = None
+    ) -> int:
+        """Give the pending, blocked and failed ones among these jobs ``priority``; answers
+        how many changed."""
+        b, found = get_backend(backend), _ids(job_ids)
+        p = validation.priority(priority)
+        return _call(b, lambda: b.set_priority(found, p)) if found else 0
+
+    def attempts(self, job_id: str, backend: str | None = None) -> list[AttemptInfo]:
+        """The job's attempt history, oldest first (``ATTEMPT_HISTORY`` says which are
+        kept); [] for an unknown job."""
+        validation.identifier(job_id)
+        b, info = self._find(job_id, backend)
+        if info is None:
+            return []
+        return _call(b, lambda: b.attempts(job_id), idempotent=True)
+
     @staticmethod
     def _require_dlq(b: Backend) -> None:
         if not b.supports_dlq_listing:
             raise QueueError(ErrorCode.DLQ_UNSUPPORTED, f"backend {b.alias!r} cannot list its DLQ")
+
+    # -- durable workflows (docs/workflows.md) -------------------------------------------
+    def send_event(
+        self,
+        name: str,
+        *,
+        key: str = "",
+        payload: Any = None,
+        backend: str | None = None,
+        keep: float | None = None,
+        user: str | None = None,
+    ) -> int:
+        """Deliver event ``name``/``key`` to the workflow that waits for it
+        (``ctx.wait_for_event``), or keep it ``keep`` seconds (``RETENTION["EVENTS"]``) for
+        the first that will. Inside ``transaction.atomic()`` it is sent only if the
+        transaction commits. ``backend``: whose database keeps it (the default backend's)."""
+        return workflow_ops.send_event(name, key, payload, backend=backend, keep=keep, user=user)
+
+    def rerun_workflow(
+        self,
+        job_id: str,
+        from_step: int,
+        *,
+        backend: str | None = None,
+        user: str | None = None,
+    ) -> EnqueuedJob:
+        """Run an ended durable workflow again from step ``from_step`` (1-based): a new job
+        that keeps the steps before it and re-runs the rest; the original is left as it
+        was. Audited with ``user``."""
+        validation.identifier(job_id)
+        return workflow_ops.rerun(job_id, from_step, backend=backend, user=user)
+
+    def workflow_steps(self, job_id: str, backend: str | None = None) -> list[StepView]:
+        """The recorded steps of a durable job, in order (its timeline)."""
+        validation.identifier(job_id)
+        return workflow_ops.steps(job_id, backend)
 
     def cancel_flow(self, flow_id: str, backend: str | None = None) -> int:
         validation.identifier(flow_id, "flow_id")
@@ -471,6 +578,21 @@ class Queue:
         for b in [get_backend(backend)] if backend else all_backends():
             found += fleet.workers(b)
         return found
+
+
+#: The most job ids one bulk call takes (the console sends 500 at a time).
+MAX_IDS = 10_000
+
+
+def _ids(job_ids: object) -> list[str]:
+    """Job ids of a bulk call: a list or tuple of ids, at most ``MAX_IDS``; duplicates once."""
+    if isinstance(job_ids, str) or not isinstance(job_ids, list | tuple):
+        raise QueueError(ErrorCode.BAD_ARGUMENT, f"job_ids must be a list of ids, not {job_ids!r}")
+    if len(job_ids) > MAX_IDS:
+        raise QueueError(
+            ErrorCode.BAD_ARGUMENT, f"at most {MAX_IDS:,} job ids a call, not {len(job_ids):,}"
+        )
+    return sorted({validation.identifier(j) for j in job_ids})
 
 
 def _definition(name: object) -> registry.JobDefinition | None:

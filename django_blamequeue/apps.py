@@ -25,6 +25,7 @@ class BlameQueueConfig(AppConfig):
             check_handlers,
             check_migrated,
             check_queues_served,
+            check_schedule_calls,
             check_schedule_jobs,
             check_settings,
         )
@@ -42,6 +43,7 @@ class BlameQueueConfig(AppConfig):
         checks.register(check_queues_served, "blamequeue")
         checks.register(check_schedule_jobs, "blamequeue")
         checks.register(check_migrated, "blamequeue")
+        checks.register(check_schedule_calls, "blamequeue")
         checks.register(check_backends, "blamequeue", deploy=True)
         checks.register(check_handlers, "blamequeue", deploy=True)
         for name in AUTODISCOVER_MODULES:

@@ -36,8 +36,10 @@ FLOW_FAN_OUT = "system.queue.flow.fan_out"
 FLOW_REPORT = "system.queue.flow.report"
 FLOW_CASCADE = "system.queue.flow.cascade"
 SCHEDULE_FIRE = "system.queue.schedule.fire"
+SCHEDULE_SKIP = "system.queue.schedule.skip"  # overlap="skip": the last run still going
 CANCEL = "system.queue.cancel"
 CANCEL_REQUESTED = "system.queue.cancel.requested"
+EXPIRE = "system.queue.expire"  # cancelled: not started before its expires_at
 RELEASE = "system.queue.release"
 STALLED = "system.queue.stalled"
 LOCK_LOST = "system.queue.lock_lost"
@@ -48,7 +50,16 @@ PAUSE = "system.queue.pause"
 RESUME = "system.queue.resume"
 LIMITS = "system.queue.limits"
 SNOOZE = "system.queue.snooze"
+#: Operators' bulk edits of jobs (``Backend.delete_jobs``, ``move_jobs``, ``set_priority``).
+DELETE = "system.queue.delete"
+MOVE = "system.queue.move"
+PRIORITY = "system.queue.priority"
 NO_HANDLER = "system.queue.no_handler"  # handed back: this worker has no handler for it
+#: An enqueue of a held unique key absorbed by its holder (``data["outcome"]``: skip,
+#: replace, debounce); the holder's id is the event's job id.
+UNIQUE = "system.queue.unique"
+WORKFLOW_EVENT = "system.queue.workflow.event"  # queue.send_event (docs/workflows.md)
+WORKFLOW_RERUN = "system.queue.workflow.rerun"  # queue.rerun_workflow
 ADMIN_PREFIX = "system.queue.admin."
 
 #: The happy path of every job: recorded as rows only with ``AUDIT = "all"``.
@@ -63,6 +74,7 @@ HIGH_VOLUME = frozenset(
         RELEASE,
         FLOW_REPORT,
         NO_HANDLER,
+        UNIQUE,
     }
 )
 

@@ -20,7 +20,7 @@ from django_blamequeue import conf
 from django_blamequeue.backends import get_backend, migration_state
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.exceptions import QueueError
-from django_blamequeue.jobs import registry
+from django_blamequeue.jobs import registry, schedules
 
 __all__ = [
     "check_backends",
@@ -28,6 +28,7 @@ __all__ = [
     "check_migrated",
     "check_queues_known",
     "check_queues_served",
+    "check_schedule_calls",
     "check_schedule_jobs",
     "check_settings",
     "job_databases",
@@ -98,8 +99,39 @@ def check_queues_served(
         if backend != default:
             what = f"@job {name!r} is stored on backend {backend!r}"
             messages.append(_unserved(what, definition.queue, backend, default))
-    for name, entry in sorted(current.schedules.items()):
+    declared = {n: e for n, e in schedules.declared()[1].items() if n not in current.schedules}
+    for name, entry in sorted({**declared, **current.schedules}.items()):
         messages += _schedule_unserved(name, entry, default)
+    return messages
+
+
+def check_schedule_calls(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """E043: a schedule (``SCHEDULES``, or declared in code) whose call cannot bind to its
+    job's handler: it would fail at every fire, so it is an error now and never fired. An
+    unknown job is W008's (``check --deploy``)."""
+    try:
+        current = conf.get_settings()
+    except QueueError:  # invalid settings: check_settings reports them
+        return []
+    declared = {n: e for n, e in schedules.declared()[1].items() if n not in current.schedules}
+    messages: list[checks.CheckMessage] = []
+    for name, entry in sorted({**declared, **current.schedules}.items()):
+        definition = registry.get(str(entry["job"]))
+        if definition is None:
+            continue
+        why = schedules.call_problem(entry, definition)
+        if why is not None:
+            where = f'SCHEDULES["{name}"]' if name in current.schedules else f"schedule {name!r}"
+            messages.append(
+                checks.Error(
+                    f"{where} {why}",
+                    hint='Give "args" and "kwargs" the handler takes (a call), or "payload" '
+                    "for a handler of one argument; neither calls a handler that needs none.",
+                    id="blamequeue.E043",
+                )
+            )
     return messages
 
 
@@ -114,7 +146,9 @@ def _schedule_unserved(
     if entry.get("enabled") is False or queue is None:
         return []  # off, or an unknown job on its own queue: the scheduler logs that one
     backend = entry.get("backend") or (definition.backend if definition else None) or default
-    what = f'SCHEDULES["{name}"] fires {entry["job"]!r} on queue {queue!r}'
+    from_settings = name in conf.get_settings().schedules
+    label = f'SCHEDULES["{name}"]' if from_settings else f"schedule {name!r}"
+    what = f"{label} fires {entry['job']!r} on queue {queue!r}"
     if backend != default:
         return [_unserved(f"{what} of backend {backend!r}", queue, backend, default)]
     if queue in registry.queues():
@@ -162,13 +196,13 @@ def check_handlers(
         for (q, name), n in sorted(waiting.items()):
             if name and name != q and registry.get(name) is None:
                 messages.append(_no_handler(f"{n:,} waiting job(s) of backend {alias!r}", q, name))
-    schedules: dict[str, str] = {}  # SCHEDULES entries are E041 errors of the plain check
+    by_name: dict[str, str] = {}  # SCHEDULES entries are E041 errors of the plain check
     try:
         rows = Schedule.objects.filter(enabled=True).values_list("name", "job")
-        schedules.update({n: j for n, j in rows if n not in current.schedules})
+        by_name.update({n: j for n, j in rows if n not in current.schedules})
     except Exception as exc:  # no table yet (before migrate)
         messages.append(_unreachable("default", exc))
-    for name, job in sorted(schedules.items()):
+    for name, job in sorted(by_name.items()):
         if registry.get(job) is None:
             messages.append(
                 checks.Warning(

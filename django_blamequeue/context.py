@@ -31,7 +31,11 @@ from django_blamequeue.core.checkpoints import CheckpointSlot
 from django_blamequeue.exceptions import ErrorCode, QueueError, Retry
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from django_blamequeue.backends.base import Backend
+    from django_blamequeue.jobs.registry import JobDefinition
+    from django_blamequeue.jobs.workflow import Workflow
 
 logger = logging.getLogger("django_blamequeue.worker")
 
@@ -81,6 +85,11 @@ class JobContext:
     #: An ``@job(atomic=True)`` run: its writes roll back with a failed attempt, so it takes
     #: no checkpoint (the next attempt would skip work that was undone).
     atomic: bool = False
+    #: A durable job's replay (``jobs/workflow.py``): what ``step``, ``sleep``,
+    #: ``wait_for_event`` and ``child`` answer from. None: not a durable job.
+    workflow: Workflow | None = None
+    #: The time the run sees (a test's moved clock); None: the engine's clock.
+    clock: Callable[[], datetime] | None = None
     _cancelled: _Flag = field(default_factory=_Flag)
     _last_progress: float = field(default=-1e18)
     _writes: set[asyncio.Task[Any]] = field(default_factory=set)
@@ -249,6 +258,59 @@ class JobContext:
         attempt: raises ``Retry``, so nothing after the call runs."""
         raise Retry(delay, reason)
 
+    # -- durable workflows (docs/workflows.md) -------------------------------------------
+    def now(self) -> datetime:
+        """The time by the job's engine (or the test's moved clock)."""
+        return self.clock() if self.clock is not None else self.backend.now()
+
+    def _workflow(self, verb: str) -> Workflow:
+        if self.workflow is None:
+            raise QueueError(
+                ErrorCode.INVALID_HANDLER,
+                f"ctx.{verb}() needs a durable job: register it with @job(durable=True) or "
+                "@workflow (docs/workflows.md)",
+            )
+        return self.workflow
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` run once for this job: its JSON result is recorded under
+        ``name`` (and its occurrence), and every later attempt answers it without running
+        ``fn``. A step that raises is not recorded: the attempt fails as usual and the next
+        one runs it again."""
+        return self._workflow("step").step(name, fn, args, kwargs, atomic=False)
+
+    def atomic_step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """``step``, with ``fn``'s database writes committed in one transaction with the
+        step's record, fenced by the lease: both or neither, once."""
+        return self._workflow("atomic_step").step(name, fn, args, kwargs, atomic=True)
+
+    def version(self, name: str, latest: int) -> int:
+        """A marker for changed workflow code: ``latest`` (recorded) for a run that gets here
+        for the first time, 0 for one that recorded another step here on older code. Branch
+        on it to keep old runs on their old path (docs/workflows.md#changing-workflow-code)."""
+        return self._workflow("version").version(name, latest)
+
+    def sleep(self, seconds: float, *, name: str = "sleep") -> None:
+        """A durable timer: the attempt ends here without being spent or holding a slot, and
+        the job replays to this point ``seconds`` from the first time it got here."""
+        self._workflow("sleep").sleep(seconds, name)
+
+    def sleep_until(self, when: datetime, *, name: str = "sleep") -> None:
+        """``sleep`` until ``when`` (timezone-aware)."""
+        self._workflow("sleep_until").sleep_until(when, name)
+
+    def wait_for_event(self, name: str, *, key: str = "", timeout: float | None = None) -> Any:
+        """The payload of event ``name``/``key`` sent with ``queue.send_event`` (one sent
+        before this wait counts, if it is still kept). The job parks until it comes; past
+        ``timeout`` seconds (from the first time it got here) raises ``WaitTimeout``."""
+        return self._workflow("wait_for_event").wait_for_event(name, key, timeout)
+
+    def child(self, name: str, job: JobDefinition, payload: Any = None, **options: Any) -> Any:
+        """Enqueue ``job`` (a ``@job`` or ``@workflow``) as this step's child and answer its
+        result once it is done; a child that fails or is cancelled raises ``ChildFailed``.
+        ``options`` as ``job.enqueue``'s."""
+        return self._workflow("child").child(name, job, payload, dict(options))
+
     @property
     def direct(self) -> bool:
         """True in a direct call of a ``@job`` function (no worker, no queue, no lease)."""
@@ -281,6 +343,30 @@ class DirectContext(JobContext):
 
     async def acheckpoint(self, value: Any) -> None:
         checkpoints.encode(value)
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)  # a direct call records nothing: every step runs
+
+    def atomic_step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    def version(self, name: str, latest: int) -> int:
+        return latest  # a direct call has no older record
+
+    def sleep(self, seconds: float, *, name: str = "sleep") -> None:
+        validation.delay(seconds)  # checked as in a worker; a direct call does not wait
+
+    def sleep_until(self, when: datetime, *, name: str = "sleep") -> None:
+        validation.run_at(when)
+
+    def wait_for_event(self, name: str, *, key: str = "", timeout: float | None = None) -> Any:
+        raise QueueError(
+            ErrorCode.INVALID_HANDLER,
+            "ctx.wait_for_event() in a direct call: no event can reach it; enqueue the job",
+        )
+
+    def child(self, name: str, job: JobDefinition, payload: Any = None, **options: Any) -> Any:
+        return job(payload)
 
     @property
     def direct(self) -> bool:

@@ -33,6 +33,11 @@ class ErrorCode(StrEnum):
     CHECKPOINT_TOO_LARGE = "CHECKPOINT_TOO_LARGE"
     BAD_LIMIT = "BAD_LIMIT"
     NOT_MIGRATED = "NOT_MIGRATED"
+    DUPLICATE = "DUPLICATE"
+    NON_DETERMINISTIC_WORKFLOW = "NON_DETERMINISTIC_WORKFLOW"
+    WAIT_TIMEOUT = "WAIT_TIMEOUT"
+    CHILD_FAILED = "CHILD_FAILED"
+    NOT_A_WORKFLOW = "NOT_A_WORKFLOW"
 
 
 class QueueError(Exception):
@@ -65,6 +70,54 @@ class Snooze(Exception):
     def __init__(self, seconds: float = 0.0) -> None:
         self.seconds = seconds
         super().__init__(f"snooze for {seconds!r} s")
+
+
+class Park(BaseException):
+    """A durable workflow waits (``ctx.sleep``, ``ctx.wait_for_event``, ``ctx.child``): the
+    attempt ends without being spent and the job is claimed again (and replayed) after
+    ``seconds``, or sooner when an event or its child wakes it. A ``BaseException``, so a
+    handler's ``except Exception`` cannot swallow it; unlike ``Snooze`` it does not count
+    against ``MAX_SNOOZES``: a workflow waits as often as its code says."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        super().__init__(f"parked for {seconds:g} s")
+
+
+class NonDeterministicWorkflow(QueueError):
+    """A replay asked for a different step than the one recorded at that place: the
+    workflow's code changed its order (or branches on something not recorded in a step).
+    Nothing is returned for it; give changed steps new names (docs/workflows.md)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.NON_DETERMINISTIC_WORKFLOW, message)
+
+    def __reduce__(self) -> tuple[type[NonDeterministicWorkflow], tuple[str]]:  # type: ignore[override]
+        return (type(self), (self.message,))
+
+
+class WaitTimeout(QueueError):
+    """``ctx.wait_for_event``: no event came before the timeout. The handler may catch it;
+    every later replay raises it again at the same place."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.WAIT_TIMEOUT, message)
+
+    def __reduce__(self) -> tuple[type[WaitTimeout], tuple[str]]:  # type: ignore[override]
+        return (type(self), (self.message,))
+
+
+class ChildFailed(QueueError):
+    """``ctx.child``: the child job failed or was cancelled. ``state`` is its end state and
+    ``error`` its last error, as recorded in the step."""
+
+    def __init__(self, message: str, state: str = "failed", error: str = "") -> None:
+        super().__init__(ErrorCode.CHILD_FAILED, message)
+        self.state = state
+        self.error = error
+
+    def __reduce__(self) -> tuple[type[ChildFailed], tuple[str, str, str]]:  # type: ignore[override]
+        return (type(self), (self.message, self.state, self.error))
 
 
 class Retry(Exception):

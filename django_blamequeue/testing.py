@@ -239,6 +239,8 @@ class CapturedJobs:
                 continue
             if self._relay.run_once().moved:  # flow reports and settles, cross-backend jobs
                 continue
+            if self.backend.expire(self.now()):  # what the sweeper would cancel as expired
+                continue
             step = self._next_wait(queues, horizon)
             if step is None:
                 return report

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -20,9 +20,19 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
-from django_blamequeue.admin import display, operations, provenance
+from django_blamequeue import audit
+from django_blamequeue.admin import (
+    attempts,
+    bulk,
+    display,
+    operations,
+    provenance,
+    search,
+    workflows,
+)
 from django_blamequeue.admin.base import (
     CANCEL,
+    PURGE,
     RETRY,
     VIEW,
     ReadOnlyAdmin,
@@ -51,7 +61,13 @@ from django_blamequeue.models import AuditEvent, Job, traced
 #: Columns never loaded for a list page (payloads may be up to 1 MiB each).
 HEAVY_FIELDS = ("payload", "result", "traceback", "lease_token", "checkpoint")
 AUDIT_TRAIL_ROWS = 200
-PROTECTED_ACTIONS = {"retry_selected": RETRY, "cancel_selected": CANCEL}
+PROTECTED_ACTIONS = {
+    "retry_selected": RETRY,
+    "cancel_selected": CANCEL,
+    "delete_selected_jobs": PURGE,
+    "move_selected": bulk.MOVE,
+    "reprioritize_selected": bulk.REPRIORITIZE,
+}
 
 
 def url(name: str, *args: Any, **query: Any) -> str:
@@ -81,6 +97,7 @@ class JobAdmin(ReadOnlyAdmin):
         ClassificationFilter,
         AboutFilter,
         OriginFilter,
+        *search.SEARCH_FILTERS,
     )
     url_filters = ("flow_id", "trace_id")  # exact: the flow page's link, and by hand
     search_fields = ("id", "dedupe_key", "trace_id")
@@ -90,7 +107,13 @@ class JobAdmin(ReadOnlyAdmin):
     )
     ordering = ("-id",)
     sortable_by = ("id",)
-    actions = ("retry_selected", "cancel_selected")
+    actions = (
+        "retry_selected",
+        "cancel_selected",
+        "delete_selected_jobs",
+        "move_selected",
+        "reprioritize_selected",
+    )
     actions_selection_counter = False  # no "select all N": N is capped, see CappedPaginator
     change_list_template = "admin/django_blamequeue/job/change_list.html"
 
@@ -99,8 +122,11 @@ class JobAdmin(ReadOnlyAdmin):
 
     # -- the list ------------------------------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
-        db = backend_database(selected_backend(request))
-        return super().get_queryset(request).using(db).defer(*HEAVY_FIELDS)
+        return self.get_queryset_for(selected_backend(request))
+
+    def get_queryset_for(self, alias: str) -> QuerySet[Job]:
+        """The job list's rows of one local backend (its database)."""
+        return Job.objects.using(backend_database(alias)).defer(*HEAVY_FIELDS)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
@@ -119,6 +145,9 @@ class JobAdmin(ReadOnlyAdmin):
         about = provenance.about_search(queryset, term)
         if about is not None:
             return about, False
+        held = queryset.filter(unique_key=term, unique_states__isnull=False)  # bq_job_unique
+        if held.exists():
+            return held, False
         return matching(queryset, dedupe_key=term), False
 
     def changelist_view(
@@ -130,6 +159,9 @@ class JobAdmin(ReadOnlyAdmin):
         context = {
             "tabs": Console.tabs(request, "jobs"),
             "backend_alias": backend,
+            "bulk_verbs": bulk.permitted(request),
+            "bulk_url": url("bulk"),
+            "bulk_filters": request.GET.urlencode(),
             "title": f"Jobs on backend {backend}",
             **(extra_context or {}),
         }
@@ -215,6 +247,42 @@ class JobAdmin(ReadOnlyAdmin):
         n = operations.cancel(request, backend, rows)
         self.message_user(request, f"{n} job(s) cancelled or told to stop.", messages.SUCCESS)
 
+    def has_purge_permission(self, request: HttpRequest) -> bool:
+        return allowed(request, PURGE)
+
+    def has_move_permission(self, request: HttpRequest) -> bool:
+        return allowed(request, bulk.MOVE)
+
+    def has_reprioritize_permission(self, request: HttpRequest) -> bool:
+        return allowed(request, bulk.REPRIORITIZE)
+
+    def _confirm_checked(self, request: HttpRequest, jobs: QuerySet[Job], verb: str) -> Any:
+        """The checked rows go to the bulk confirmation page (it asks for a queue or a
+        priority where the action needs one)."""
+        rows = self._selected(request, jobs)
+        if rows is None:
+            return None
+        query = QueryDict(mutable=True)
+        query.setlist("job_id", [i for i, _ in rows])
+        query["verb"] = verb
+        query["filters"] = urlencode({"backend": selected_backend(request)})
+        return HttpResponseRedirect(url("bulk") + "?" + query.urlencode())
+
+    @admin.action(description="Delete selected jobs…", permissions=["purge"])
+    def delete_selected_jobs(self, request: HttpRequest, jobs: QuerySet[Job]) -> Any:
+        return self._confirm_checked(request, jobs, "delete")
+
+    @admin.action(description="Move selected jobs to another queue…", permissions=["move"])
+    def move_selected(self, request: HttpRequest, jobs: QuerySet[Job]) -> Any:
+        return self._confirm_checked(request, jobs, "move")
+
+    @admin.action(description="Change the priority of selected jobs…", permissions=["reprioritize"])
+    def reprioritize_selected(self, request: HttpRequest, jobs: QuerySet[Job]) -> Any:
+        return self._confirm_checked(request, jobs, "priority")
+
+    def bulk_view(self, request: HttpRequest) -> HttpResponse:
+        return bulk.bulk(request, self)
+
     # -- the job page --------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
@@ -230,8 +298,20 @@ class JobAdmin(ReadOnlyAdmin):
             path("queues/resume/", wrap(console.resume), name=name + "resume"),
             path("queues/limits/", wrap(console.limits), name=name + "limits"),
             path("workers/", wrap(console.workers), name=name + "workers"),
+            path("charts/", wrap(console.charts), name=name + "charts"),
+            path("bulk/", wrap(self.bulk_view), name=name + "bulk"),
             path("flow/<str:flow_id>/", wrap(console.flow), name=name + "flow"),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name=name + "cancel"),
+            path(
+                "<path:object_id>/workflow/rerun/",
+                wrap(workflows.rerun),
+                name=name + "workflow_rerun",
+            ),
+            path(
+                "<path:object_id>/workflow/send-event/",
+                wrap(workflows.send_event),
+                name=name + "workflow_send_event",
+            ),
             *super().get_urls(),
         ]
 
@@ -244,6 +324,7 @@ class JobAdmin(ReadOnlyAdmin):
     ) -> HttpResponse:
         require(request, VIEW)
         info = job_or_404(object_id, request.GET.get("backend"))
+        rounds, history_error = attempts.history(info)
         trail = list(
             AuditEvent.objects.using(backend_database(info.backend))
             .filter(job_id=info.job_id)
@@ -278,6 +359,9 @@ class JobAdmin(ReadOnlyAdmin):
                 (e, display.relative(e.created_at), display.pretty_json(e.data)) for e in trail
             ],
             "trail_truncated": len(trail) >= AUDIT_TRAIL_ROWS,
+            "rounds": rounds,
+            "history_error": history_error,
+            "unique_outcomes": _outcomes(trail),
             "audit_url": reverse("admin:django_blamequeue_auditevent_changelist")
             + "?"
             + urlencode({"job_id": info.job_id, "backend": info.backend}),
@@ -292,6 +376,7 @@ class JobAdmin(ReadOnlyAdmin):
             "can_retry": info.state == "failed" and allowed(request, RETRY),
             "cancel_url": url("cancel", info.job_id),
             "retry_url": url("dlq_retry"),
+            "workflow": workflows.context(request, info),
         }
         return TemplateResponse(request, "admin/django_blamequeue/job_detail.html", context)
 
@@ -309,6 +394,17 @@ def _cancel(request: HttpRequest, object_id: str) -> HttpResponse:
     else:
         messages.warning(request, f"Job {info.job_id} is {info.state}: nothing to cancel.")
     return HttpResponseRedirect(url("change", info.job_id, backend=info.backend))
+
+
+def _outcomes(trail: list[AuditEvent]) -> str:
+    """What the calls a unique job absorbed did, from its audit rows (``AUDIT = "all"``):
+    ``2 skip, 5 debounce``."""
+    counts: dict[str, int] = {}
+    for e in trail:
+        if e.action == audit.UNIQUE:
+            outcome = str(e.data.get("outcome") or "skip")
+            counts[outcome] = counts.get(outcome, 0) + 1
+    return ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
 
 
 def job_or_404(object_id: str, wanted: str | None) -> JobInfo:

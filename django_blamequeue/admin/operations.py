@@ -29,6 +29,7 @@ ADMIN_ACTIONS = (
     ADMIN_RETRY_ALL,
     ADMIN_PURGE,
     ADMIN_CANCEL,
+    audit.ADMIN_PREFIX + "bulk",
     *(audit.ADMIN_PREFIX + f"schedule.{verb}" for verb in ("add", "change", "delete")),
 )
 

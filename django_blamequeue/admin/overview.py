@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from django_blamequeue.admin import actions, control, display
+from django_blamequeue.admin import actions, charts, control, display
 from django_blamequeue.admin.actions import (
     _int,
     _queue_name,
@@ -79,6 +79,8 @@ class OverviewRow:
     purge_url: str | None
     paused: bool = False
     reason: str = ""
+    spark: str = ""  # the last hour as a sparkline (done up, failed down)
+    charts_url: str = ""
     limits: str = ""  # the limits in force, described; "" for none
     source: str = ""  # live | settings
     limits_url: str = ""
@@ -96,6 +98,7 @@ class Console:
             ("Overview", _url("overview"), current == "overview"),
             ("Jobs", reverse("admin:django_blamequeue_job_changelist"), current == "jobs"),
             ("Dead letters", _url("dlq"), current == "dlq"),
+            ("Charts", _url("charts"), current == "charts"),
             ("Workers", _url("workers"), current == "workers"),
         ]
         if allowed(request, "django_blamequeue.view_schedule"):
@@ -152,8 +155,10 @@ class Console:
             stats += [
                 QueueStats(backend=b.alias, queue=q) for q in sorted(controls) if q not in listed
             ]
+            sparks = charts.sparklines(b)
             rows += [
-                self._row(request, b, st, entry["breaker"], controls.get(st.queue)) for st in stats
+                self._row(request, b, st, entry["breaker"], controls.get(st.queue), sparks)
+                for st in stats
             ]
         headers = [s.replace("_", " ") for s in OVERVIEW_STATES]
         return self.render(
@@ -178,6 +183,7 @@ class Console:
         st: QueueStats,
         breaker: str,
         ctl: QueueControl | None = None,
+        sparks: dict[str, Any] | None = None,
     ) -> OverviewRow:
         listable = b.database is not None
         cells = [
@@ -212,6 +218,8 @@ class Console:
             limits="" if ctl is None or ctl.limits.empty else ctl.limits.describe(),
             source=ctl.source if ctl else "",
             limits_url=_url("limits", backend=b.alias, queue=st.queue),
+            spark=(sparks or {}).get(st.queue, ""),
+            charts_url=_url("charts", backend=b.alias, queue=st.queue),
         )
 
     # -- dead-letter queue ---------------------------------------------------------------
@@ -307,6 +315,10 @@ class Console:
 
     def workers(self, request: HttpRequest) -> HttpResponse:
         return control.workers_page(request, self)
+
+    # -- charts --------------------------------------------------------------------------
+    def charts(self, request: HttpRequest) -> HttpResponse:
+        return charts.charts_page(request, self)
 
     # -- flows ---------------------------------------------------------------------------
     def flow(self, request: HttpRequest, flow_id: str) -> HttpResponse:

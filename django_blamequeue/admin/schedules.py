@@ -1,7 +1,9 @@
 """Schedules (docs/schedules.md) in the admin: cron or interval, timezone, enabled, next fire times.
 
-Rows from ``SCHEDULES`` (``source="settings"``) are shown read-only: the sweeper mirrors the
-setting into the table, so an edit here would be undone. Every add, change and delete is
+Rows from ``SCHEDULES`` (``source="settings"``) and from the code (``@job(schedule=...)``,
+``@periodic``: ``source="code"``) are shown read-only: the sweeper mirrors them into the table,
+so an edit here would be undone. The list shows each schedule's overlap policy and how many
+fires it skipped while its last run still waited or ran. Every add, change and delete is
 audited with the acting user in the transaction that saves it (the admin's own).
 """
 
@@ -26,6 +28,7 @@ from django_blamequeue.core import schedules, validation
 from django_blamequeue.core.schedules import cron_error
 from django_blamequeue.exceptions import QueueError
 from django_blamequeue.jobs import registry
+from django_blamequeue.jobs.schedules import call_problem
 from django_blamequeue.models import Schedule
 
 ADMIN_SCHEDULE = audit.ADMIN_PREFIX + "schedule."
@@ -67,11 +70,20 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
             "timezone",
             "enabled",
             "backend",
+            "overlap",
+            "expires",
         )
         help_texts = {
             "cron": "5 fields: minute hour day month weekday, e.g. */5 * * * *",
             "timezone": "IANA name, e.g. Europe/Paris; cron times are wall-clock times there",
         }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["overlap"].required = False  # left out: the default, "skip"
+
+    def clean_overlap(self) -> str:
+        return str(self.cleaned_data.get("overlap") or "skip")
 
     def clean_job(self) -> str:
         job = str(self.cleaned_data["job"]).strip()
@@ -104,10 +116,21 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
                 f"seconds from {validation.MIN_INTERVAL:g} to {validation.MAX_SECONDS:,}"
             ) from None
 
+    def clean_expires(self) -> float | None:
+        expires = self.cleaned_data.get("expires")
+        if expires is not None and not 0 < expires <= validation.MAX_SECONDS:
+            raise forms.ValidationError(f"seconds > 0 and ≤ {validation.MAX_SECONDS:,}")
+        return expires
+
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         if bool(data.get("cron")) == (data.get("interval") is not None):
             raise forms.ValidationError("Give exactly one of cron and interval.")
+        definition = registry.get(str(data.get("job") or ""))
+        if definition is not None:
+            why = call_problem({"payload": data.get("payload")}, definition)
+            if why is not None:  # it would fail at every fire: refused now
+                self.add_error("payload", f"This schedule {why}")
         return data
 
 
@@ -153,12 +176,13 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "timezone",
         "enabled",
         "source",
+        "overlapping",
         "last_fired",
         "next_fire",
     )
-    list_filter = ("enabled", "source")
+    list_filter = ("enabled", "source", "overlap")
     search_fields = ("name", "job")
-    readonly_fields = ("source", "last_fired", "next_fire_times")
+    readonly_fields = ("source", "last_fired", "next_fire_times", "skipped", "last_skipped_at")
     show_facets = admin.ShowFacets.NEVER
 
     class Media:
@@ -183,17 +207,23 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         self, request: HttpRequest, obj: Schedule | None = None
     ) -> list[str]:
         fields = list(ScheduleForm.Meta.fields)
-        return fields + (["source", "last_fired", "next_fire_times"] if obj else [])
+        shown = ["source", "last_fired", "next_fire_times", "skipped", "last_skipped_at"]
+        return fields + (shown if obj else [])
 
     def has_change_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
-        return (obj is None or obj.source != "settings") and super().has_change_permission(
+        return (obj is None or obj.source == "admin") and super().has_change_permission(
             request, obj
         )
 
     def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
-        return (obj is None or obj.source != "settings") and super().has_delete_permission(
+        return (obj is None or obj.source == "admin") and super().has_delete_permission(
             request, obj
         )
+
+    @admin.display(description="overlap")
+    def overlapping(self, s: Schedule) -> str:
+        """``skip``, with the fires skipped while the last run still waited or ran."""
+        return f"{s.overlap} · {s.skipped} skipped" if s.skipped else s.overlap
 
     @admin.display(description="rule")
     def rule(self, s: Schedule) -> str:

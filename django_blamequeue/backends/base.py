@@ -23,6 +23,7 @@ from django_blamequeue.core.limits import QueueLimits
 from django_blamequeue.core.records import (
     Ack,
     AckResult,
+    AttemptInfo,
     Backlog,
     CancelResult,
     Claimed,
@@ -38,6 +39,7 @@ from django_blamequeue.core.records import (
     Report,
     RescueReport,
 )
+from django_blamequeue.core.timeseries import Bucket, Sample
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
@@ -85,6 +87,9 @@ class Backend(metaclass=ABCMeta):
     #: job rows live in that database: the local backend, the SQS ledger); False: it writes
     #: a completion mark there and the ack follows the commit (redis). docs/effects.md.
     effects_with_ack = False
+    #: The engine drops the console's old chart buckets by itself (Redis: each bucket's key
+    #: expires), so ``prune_buckets`` has nothing to do.
+    expires_buckets = False
     #: Engine errors that mean "unavailable" (mapped to ``BACKEND_UNAVAILABLE``).
     unavailable_errors: tuple[type[BaseException], ...] = ()
     #: The Django database alias that holds this backend's jobs and audit rows (the local
@@ -193,6 +198,20 @@ class Backend(metaclass=ABCMeta):
         ``max_stalled``. Fenced by the token; False if it is stale."""
         raise NotImplementedError
 
+    # -- durable workflows (docs/workflows.md) -------------------------------------------
+    def wake(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        """Make the pending jobs among ``job_ids`` that are not yet due due at ``now`` (a
+        parked workflow an event or a child woke); answers how many moved. Others (due,
+        running, ended, unknown) are left as they are, so a wake is safe to repeat."""
+        raise NotImplementedError
+
+    def fence_step(self, job_id: str, token: str) -> bool | None:
+        """Inside a workflow step's open transaction on ``effects_database``: True if the run
+        still holds its lease (the job row stays locked until the commit), False if it lost
+        it (the step must commit nothing). None where the job rows live elsewhere (redis):
+        the step row's unique key alone decides, the first run to commit owning the step."""
+        return None
+
     @abstractmethod
     def save_checkpoints(
         self, items: Sequence[tuple[str, str, str]], now: datetime | None = None
@@ -210,6 +229,13 @@ class Backend(metaclass=ABCMeta):
         The risk, stated: a job whose worker is alive but stopped renewing for a whole lease
         is treated as crashed. The fence keeps that worker from acking afterwards.
         """
+
+    @abstractmethod
+    def expire(self, now: datetime | None = None, limit: int = 500) -> list[str]:
+        """Cancel up to ``limit`` waiting jobs whose ``expires_at`` passed, with reason
+        ``expired`` (audited ``system.queue.expire``, reported and cascaded as a cancel);
+        answer their ids. A claim never leases such a job (rule: expiry): this is the
+        sweeper's pass over the ones no claim met."""
 
     # -- operations ----------------------------------------------------------------------
     @abstractmethod
@@ -232,10 +258,12 @@ class Backend(metaclass=ABCMeta):
         """Pending + inflight."""
 
     @abstractmethod
-    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]: ...
+    def dlq_list(self, queue: str | None, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        """The failed jobs of ``queue`` (None: of every queue), oldest first by id."""
 
     @abstractmethod
-    def dlq_size(self, queue: str) -> int: ...
+    def dlq_size(self, queue: str | None) -> int:
+        """How many failed jobs ``queue`` (None: every queue) holds."""
 
     @abstractmethod
     def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
@@ -266,6 +294,59 @@ class Backend(metaclass=ABCMeta):
         limit: int = 5000,
     ) -> PruneReport:
         """Delete old terminal jobs (and their flow rows). ``None`` keeps that state."""
+
+    # -- operators' bulk edits (the console; each job audited) ------------------------------
+    @abstractmethod
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Delete these jobs, unless running (inflight, waiting for children), with their
+        flow rows and attempt history; answers how many. Unknown ids are skipped."""
+
+    @abstractmethod
+    def move_jobs(self, job_ids: Sequence[str], queue: str, now: datetime | None = None) -> int:
+        """Move the waiting and failed ones (pending, blocked, failed) among these jobs to
+        ``queue``, in their state; a waiting job whose dedupe key a live job holds there
+        stays. Answers how many moved; workers of ``queue`` are woken for the pending."""
+
+    @abstractmethod
+    def set_priority(
+        self, job_ids: Sequence[str], priority: int, now: datetime | None = None
+    ) -> int:
+        """Give the waiting and failed ones among these jobs ``priority`` (claims of the
+        pending follow it at once); answers how many changed."""
+
+    def dlq_retry_many(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        """``dlq_retry`` of each failed job among ``job_ids``; answers how many went back.
+        An engine may do it in one round trip."""
+        return sum(1 for job_id in job_ids if self.dlq_retry(job_id, now))
+
+    # -- the console's history and charts ------------------------------------------------
+    @abstractmethod
+    def attempts(self, job_id: str) -> list[AttemptInfo]:
+        """The job's attempt history, oldest first (which attempts: ``ATTEMPT_HISTORY``)."""
+
+    @abstractmethod
+    def record_samples(self, samples: Sequence[Sample], now: datetime | None = None) -> None:
+        """Add ``samples`` to the time buckets holding ``now`` (the engine's clock) at every
+        resolution of ``core.timeseries``, in one round trip; a sample's depth replaces the
+        bucket's. Buckets outlive no resolution's window for long (``prune_buckets``)."""
+
+    @abstractmethod
+    def buckets(
+        self,
+        step: int,
+        since: datetime,
+        until: datetime,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+    ) -> list[Bucket]:
+        """The stored buckets of resolution ``step`` starting in [``since``, ``until``), of one
+        queue and/or job name (None: all); a queue's depth (name "") comes with its names."""
+
+    @abstractmethod
+    def prune_buckets(self, now: datetime | None = None) -> int:
+        """Delete the buckets older than their resolution's window; answers how many (0
+        where the engine expires them by itself)."""
 
     # -- the control plane ----------------------------------------------------------------
     @abstractmethod

@@ -79,6 +79,8 @@ class Settings:
     retention_cancelled: float | None = 7 * _DAY
     retention_failed: float | None = None  # the DLQ is kept until retried or purged
     retention_audit: float | None = 30 * _DAY
+    #: How long an event sent before any workflow waits for it is kept for the first waiter.
+    retention_events: float | None = 7 * _DAY
     sweep_interval: float = 5.0
     flow_sweep_interval: float = 30.0
     shutdown_grace: float = 30.0
@@ -94,6 +96,10 @@ class Settings:
     #: When the worker logs a failed attempt's traceback: "final" (once, when the job goes to
     #: the DLQ; a retry is one WARNING line), "every" (each failed attempt) or "never".
     log_tracebacks: str = "final"
+    #: Which attempts a job's history keeps: "failures" (every attempt not done), "all", "off".
+    attempt_history: str = "failures"
+    #: ``ROUTES``: job name or glob → queue, in the order given (``jobs/routing.py``).
+    routes: tuple[tuple[str, str], ...] = ()
 
 
 _UNSET: Any = object()
@@ -231,6 +237,10 @@ def _build(raw: Mapping[str, Any]) -> Settings:
         backends=MappingProxyType({a: _backend(a, e) for a, e in backends.items()}),
         schedules=MappingProxyType({n: _frozen(e) for n, e in schedules.items()}),
         queues=MappingProxyType({q: _limits(e) for q, e in queues.items()}),
+        routes=tuple(
+            (pattern, target["queue"] if isinstance(target, Mapping) else target)
+            for pattern, target in raw.get("ROUTES", {}).items()
+        ),
         **kwargs,
     )
 
@@ -295,6 +305,7 @@ _PLAIN_KEYS = (
     "WORKER_STALLED_AFTER",
     "ORIGIN_SITE",
     "LOG_TRACEBACKS",
+    "ATTEMPT_HISTORY",
 )
 _FLOAT_FIELDS = (
     "default_lease",
@@ -305,6 +316,7 @@ _FLOAT_FIELDS = (
     "retention_cancelled",
     "retention_failed",
     "retention_audit",
+    "retention_events",
     "sweep_interval",
     "flow_sweep_interval",
     "shutdown_grace",

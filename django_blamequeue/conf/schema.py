@@ -98,12 +98,29 @@ TOP_KEYS = (
     "WORKER_STALLED_AFTER",
     "ORIGIN_SITE",
     "LOG_TRACEBACKS",
+    "ATTEMPT_HISTORY",
+    "ROUTES",
 )
 #: ``LOG_TRACEBACKS``: which failed attempts the worker logs with their traceback.
 LOG_TRACEBACKS = ("final", "every", "never")
 #: Keys of a ``QUEUES`` entry: the default limits of that queue (docs/control.md).
 QUEUE_KEYS = ("CONCURRENCY", "KEY_CONCURRENCY", "RATE_LIMIT", "KEY_RATE_LIMIT")
-RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT")
+RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT", "EVENTS")
 AUDIT_LEVELS = ("all", "operations", "off")
-SCHEDULE_KEYS = ("job", "cron", "interval", "timezone", "payload", "queue", "enabled", "backend")
+SCHEDULE_KEYS = (
+    "job",
+    "cron",
+    "interval",
+    "timezone",
+    "payload",
+    "args",
+    "kwargs",
+    "queue",
+    "enabled",
+    "backend",
+    "overlap",
+    "expires",
+)
+#: ``overlap`` of a schedule: skip an occurrence while its last run waits or runs, or fire.
+OVERLAPS = ("skip", "allow")
 UNSAFE_CONTENT = {"application/x-python-serialize": "pickle", "application/x-yaml": "yaml"}

@@ -44,6 +44,7 @@ from django_blamequeue.conf.values import (
     is_names,
     is_number,
     kind,
+    route_errors,
     schedule_errors,
 )
 from django_blamequeue.core.validation import limits
@@ -71,6 +72,7 @@ def validate(
     validator.retention(raw.get("RETENTION", {}))
     validator.schedules(raw.get("SCHEDULES", {}))
     validator.queues(raw.get("QUEUES", {}))
+    validator.routes(raw.get("ROUTES", {}))
     return validator.found
 
 
@@ -79,7 +81,8 @@ _HINT_PROTOCOL = "Use one of: " + ", ".join(AVAILABLE) + "."
 _HINT_ENGINE = f"Name a subclass of {BASE}, or choose a PROTOCOL."
 _HINT_SCHEDULE = (
     'A schedule is {"job": "app.jobs.name", "cron": "*/5 * * * *"} or {"job": ..., '
-    '"interval": 300}, with optional "timezone", "payload" and "queue".'
+    '"interval": 300}, with optional "timezone", "payload" (or "args" and "kwargs"), "queue", '
+    '"overlap" ("skip" or "allow") and "expires" (seconds).'
 )
 
 
@@ -241,6 +244,12 @@ class _Validator(Findings):
             else:
                 for why in schedule_errors(entry):
                     self.add("E011", f"{at}: {why}", _HINT_SCHEDULE)
+
+    def routes(self, routes: object) -> None:
+        """E042: ``ROUTES`` maps job names or globs to queues (Celery's ``task_routes``)."""
+        hint = 'For example {"shop.webhooks.*": "webhooks", "shop.jobs.send_email": "emails"}.'
+        for why in route_errors(routes):
+            self.add("E042", f"{self.where('ROUTES')} {why}", hint)
 
     def queues(self, queues: object) -> None:
         """E013: ``QUEUES`` maps queue names to their default limits."""

@@ -14,7 +14,7 @@ from kombu.exceptions import SerializerNotInstalled
 from kombu.serialization import dumps as _kombu_dumps
 from kombu.serialization import registry
 
-from django_blamequeue.conf.schema import LOG_TRACEBACKS, SCHEDULE_KEYS
+from django_blamequeue.conf.schema import LOG_TRACEBACKS, OVERLAPS, SCHEDULE_KEYS
 from django_blamequeue.core.schedules import cron_error
 from django_blamequeue.core.validation import MAX_INT, MAX_SECONDS, MIN_INTERVAL, json_problem
 
@@ -37,14 +37,48 @@ def schedule_errors(entry: Mapping[str, Any]) -> list[str]:
             errors.append(f'"cron" {cron!r} {why}')
     elif not (is_number(interval) and MIN_INTERVAL <= interval <= MAX_SECONDS):
         errors.append(f'"interval" is {interval!r}; expected {MIN_INTERVAL:g} to {MAX_SECONDS:,} s')
-    if (why := json_problem(entry.get("payload"))) is not None:
-        errors.append(f'"payload" {why}')
+    for key in ("payload", "args", "kwargs"):
+        if (why := json_problem(entry.get(key))) is not None:
+            errors.append(f'"{key}" {why}')
+    args, kwargs = entry.get("args"), entry.get("kwargs")
+    if args is not None and not isinstance(args, list | tuple):
+        errors.append(f'"args" is {args!r}; expected a list of positional arguments')
+    if kwargs is not None and not (
+        isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs)
+    ):
+        errors.append(f'"kwargs" is {kwargs!r}; expected a dict of keyword arguments')
+    if entry.get("payload") is not None and (args is not None or kwargs is not None):
+        errors.append('give "payload" (one argument) or "args"/"kwargs" (a call), not both')
+    overlap = entry.get("overlap", "skip")
+    if overlap not in OVERLAPS:
+        errors.append(f'"overlap" is {overlap!r}; expected "skip" or "allow"')
+    expires = entry.get("expires")
+    if expires is not None and not (is_number(expires) and 0 < expires <= MAX_SECONDS):
+        errors.append(f'"expires" is {expires!r}; expected seconds > 0 and ≤ {MAX_SECONDS:,}')
     tz = entry.get("timezone")
     if tz is not None and not is_zone(tz):
         errors.append(f'"timezone" is {tz!r}, not an IANA time zone such as "Europe/Paris"')
     queue = entry.get("queue")
     if queue is not None and (not isinstance(queue, str) or not queue):
         errors.append(f'"queue" is {queue!r}; expected a non-empty queue name')
+    return errors
+
+
+def route_errors(routes: object) -> list[str]:
+    """What is wrong with ``ROUTES``: job names or globs → a queue name, or ``{"queue": …}``."""
+    if not isinstance(routes, Mapping):
+        return [f"is {routes!r}; expected a dict of job name (or glob) -> queue"]
+    errors = []
+    for pattern, target in routes.items():
+        if not isinstance(pattern, str) or not pattern:
+            errors.append(f"{pattern!r}: a route's key must be a job name or a glob")
+            continue
+        queue = target.get("queue") if isinstance(target, Mapping) else target
+        extra = set(target) - {"queue"} if isinstance(target, Mapping) else set()
+        if extra:
+            errors.append(f'{pattern!r}: only "queue" may be routed, not {sorted(extra)}')
+        if not isinstance(queue, str) or not queue.strip() or len(queue) > 200:
+            errors.append(f"{pattern!r} routes to {target!r}; expected a queue name")
     return errors
 
 
@@ -120,4 +154,5 @@ SCALARS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "WORKER_STALLED_AFTER": (lambda v: is_number(v) and 0 < v <= MAX_SECONDS, SECONDS),
     "ORIGIN_SITE": (lambda v: isinstance(v, bool), "True or False"),
     "LOG_TRACEBACKS": (lambda v: v in LOG_TRACEBACKS, " or ".join(map(repr, LOG_TRACEBACKS))),
+    "ATTEMPT_HISTORY": (lambda v: v in ("failures", "all", "off"), '"failures", "all" or "off"'),
 }

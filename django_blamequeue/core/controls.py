@@ -17,12 +17,18 @@ class QueueLimits:
     once per concurrency key; ``rate_limit`` / ``key_rate_limit``: ``(max, per_seconds)``,
     at most ``max`` handler starts in any rolling window of ``per_seconds``, for the queue /
     per key. A job without a concurrency key counts only toward the queue's limits.
+
+    ``name_rate_limits``: ``(job name, max, per_seconds)`` of the jobs declared with
+    ``@job(rate_limit=...)``; a window per name, shared by every queue of the backend. They
+    are the code's, not the control plane's: a worker passes them with each claim, and live
+    limits (``set_limits``) leave them in force.
     """
 
     concurrency: int | None = None
     key_concurrency: int | None = None
     rate_limit: RateLimit | None = None
     key_rate_limit: RateLimit | None = None
+    name_rate_limits: tuple[tuple[str, int, float], ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -31,7 +37,13 @@ class QueueLimits:
             and self.key_concurrency is None
             and self.rate_limit is None
             and self.key_rate_limit is None
+            and not self.name_rate_limits
         )
+
+    @property
+    def by_name(self) -> dict[str, RateLimit]:
+        """``name_rate_limits`` as name → ``(max, per_seconds)``."""
+        return {name: (most, per) for name, most, per in self.name_rate_limits}
 
     @property
     def keyed(self) -> bool:
@@ -49,6 +61,8 @@ class QueueLimits:
             parts.append(f"rate {rate_text(self.rate_limit)}")
         if self.key_rate_limit is not None:
             parts.append(f"rate per key {rate_text(self.key_rate_limit)}")
+        for name, most, per in self.name_rate_limits:
+            parts.append(f"{name} {rate_text((most, per))}")
         return " · ".join(parts) or "none"
 
 

@@ -10,7 +10,16 @@ from django_blamequeue.exceptions import ErrorCode, QueueError
 
 #: The job options an ``enqueue_flow`` child may give (``JobOptions``' names).
 DAG_OPTIONS = frozenset(
-    {"priority", "classification", "trace_id", "max_attempts", "dedupe_key", "delay", "about"}
+    {
+        "priority",
+        "classification",
+        "trace_id",
+        "max_attempts",
+        "dedupe_key",
+        "delay",
+        "about",
+        "expires",
+    }
 )
 CHILD_KEYS = frozenset({"name", "job", "payload", "depends_on"}) | DAG_OPTIONS
 #: A cycle's message spells at most this many names: the first ones, "…", the last ones.

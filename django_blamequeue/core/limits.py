@@ -9,7 +9,7 @@ claim script carries a copy (``limits.lua``). Nothing here touches storage.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django_blamequeue.core.controls import QueueLimits, RateLimit, rate_text
 
@@ -20,8 +20,12 @@ NO_LIMITS = QueueLimits()
 
 def in_force(live: QueueLimits | None, defaults: QueueLimits | None) -> QueueLimits:
     """The limits a claim obeys: the live ones set with ``set_limits`` replace the
-    settings' defaults (``BLAMEQUEUE["QUEUES"]``) as a whole; ``clear_limits`` removes them."""
+    settings' defaults (``BLAMEQUEUE["QUEUES"]``) as a whole; ``clear_limits`` removes them.
+    The job names' rate limits (``@job(rate_limit=...)``, passed with the defaults) hold
+    either way."""
     if live is not None:
+        if defaults is not None and defaults.name_rate_limits:
+            return replace(live, name_rate_limits=defaults.name_rate_limits)
         return live
     return defaults or NO_LIMITS
 
@@ -34,6 +38,7 @@ class InFlight:
     by_key: Mapping[str, int] | None = None  # in flight per concurrency key
     starts: int = 0  # handler starts within the queue's rate window
     starts_by_key: Mapping[str, int] | None = None  # within the per-key window
+    starts_by_name: Mapping[str, int] | None = None  # within each job name's window
 
 
 def room(limit: int, limits: QueueLimits, counted: InFlight) -> int:
@@ -52,21 +57,35 @@ def claimable(
     limit: int,
     limits: QueueLimits,
     counted: InFlight,
+    names: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """rule: limits — the ids a claim takes from ``candidates`` ((id, key) in claim order).
+    """rule: limits — the ids a claim takes from ``candidates`` ((id, key) in claim order;
+    ``names``: id → job name, where job names are rate limited).
 
     At most ``room`` jobs; a job whose key is at its ``key_concurrency`` (in flight plus taken
-    by this claim) or whose key's window holds ``key_rate_limit`` starts is **skipped**, never
-    a reason to stop: the jobs of other keys behind it are still taken.
+    by this claim), whose key's window holds ``key_rate_limit`` starts, or whose job name's
+    window holds its ``name_rate_limits`` starts is **skipped**, never a reason to stop: the
+    jobs behind it are still taken.
     """
     left = room(limit, limits, counted)
     taken: list[str] = []
     per_key: dict[str, int] = {}
     by_key = counted.by_key or {}
     starts_by_key = counted.starts_by_key or {}
+    rates = limits.by_name if limits.name_rate_limits else {}
+    per_name: dict[str, int] = {}
+    starts_by_name = counted.starts_by_name or {}
     for job_id, key in candidates:
         if len(taken) >= left:
             break
+        name = names.get(job_id) if rates and names else None
+        if name is not None and name not in rates:
+            name = None
+        if (
+            name is not None
+            and starts_by_name.get(name, 0) + per_name.get(name, 0) >= rates[name][0]
+        ):
+            continue
         if key is not None:
             mine = per_key.get(key, 0)
             if (
@@ -80,6 +99,8 @@ def claimable(
             ):
                 continue
             per_key[key] = mine + 1
+        if name is not None:
+            per_name[name] = per_name.get(name, 0) + 1
         taken.append(job_id)
     return taken
 
@@ -98,6 +119,12 @@ def saturated(limits: QueueLimits, counted: InFlight, keys: Iterable[str]) -> se
         ):
             full.add(key)
     return full
+
+
+def full_names(limits: QueueLimits, counted: InFlight) -> list[str]:
+    """The rate-limited job names whose window is full now: a claim leaves their jobs out."""
+    starts = counted.starts_by_name or {}
+    return sorted(n for n, most, _ in limits.name_rate_limits if starts.get(n, 0) >= most)
 
 
 def window_scan(room_left: int) -> int:

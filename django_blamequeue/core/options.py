@@ -30,7 +30,10 @@ from operator import attrgetter
 from typing import Any, Final, Literal
 
 from django_blamequeue.core import validation
+from django_blamequeue.core.controls import RateLimit
 from django_blamequeue.core.retry import RetryPredicate
+from django_blamequeue.core.unique import Unique
+from django_blamequeue.core.unique import spec as unique_spec
 from django_blamequeue.core.validation import MAX_INT, MAX_SECONDS
 from django_blamequeue.exceptions import ErrorCode, QueueError
 
@@ -88,12 +91,18 @@ class JobOptions:
     #: Seconds from now (a ``timedelta`` too) or an aware datetime; ``run_at`` wins.
     delay: float | timedelta | None = field(default=None, metadata=CALL | STORED)
     run_at: datetime | None = field(default=None, metadata=CALL | STORED)
+    #: A job not started by then is cancelled instead (reason ``expired``): seconds after
+    #: the enqueue (a ``timedelta`` too) or an aware datetime (docs/lifecycle.md#expiry).
+    expires: float | timedelta | datetime | None = field(default=None, metadata=CALL | STORED)
     # Per job, resolved for each payload by ``enqueueing``: a text, or ``ABOUT`` (the job's
     # ``about`` key); a @job's concurrency key may be a callable of the payload.
     dedupe_key: object = field(default=None, metadata=CALL)
     concurrency_key: object = field(default=None, metadata=CALL)
     #: The model instance (or its ``"app_label.model_name:pk"``) the job is about.
     about: object = field(default=None, metadata=CALL)
+    #: How the job is unique (``core/unique.py``): True, a ``Unique``, a dict of its options;
+    #: ``False`` on a call turns a job's own off. Each payload's key is made by ``enqueueing``.
+    unique: object = field(default=None, metadata=CALL)
     # Retries: the job's own, read by the worker when an attempt fails (``core/retry.py``).
     retryable: RetryPredicate | None = None
     backoff_base: float | None = None
@@ -101,6 +110,9 @@ class JobOptions:
     jitter: bool | None = None
     #: Snoozes before the job fails (``snoozed_too_often``): the job's, else ``MAX_SNOOZES``.
     max_snoozes: int | None = None
+    #: At most ``max`` starts of the job's name in any rolling ``per_seconds``, counted by
+    #: the engine across every worker (``@job(rate_limit="10/m")``; the worker's claims).
+    rate_limit: RateLimit | str | int | None = None  # as given; checked: (max, per_seconds)
 
     @classmethod
     def merge(cls, given: Mapping[str, Any], *defaults: JobOptions | None) -> JobOptions:
@@ -160,14 +172,32 @@ class JobOptions:
             not isinstance(snoozes, int) or isinstance(snoozes, bool) or not 0 <= snoozes <= MAX_INT
         ):
             _refuse(f"max_snoozes must be an int from 0 to {MAX_INT:,}", snoozes, quote)
+        if isinstance(self.expires, datetime):
+            _refuse(
+                "expires on a job must be seconds (a datetime would be fixed when the module "
+                "is imported); give a datetime to an enqueue",
+                self.expires,
+                quote,
+            )
+        try:
+            expires = validation.expires(self.expires)
+        except QueueError as exc:
+            raise QueueError(ErrorCode.INVALID_HANDLER, exc.message) from None
         dedupe = self.dedupe_key
         if dedupe is not None and (not isinstance(dedupe, str) or not dedupe or len(dedupe) > 255):
             _refuse("dedupe_key must be a non-empty string of ≤255 characters", dedupe, False)
+        try:
+            unique = _unique(self.unique)
+        except QueueError as exc:
+            raise QueueError(ErrorCode.INVALID_HANDLER, exc.message) from None
         return replace(
             self,
             timeout=_float(self.timeout),
             backoff_base=_float(self.backoff_base),
             backoff_max=_float(self.backoff_max),
+            unique=unique,
+            expires=expires,
+            rate_limit=validation.job_rate_limit(self.rate_limit),
         )
 
     def checked(self) -> JobOptions:
@@ -179,13 +209,27 @@ class JobOptions:
         validation.priority(self.priority)
         delay = validation.delay(self.delay)
         run_at = validation.run_at(self.run_at)
+        expires = validation.expires(self.expires)
         validation.positive_int(self.max_attempts, "max_attempts")
         validation.optional_text(self.classification, "classification", 100)
         validation.optional_text(self.trace_id, "trace_id", 64)
-        if delay is self.delay and run_at is self.run_at:
+        unique = _unique(self.unique)
+        if unique is not None and self.dedupe_key is not None:
+            raise QueueError(
+                ErrorCode.BAD_ARGUMENT,
+                "give unique= or dedupe_key=, not both (dedupe_key is unique while unfinished, "
+                "per queue, skipping)",
+            )
+        if (
+            delay is self.delay
+            and run_at is self.run_at
+            and unique is self.unique
+            and expires is self.expires
+        ):
             return self  # the values checked are the values given: no copy
         values = list(_values(self))
         values[_DELAY], values[_RUN_AT] = delay, run_at
+        values[_UNIQUE], values[_EXPIRES] = unique, expires
         return _build(values)
 
     def stored(self) -> dict[str, Any]:
@@ -212,6 +256,28 @@ def _build(values: list[Any]) -> JobOptions:
     for set_slot, value in zip(_SLOTS, values, strict=True):
         set_slot(options, value)
     return options
+
+
+#: Specs checked already (a job's own, checked once at registration): id → (spec, checked).
+_uniques: dict[int, tuple[object, Unique | None]] = {}
+
+
+def _unique(value: object) -> Unique | None:
+    """A ``unique=`` value as a checked spec (``core/unique.py``), a job's own checked once."""
+    if value is None:
+        return None
+    cached = _uniques.get(id(value))
+    if cached is not None and cached[0] is value:
+        return cached[1]
+    checked = unique_spec(value)
+    if not isinstance(value, Unique) and value is not True:
+        return checked  # a dict may change: checked each time
+    if len(_uniques) >= 256:
+        _uniques.clear()
+    _uniques[id(value)] = (value, checked)
+    if checked is not None:
+        _uniques[id(checked)] = (checked, checked)
+    return checked
 
 
 def _float(value: float | None) -> float | None:
@@ -256,6 +322,8 @@ _SLOTS: Final = tuple(getattr(JobOptions, name).__set__ for name in _NAMES)
 _new: Final = object.__new__
 _DELAY: Final = _NAMES.index("delay")
 _RUN_AT: Final = _NAMES.index("run_at")
+_UNIQUE: Final = _NAMES.index("unique")
+_EXPIRES: Final = _NAMES.index("expires")
 #: Every option's name.
 OPTION_NAMES: Final = frozenset(_NAMES)
 #: The options an enqueue's keyword arguments may give (``job.enqueue(priority=5)``).

@@ -23,6 +23,9 @@ class NewJob:
     priority: int = 0
     delay: float | None = None  # seconds after the engine's now
     run_at: datetime | None = None  # absolute; wins over delay
+    #: Not started by then → cancelled as expired: seconds after the engine's now at the
+    #: insert, or an absolute time (UTC).
+    expires: float | datetime | None = None
     max_attempts: int = 3
     timeout: float | None = None
     classification: str | None = None
@@ -40,6 +43,12 @@ class NewJob:
     concurrency_key: str | None = None  # the key of the queue's per-key limits
     about: str | None = None  # "app_label.model_name:pk" (origin.about_key)
     origin: Mapping[str, Any] | None = None  # the blame trail (origin.capture)
+    # Unique jobs (core/unique.py): the key, the states that hold it (",pending,blocked,"),
+    # seconds it is held at most (None: while the states say), what a conflict does.
+    unique_key: str | None = None
+    unique_states: str | None = None
+    unique_window: float | None = None
+    unique_mode: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +63,9 @@ class EnqueuedJob:
     queue_name: str
     backend: str
     deduplicated: bool = False
+    #: A unique job's conflict: ``"skip"``, ``"replace"`` or ``"debounce"``, what this call
+    #: did to the job that holds the key (``job_id``); None when the job was stored.
+    conflict: str | None = None
 
     def info(self) -> JobInfo | None:
         """The job as its backend has it now (None: not there, or not yet)."""
@@ -197,6 +209,8 @@ class Ack:
     job_id: str
     token: str
     transition: Transition
+    #: The worker that ran the attempt (its registry id), for the attempt history.
+    worker: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,6 +277,8 @@ class QueueStats:
     #: and seconds until the first of them comes due (None: there is none).
     delayed: int = 0
     next_delayed_in: float | None = None
+    #: Jobs cancelled as expired (not started before ``expires_at``) within the last hour.
+    expired_last_hour: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -333,6 +349,10 @@ class JobInfo:
     #: The class path of the exception behind ``error`` (``builtins.ValueError``); None for an
     #: error that is no exception (stalled, cancelled, bad job) and for a job without error.
     error_type: str | None = None
+    unique_key: str | None = None  # the key of a unique job (docs/unique.md)
+    unique_calls: int = 0  # enqueues of its key it absorbed (skipped, replaced, debounced)
+    #: Not started by then, it is cancelled with reason ``expired`` (None: never expires).
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +371,26 @@ class ChildOutcome:
     @property
     def ok(self) -> bool:
         return self.state == "done"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptInfo:
+    """One attempt of a job as its history keeps it (``Backend.attempts``): which worker ran
+    it, when, and how it ended — ``done``, ``retried`` (back to pending after a failure),
+    ``failed`` (to the DLQ), ``cancelled`` or ``stalled`` (its lease expired). ``attempt``
+    restarts at 1 after a DLQ retry; ``seq`` orders the whole history."""
+
+    job_id: str
+    seq: int
+    attempt: int
+    outcome: str
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    worker: str | None = None
+    reason: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+    traceback: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from django_blamequeue.core.states import State
 
@@ -96,6 +97,21 @@ RULES: tuple[Rule, ...] = (
         "core.rules.commits_effects",
     ),
     Rule(
+        "unique",
+        "A unique job holds its key while its state is one of its unique states and its "
+        "window (if any) lasts; an enqueue of a held key is absorbed by the holder (skip, "
+        "replace, debounce) or refused (reject); a holder that no longer holds is taken over "
+        "by the next enqueue of its key, never given the key back.",
+        "core.unique.holds",
+    ),
+    Rule(
+        "expiry",
+        "A claim never leases a job whose expires_at has passed; such a waiting job is "
+        "cancelled with reason 'expired' (by the claim that meets it where the engine can, "
+        "else by the sweeper), so it never starts.",
+        "core.rules.expired",
+    ),
+    Rule(
         "cascade",
         "A parent that settled with children still pending, or was cancelled, cancels its "
         "unfinished children: waiting ones at once, running ones by request.",
@@ -124,6 +140,11 @@ DLQ_RETRY_RESETS: dict[str, object] = {
     "available_at": "now",
     "finished_at": None,
 }
+
+
+def expired(expires_at: datetime | None, now: datetime) -> bool:
+    """rule: expiry — a job past its ``expires_at`` is not started (None: it never expires)."""
+    return expires_at is not None and expires_at <= now
 
 
 def claims_from(*, paused: bool) -> bool:

@@ -54,6 +54,7 @@ class Reason(StrEnum):
     BAD_JOB = "bad_job"  # undecodable payload, flow job on a plain handler
     SNOOZED = "snoozed"  # the handler raised Snooze: pending again, no attempt spent
     SNOOZED_TOO_OFTEN = "snoozed_too_often"  # past MAX_SNOOZES
+    EXPIRED = "expired"  # cancelled: not started before its expires_at
     NO_HANDLER = "no_handler"  # handed back (no attempt spent), or failed once it waited too long
 
 

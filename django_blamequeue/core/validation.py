@@ -183,6 +183,64 @@ def run_at(value: object) -> datetime | None:
     return value.astimezone(UTC)
 
 
+def expires(value: object) -> float | datetime | None:
+    """When a job not started by then is cancelled instead (reason ``expired``): seconds
+    after the enqueue (a ``timedelta`` too), or an aware datetime, answered in UTC."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.utcoffset() is None:
+            raise QueueError(ErrorCode.BAD_ARGUMENT, "expires must be a timezone-aware datetime")
+        try:
+            inside = EARLIEST <= value <= datetime.now(UTC) + timedelta(seconds=MAX_SECONDS)
+        except OverflowError:
+            inside = False
+        if not inside:
+            raise QueueError(
+                ErrorCode.BAD_ARGUMENT,
+                f"expires must be between {EARLIEST:%Y-%m-%d} and 100 years from now, "
+                f"not {value!r}",
+            )
+        return value.astimezone(UTC)
+    number = _number(value.total_seconds() if isinstance(value, timedelta) else value)
+    if number is None or not 0 < number <= MAX_SECONDS:
+        raise QueueError(
+            ErrorCode.BAD_ARGUMENT,
+            "expires must be seconds > 0 and ≤ "
+            f"{MAX_SECONDS:,} (a timedelta too) or an aware datetime, not {shown(value)}",
+        )
+    return number
+
+
+#: ``@job(rate_limit="10/m")``: the windows a unit names, in seconds (Celery's spelling).
+RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def job_rate_limit(value: object) -> tuple[int, float] | None:
+    """A job name's rate limit: ``"10/s"``, ``"10/m"``, ``"10/h"`` (Celery's spelling), an
+    int (per second, as Celery reads one) or ``(max, per_seconds)``; ``BAD_RATE_LIMIT``
+    otherwise. Answered as ``(max, per_seconds)``."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return rate_limit((value, 1.0))
+    if isinstance(value, str):
+        count, slash, unit = value.strip().partition("/")
+        per = RATE_UNITS.get(unit.strip().lower()[:1]) if slash and unit.strip() else None
+        if per is None or unit.strip().lower() not in {*RATE_UNITS, "sec", "min", "hour"}:
+            raise QueueError(
+                ErrorCode.BAD_RATE_LIMIT,
+                f"rate_limit must be like '10/s', '10/m' or '10/h', not {shown(value)}",
+            )
+        if not count.strip().isdigit():
+            raise QueueError(
+                ErrorCode.BAD_RATE_LIMIT,
+                f"rate_limit must start with a whole number of starts, not {shown(value)}",
+            )
+        return rate_limit((int(count), per))
+    return rate_limit(value)
+
+
 def optional_text(value: object, what: str, limit: int) -> str | None:
     if value is None:
         return None

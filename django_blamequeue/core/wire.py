@@ -20,6 +20,8 @@ def job_to_body(job: NewJob) -> dict[str, Any]:
         "body": base64.b64encode(job.payload.body).decode(),
     }
     body["run_at"] = job.run_at.isoformat() if job.run_at else None
+    if isinstance(job.expires, datetime):
+        body["expires"] = job.expires.isoformat()
     body["depends_on"] = list(job.depends_on)
     return body
 
@@ -30,6 +32,8 @@ def job_from_body(body: dict[str, Any]) -> NewJob:
     data["payload"] = Encoded(p["content_type"], p["content_encoding"], base64.b64decode(p["body"]))
     data["run_at"] = datetime.fromisoformat(data["run_at"]) if data.get("run_at") else None
     data["depends_on"] = tuple(data.get("depends_on") or ())
+    if isinstance(data.get("expires"), str):
+        data["expires"] = datetime.fromisoformat(data["expires"])
     return NewJob(**data)
 
 

@@ -23,11 +23,12 @@ from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import Settings, get_settings
 from django_blamequeue.context import current_job_or_none
-from django_blamequeue.core import ids, validation, wire
-from django_blamequeue.core.options import JobOptions
+from django_blamequeue.core import ids, unique, validation, wire
+from django_blamequeue.core.options import UNSET, JobOptions
 from django_blamequeue.core.records import EnqueuedJob, NewJob
+from django_blamequeue.core.unique import Unique, UniqueLock
 from django_blamequeue.exceptions import ErrorCode, QueueError
-from django_blamequeue.jobs import origin
+from django_blamequeue.jobs import origin, routing
 from django_blamequeue.observability import tracing
 from django_blamequeue.relay import outbox
 from django_blamequeue.serializers import encode_many
@@ -39,7 +40,12 @@ if TYPE_CHECKING:
 def merged(given: Mapping[str, Any], definition: JobDefinition | None) -> JobOptions:
     """The options in force for an enqueue: what the call gave (its keyword arguments, by
     option name), then the job's own, then the settings' defaults (``JobOptions.merge``); not
-    checked yet."""
+    checked yet. A call that names no queue takes the job's route (``ROUTES``) over the
+    job's own queue."""
+    if definition is not None and given.get("queue", UNSET) is UNSET:
+        routed = routing.route(definition.name)
+        if routed is not None:
+            given = {**given, "queue": routed}
     return JobOptions.merge(given, definition.options if definition else None, _settings_defaults())
 
 
@@ -94,6 +100,7 @@ def new_jobs(
     ckeys = _concurrency_keys(payloads, concurrency_keys, definition, keys)
     common["origin"] = origin.capture(cause)
     dedupes = dedupe_keys if dedupe_keys is not None else [options.dedupe_key] * n
+    locks = _unique_locks(options, common["name"], payloads, dedupes)
     jobs = []
     for i, payload in enumerate(encode_many(payloads)):
         new = NewJob(
@@ -105,12 +112,45 @@ def new_jobs(
             concurrency_key=ckeys[i],
             **common,
         )
+        lock = locks[i] if locks is not None else None
+        if lock is not None:
+            new = _with_lock(new, lock)
         if flow is not None:
             new = replace(
                 new, flow_phase="fan_out", flow_mode=flow.on_child_failure, flow_id=new.job_id
             )
         jobs.append(new)
+    if locks is not None:
+        unique.check_batch(jobs)
     return jobs
+
+
+def _unique_locks(
+    options: JobOptions, name: str, payloads: Sequence[Any], dedupes: Sequence[Any]
+) -> list[UniqueLock | None] | None:
+    """Each payload's unique lock (``core/unique.py``: the key made from the payload),
+    or None when the options ask for none."""
+    spec = options.unique
+    if not isinstance(spec, Unique):
+        return None
+    if any(d is not None for d in dedupes):
+        raise QueueError(ErrorCode.BAD_ARGUMENT, "give unique= or dedupe_key(s)=, not both")
+    queue = options.queue
+    assert isinstance(queue, str)
+    return [spec.lock(name, queue, payload) for payload in payloads]
+
+
+def _with_lock(job: NewJob, lock: UniqueLock) -> NewJob:
+    """The job carrying its lock; a debounced job waits out its window before it runs."""
+    fields: dict[str, Any] = {
+        "unique_key": lock.key,
+        "unique_states": lock.states,
+        "unique_window": lock.window,
+        "unique_mode": lock.mode,
+    }
+    if lock.delay is not None:
+        fields["delay"], fields["run_at"] = lock.delay, None
+    return replace(job, **fields)
 
 
 def _concurrency_keys(

@@ -37,6 +37,7 @@ class Child:
     backend: str | None = None
     max_attempts: int | None = None
     about: Any = None  # the model instance the child is about (``JobInfo.about``)
+    expires: float | None = None  # seconds: not started by then, it is cancelled (expired)
 
     @property
     def job_name(self) -> str:

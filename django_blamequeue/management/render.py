@@ -76,6 +76,9 @@ def render_job(j: JobInfo) -> list[str]:
     if j.state == "inflight":
         rows.append(("lease until", when(j.lease_expires_at)))
     rows += [(k, v) for k, v in (("dedupe key", j.dedupe_key), ("trace id", j.trace_id)) if v]
+    if j.unique_key:
+        calls = f", absorbed {j.unique_calls} call{'s' if j.unique_calls != 1 else ''}"
+        rows.append(("unique key", j.unique_key + (calls if j.unique_calls else "")))
     if j.classification:
         rows.append(("class", j.classification))
     origin = getattr(j, "origin", None)  # JobInfo.origin where the installed version has it
@@ -128,10 +131,12 @@ def _tally(counts: Mapping[str, int]) -> str:
 # -- stats -----------------------------------------------------------------------------------
 def render_stats(rows: Iterable[QueueStats]) -> list[str]:
     """One line per queue: due and delayed pending jobs apart, the other states, the age of
-    the oldest due job and when the next delayed one comes due."""
+    the oldest due job and when the next delayed one comes due; then the queues whose jobs
+    expired in the last hour, if any."""
     header = f"{'backend':<12} {'queue':<20} "
     header += " ".join(f"{name:>9}" for name, _ in STATS_COLUMNS) + "  oldest due  next delayed"
     lines = [header]
+    expired: list[str] = []
     for st in rows:
         counts = dict(st.counts)
         due = counts.get("pending", 0) - st.delayed
@@ -144,6 +149,10 @@ def render_stats(rows: Iterable[QueueStats]) -> list[str]:
         if st.delayed and st.next_delayed_in is not None:
             upcoming = f"in {span(max(0.0, st.next_delayed_in))}"
         lines.append(f"{st.backend:<12} {st.queue:<20} {' '.join(cells)}  {oldest:<10}  {upcoming}")
+        if st.expired_last_hour:
+            expired.append(f"{st.queue!r} {st.expired_last_hour:,} ({st.backend})")
+    if expired:  # among the cancelled: never started, so nobody else would notice
+        lines.append("expired in the last hour (not started in time): " + ", ".join(expired))
     return lines
 
 
@@ -206,7 +215,7 @@ class ScheduleView:
     """One schedule as ``blamequeue schedules`` shows it."""
 
     name: str
-    source: str  # "settings" or "admin"
+    source: str  # "settings", "code" or "admin"
     job: str
     queue: str | None  # None: the job is not registered in this process
     rule: str
@@ -215,16 +224,29 @@ class ScheduleView:
     last_fired: datetime | None
     next_fires: Sequence[datetime]
     problem: str | None = None  # why the next fire times cannot be computed
+    payload: Any = None  # what each fire enqueues (an argument envelope for a call)
+    overlap: str = "skip"
+    skipped: int = 0  # occurrences skipped while the last run still waited or ran
+    last_skipped: datetime | None = None
+    expires: float | None = None
 
 
 def render_schedules(views: Sequence[ScheduleView]) -> list[str]:
     if not views:
-        return ["no schedules (neither SCHEDULES nor the admin has one)"]
+        return ["no schedules (SCHEDULES, the code and the admin have none)"]
     lines: list[str] = []
     for v in views:
         queue = f"on {v.queue!r}" if v.queue else "(not registered here: the scheduler skips it)"
         lines.append(f"{v.name} ({v.source}): {v.job} {queue}")
         lines.append(f"  rule        {v.rule}")
+        lines.append(f"  calls       {_call_text(v.job, v.payload)}")
+        overlap = v.overlap
+        if v.skipped:
+            last = f", last {when(v.last_skipped)}" if v.last_skipped else ""
+            overlap += f" ({v.skipped} skipped{last})"
+        lines.append(f"  overlap     {overlap}")
+        if v.expires is not None:
+            lines.append(f"  expires     {v.expires:g} s after each fire")
         lines.append(f"  last fired  {when(v.last_fired) if v.last_fired else 'never'}")
         if not v.enabled:
             nexts = "disabled"
@@ -234,6 +256,20 @@ def render_schedules(views: Sequence[ScheduleView]) -> list[str]:
             nexts = ", ".join(when(f) + _local(f, v.tz) for f in v.next_fires)
         lines.append(f"  next        {nexts}")
     return lines
+
+
+def _call_text(job: str, payload: Any) -> str:
+    """``shop.jobs.cleanup(7, batch_size=100)``, or the one payload a handler is given."""
+    short = job.rsplit(".", 1)[-1]
+    if isinstance(payload, dict) and payload.keys() == {"__args__", "__kwargs__"}:
+        args = [repr(a) for a in payload["__args__"]]
+        args += [f"{k}={v!r}" for k, v in payload["__kwargs__"].items()]
+        text = f"{short}({', '.join(args)})"
+    elif payload is None:
+        text = f"{short}() (no payload)"
+    else:
+        text = f"{short}({payload!r})"
+    return text if len(text) <= 120 else f"{text[:119]}…"
 
 
 def _local(moment: datetime, tz: str) -> str:

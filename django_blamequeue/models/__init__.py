@@ -6,6 +6,7 @@ import Job``), which is also where Django finds them. State changes go through t
 read-only.
 """
 
+from django_blamequeue.models.charts import TimeBucket
 from django_blamequeue.models.control import QueueControl, RateStart, Schedule, WorkerRecord
 from django_blamequeue.models.flows import FlowDependency, OutboxEntry, OutboxQuerySet
 from django_blamequeue.models.jobs import (
@@ -17,7 +18,8 @@ from django_blamequeue.models.jobs import (
     SqsJob,
     traced,
 )
-from django_blamequeue.models.trail import AuditEvent, EffectMark, TaskAttempt
+from django_blamequeue.models.trail import AuditEvent, EffectMark, JobAttempt, TaskAttempt
+from django_blamequeue.models.workflows import WorkflowEvent, WorkflowStep
 
 __all__ = [
     "ACTIVE_STATES",
@@ -26,6 +28,7 @@ __all__ = [
     "EffectMark",
     "FlowDependency",
     "Job",
+    "JobAttempt",
     "JobFields",
     "JobQuerySet",
     "OutboxEntry",
@@ -35,6 +38,9 @@ __all__ = [
     "Schedule",
     "SqsJob",
     "TaskAttempt",
+    "TimeBucket",
     "WorkerRecord",
+    "WorkflowEvent",
+    "WorkflowStep",
     "traced",
 ]

@@ -8,9 +8,12 @@ from django.db import models
 class Schedule(models.Model):
     """A recurring job (docs/schedules.md): a cron expression or a fixed interval, in a timezone.
 
-    Rows from ``SCHEDULES`` are synced with ``source="settings"``; rows made in the admin have
-    ``source="admin"``. ``last_fired_at`` is compare-and-set in the enqueue's transaction, so
-    any number of sweepers fire each occurrence once.
+    Rows from ``SCHEDULES`` are synced with ``source="settings"``, periodic jobs declared in
+    code (``@job(schedule=...)``, ``@periodic``) with ``source="code"``; rows made in the admin
+    have ``source="admin"``. ``last_fired_at`` is compare-and-set in the enqueue's
+    transaction, so any number of sweepers fire each occurrence once. Under
+    ``overlap="skip"`` an occurrence due while ``last_job_id`` is still waiting or running is
+    skipped (counted in ``skipped``), not fired.
     """
 
     name = models.CharField(max_length=200, unique=True)
@@ -24,6 +27,18 @@ class Schedule(models.Model):
     source = models.CharField(max_length=20, default="admin")
     backend = models.CharField(max_length=100, blank=True, default="")
     last_fired_at = models.DateTimeField(null=True, blank=True)
+    overlap = models.CharField(
+        max_length=10,
+        choices=[("skip", "skip while the last run is pending or running"), ("allow", "allow")],
+        default="skip",
+    )
+    expires = models.FloatField(
+        null=True, blank=True, help_text="seconds: a run not started by then is cancelled"
+    )
+    last_job_id = models.CharField(max_length=26, null=True, blank=True)
+    last_job_backend = models.CharField(max_length=100, null=True, blank=True)
+    skipped = models.PositiveIntegerField(default=0, help_text="fires skipped: still running")
+    last_skipped_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -103,6 +103,16 @@ class JobFields(models.Model):
     about = models.CharField(max_length=255, null=True, blank=True)
     # where the job came from: site, request, user, parent_job, schedule, flow (``jobs/origin.py``)
     origin = models.JSONField(null=True, blank=True)
+    # Unique jobs (docs/unique.md): the key; the states in which the job holds it
+    # (",pending,blocked,"), NULL once another job took the key over; the end of its window;
+    # the enqueues of the key it absorbed.
+    unique_key = models.CharField(max_length=255, null=True, blank=True)
+    unique_states = models.CharField(max_length=100, null=True, blank=True)
+    unique_until = models.DateTimeField(null=True, blank=True)
+    unique_calls = models.PositiveIntegerField(default=0)
+    # Not started by then → cancelled with reason "expired" (``enqueue(expires=...)``): a
+    # claim never leases it, the sweeper cancels it (docs/lifecycle.md#expiry).
+    expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -130,6 +140,8 @@ class Job(JobFields):
             ("retry_job", "Can retry jobs from the dead-letter queue"),
             ("purge_queue", "Can purge a queue's waiting jobs"),
             ("cancel_job", "Can cancel jobs"),
+            ("move_job", "Can move jobs to another queue"),
+            ("reprioritize_job", "Can change jobs' priority"),
         ]
         ordering = ["-priority", "available_at", "id"]
         indexes = [
@@ -191,6 +203,13 @@ class Job(JobFields):
             ),
             # ``queue.jobs_about(obj)``: an object's jobs, newest first (ids sort by time).
             models.Index("about", "id", name="bq_job_about", condition=Q(about__isnull=False)),
+            # The expiry sweep: waiting jobs that expire, by expiry. Jobs without one (most)
+            # take no entry.
+            models.Index(
+                "expires_at",
+                name="bq_job_expires",
+                condition=Q(state__in=["pending", "blocked"]) & Q(expires_at__isnull=False),
+            ),
         ]
         constraints = [
             # At most one non-terminal job per (queue, dedupe_key).
@@ -199,6 +218,10 @@ class Job(JobFields):
                 "dedupe_key",
                 name="bq_job_dedupe",
                 condition=Q(dedupe_key__isnull=False) & Q(state__in=ACTIVE_STATES),
+            ),
+            # One holder per unique key: the enqueue's upsert names this index (uniques.py).
+            models.UniqueConstraint(
+                "unique_key", name="bq_job_unique", condition=Q(unique_states__isnull=False)
             ),
             models.CheckConstraint(
                 condition=Q(progress__gte=0) & Q(progress__lte=100), name="bq_job_progress"
@@ -248,6 +271,11 @@ class SqsJob(JobFields):
                 condition=Q(state="inflight"),
             ),
             models.Index("about", "id", name="bq_sqs_about", condition=Q(about__isnull=False)),
+            models.Index(
+                "expires_at",
+                name="bq_sqs_expires",
+                condition=Q(state__in=["pending", "blocked"]) & Q(expires_at__isnull=False),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -255,6 +283,9 @@ class SqsJob(JobFields):
                 "dedupe_key",
                 name="bq_sqs_dedupe",
                 condition=Q(dedupe_key__isnull=False) & Q(state__in=ACTIVE_STATES),
+            ),
+            models.UniqueConstraint(
+                "unique_key", name="bq_sqs_unique", condition=Q(unique_states__isnull=False)
             ),
             models.CheckConstraint(
                 condition=Q(progress__gte=0) & Q(progress__lte=100), name="bq_sqs_progress"

@@ -1,4 +1,5 @@
-"""What happened: the audit log, ``django.tasks`` attempts, the marks of atomic jobs' effects."""
+"""What happened: the audit log, each job's attempts, ``django.tasks`` attempts, the marks of
+atomic jobs' effects."""
 
 from __future__ import annotations
 
@@ -28,6 +29,40 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.job_id or ''}"
+
+
+class JobAttempt(models.Model):
+    """One attempt of a job, for its history (``Backend.attempts``; docs/admin.md): written by
+    the engine in the transaction of the ack that ended it (or of the rescue that found its
+    lease expired), for the local backend and the SQS ledger alike (``backend`` says whose).
+
+    Which attempts are kept is ``ATTEMPT_HISTORY``: those that did not end done (default),
+    all, or none. ``attempt`` restarts at 1 after a DLQ retry; the row id orders the history.
+    Pruned with the audit rows (``RETENTION["AUDIT"]``) and deleted with their job.
+    """
+
+    backend = models.CharField(max_length=100)
+    job_id = models.CharField(max_length=26)
+    attempt = models.PositiveIntegerField()
+    outcome = models.CharField(max_length=20)  # done | retried | failed | cancelled | stalled
+    worker = models.CharField(max_length=255, null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField()
+    reason = models.CharField(max_length=30, null=True, blank=True)
+    error_type = models.CharField(max_length=255, null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    traceback = models.TextField(null=True, blank=True)
+
+    class Meta:
+        db_table = "blamequeue_attempt"
+        default_permissions = ()
+        indexes = [
+            models.Index("job_id", "id", name="bq_attempt_job"),
+            models.Index("finished_at", name="bq_attempt_finished"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} #{self.attempt} {self.outcome}"
 
 
 class TaskAttempt(models.Model):

@@ -14,13 +14,17 @@ process that made the change), so they count what really happened:
 ``blamequeue_jobs_dead_lettered_total``    jobs that reached the DLQ (incl. stalled)
 ``blamequeue_jobs_stalled_total``          expired leases rescued by the sweeper
 ``blamequeue_jobs_cancelled_total``        jobs cancelled
+``blamequeue_jobs_expired_total``          jobs cancelled as expired (not started in time)
 ``blamequeue_lock_lost_total``             acks refused and leases lost (another worker won)
 ``blamequeue_flow_fan_outs_total``         flow parents that fanned out (manifest stored)
 ``blamequeue_flow_child_reports_total``    child outcomes recorded on their parent (once each)
 ``blamequeue_flow_settles_total``          flow parents settled (``collect`` is due)
 ``blamequeue_flow_cascades_total``         cascading cancels of a settled/cancelled flow
 ``blamequeue_schedule_fires_total``        schedule occurrences fired
+``blamequeue_schedule_skips_total``        occurrences skipped: the last run still going
 ``blamequeue_outbox_skipped_total``        outbox rows a relay pass skipped (left for retry)
+``blamequeue_unique_conflicts_total``      enqueues of a held unique key, by ``outcome``:
+                                           ``skip``, ``replace``, ``debounce``
 ``blamequeue_job_run_seconds``             histogram: claim to ack, per attempt
 ``blamequeue_job_wait_seconds``            histogram: available to claimed (engine clock)
 ``blamequeue_queue_jobs``                  gauge: jobs per queue and state, read at scrape
@@ -77,13 +81,16 @@ class _Metrics:
     dead_lettered: Any
     stalled: Any
     cancelled: Any
+    expired: Any
     lock_lost: Any
     fan_outs: Any
     child_reports: Any
     settles: Any
     cascades: Any
     schedule_fires: Any
+    schedule_skips: Any
     outbox_skipped: Any
+    unique_conflicts: Any
     run_seconds: Any
     wait_seconds: Any
 
@@ -113,14 +120,23 @@ def _create() -> _Metrics:
         dead_lettered=counter("jobs_dead_lettered", "Jobs that reached the DLQ."),
         stalled=counter("jobs_stalled", "Expired leases rescued by the sweeper."),
         cancelled=counter("jobs_cancelled", "Jobs cancelled."),
+        expired=counter("jobs_expired", "Jobs cancelled as expired: not started in time."),
         lock_lost=counter("lock_lost", "Acks refused and leases lost to another worker."),
         fan_outs=counter("flow_fan_outs", "Flow parents that fanned out."),
         child_reports=counter("flow_child_reports", "Child outcomes recorded on their parent."),
         settles=counter("flow_settles", "Flow parents settled (collect due)."),
         cascades=counter("flow_cascades", "Cascading cancels of unfinished children."),
         schedule_fires=counter("schedule_fires", "Schedule occurrences fired."),
+        schedule_skips=counter(
+            "schedule_skips", "Schedule occurrences skipped: the last run still going."
+        ),
         outbox_skipped=p.Counter(
             "blamequeue_outbox_skipped", "Outbox rows skipped by a relay pass.", ("backend", "kind")
+        ),
+        unique_conflicts=p.Counter(
+            "blamequeue_unique_conflicts",
+            "Enqueues of a held unique key, by what they did to its holder.",
+            (*LABELS, "outcome"),
         ),
         run_seconds=p.Histogram(
             "blamequeue_job_run_seconds", "Claim to ack, per attempt.", LABELS, buckets=RUN_BUCKETS
@@ -179,6 +195,8 @@ def _on_event(sender: Any, event: audit.Event, **kwargs: Any) -> None:
         m.cancelled.labels(*labels).inc()
     elif action == audit.LOCK_LOST:
         m.lock_lost.labels(*labels).inc()
+    elif action == audit.UNIQUE:
+        m.unique_conflicts.labels(*labels, str(event.data.get("outcome") or "skip")).inc()
     elif action in _FLOW_COUNTERS:
         getattr(m, _FLOW_COUNTERS[action]).labels(*labels).inc()
 
@@ -189,6 +207,8 @@ _FLOW_COUNTERS = {
     audit.FLOW_SETTLE: "settles",
     audit.FLOW_CASCADE: "cascades",
     audit.SCHEDULE_FIRE: "schedule_fires",
+    audit.SCHEDULE_SKIP: "schedule_skips",
+    audit.EXPIRE: "expired",
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
@@ -26,8 +27,22 @@ def target(alias: str) -> Backend:
 
 
 def deliver_jobs(alias: str, jobs: Sequence[NewJob]) -> None:
-    """Enqueue outboxed jobs on their backend (idempotent there: the ids are fixed)."""
-    get_backend(alias).enqueue_many(jobs)
+    """Enqueue outboxed jobs on their backend (idempotent there: the ids are fixed).
+
+    A unique job that refuses a held key (``on_conflict="reject"``) cannot raise to its
+    caller any more, whose transaction committed: it is delivered as ``skip``, and a
+    refusal is logged (docs/unique.md)."""
+    late = [replace(j, unique_mode="skip") if j.unique_mode == "reject" else j for j in jobs]
+    answers = get_backend(alias).enqueue_many(late)
+    for job, answer in zip(jobs, answers, strict=True):
+        if job.unique_mode == "reject" and answer.deduplicated:
+            logger.warning(
+                "unique key %r is held by job %s: job %s (enqueued with on_conflict='reject' "
+                "inside a transaction) was not stored",
+                job.unique_key,
+                answer.job_id,
+                job.job_id,
+            )
 
 
 def deliver_reports(alias: str, reports: Sequence[Report]) -> None:

@@ -20,10 +20,13 @@ from django_blamequeue.backends.base import Backend
 from django_blamequeue.backends.resilience import is_locked, retry_while_locked
 from django_blamequeue.conf import get_settings
 from django_blamequeue.relay.outbox import Relay
+from django_blamequeue.sweeper.depths import Depths
+from django_blamequeue.sweeper.expirer import Expirer
 from django_blamequeue.sweeper.flow_repair import FlowRepair
 from django_blamequeue.sweeper.pruner import Pruner
 from django_blamequeue.sweeper.rescuer import Rescuer
 from django_blamequeue.sweeper.scheduler import Scheduler
+from django_blamequeue.sweeper.waker import Waker
 
 logger = logging.getLogger("django_blamequeue.sweeper")
 
@@ -51,12 +54,16 @@ def services_for(backends: Sequence[Backend]) -> list[Service]:
         found.append(
             Rescuer(b, max_stalled=settings.max_stalled_count, period=settings.sweep_interval)
         )
+        found.append(Expirer(b, period=settings.sweep_interval))
         found.append(Pruner(b, settings=settings, period=max(settings.sweep_interval, 60.0)))
+        found.append(Depths(b, period=60.0))
         if b.supports_flows:
             found.append(FlowRepair(b, period=settings.flow_sweep_interval))
     found.append(Relay())
     found[-1].period = settings.sweep_interval
     found.append(Scheduler(period=min(settings.sweep_interval, 5.0)))
+    for db in sorted({b.effects_database for b in backends}):
+        found.append(Waker(db, period=min(settings.sweep_interval, 1.0)))
     return found
 
 

@@ -9,7 +9,8 @@ from django_blamequeue.backends import marks
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import Settings
 from django_blamequeue.core.records import PruneReport
-from django_blamequeue.models import AuditEvent, TaskAttempt
+from django_blamequeue.jobs import workflow_ops
+from django_blamequeue.models import AuditEvent, JobAttempt, TaskAttempt
 from django_blamequeue.relay.outbox import database_of
 
 
@@ -22,6 +23,7 @@ class Pruner:
         self.period = period
         self.batch = batch
         self.name = f"pruner[{backend.alias}]"
+        self._steps_after = ""  # where the next look for a pruned workflow's steps goes on
 
     def run_once(self, now: datetime | None = None) -> PruneReport:
 
@@ -50,6 +52,13 @@ class Pruner:
             db = self.backend.effects_database
             while marks.prune(db, self.backend.alias, before, self.batch) == self.batch:
                 pass
+        ages = [a for a in (s.retention_done, s.retention_cancelled, s.retention_failed) if a]
+        if ages:  # a workflow's steps go with its job
+            before = cut(min(ages))
+            assert before is not None
+            _, self._steps_after = workflow_ops.forget_pruned(
+                self.backend, before, self._steps_after, min(self.batch, 500)
+            )
         audit_rows = 0
         # Audit rows live in each backend's database; the first backend (in settings order)
         # of a database prunes them, so backends sharing it don't repeat the work.
@@ -58,7 +67,8 @@ class Pruner:
         if s.retention_audit is not None and owner == self.backend.alias:
             before = cut(s.retention_audit)
             audit_rows = self._delete_before(AuditEvent.objects.using(db), "created_at", before)
-            # A task run's attempt history is kept as long as the audit trail.
+            # Attempt histories (jobs', task runs') are kept as long as the audit trail.
+            self._delete_before(JobAttempt.objects.using(db), "finished_at", before)
             self._delete_before(TaskAttempt.objects.using(db), "started_at", before)
         return PruneReport(jobs=jobs, audit=audit_rows)
 

@@ -34,6 +34,8 @@ class PendingAcks:
     """Finished attempts whose ack is not applied yet, in the order they finished."""
 
     def __init__(self) -> None:
+        #: The worker's registry id, carried by each ack into the attempt history.
+        self.worker: str | None = None
         self._acks: dict[str, Ack] = {}
         self._runs: dict[str, Run] = {}
         self._suspects: list[str] = []  # the acks of a refused batch, sent one at a time
@@ -44,7 +46,9 @@ class PendingAcks:
 
     def add(self, run: Run, transition: Transition) -> None:
         c = run.claimed
-        self._acks[c.job_id] = Ack(job_id=c.job_id, token=c.token, transition=transition)
+        self._acks[c.job_id] = Ack(
+            job_id=c.job_id, token=c.token, transition=transition, worker=self.worker
+        )
         self._runs[c.job_id] = run
 
     @property

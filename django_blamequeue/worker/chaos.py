@@ -31,6 +31,7 @@ from django_blamequeue.core.records import Ack, AckResult, Claimed, EffectsFence
 from django_blamequeue.core.states import State
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.jobs import registry
+from django_blamequeue.jobs.workflow import Workflow
 from django_blamequeue.observability import tracing
 from django_blamequeue.worker import atomic
 from django_blamequeue.worker.execution import Handler, Run, invoke, transition_for
@@ -127,6 +128,9 @@ def run_claimed(
     if definition is not None and definition.atomic and handler is None:
         run.invoker = atomic.invoke_atomic
         ctx.atomic = True
+    if definition is not None and definition.durable and handler is None:
+        ctx.workflow = Workflow(ctx)
+        ctx.clock = lambda: now  # the run's moved clock: timers and waits read it
     call = run.invoker or invoke
     token = _current.set(ctx)
     try:

@@ -26,6 +26,7 @@ from django_blamequeue.core import lifecycle
 from django_blamequeue.core.records import AckResult, Backlog, Claimed
 from django_blamequeue.exceptions import ErrorCode, LeaseLost, QueueError, WorkerShutdown
 from django_blamequeue.jobs import registry
+from django_blamequeue.jobs.workflow import Workflow
 from django_blamequeue.observability import metrics
 from django_blamequeue.relay.outbox import RelayReport, settle_pending
 from django_blamequeue.worker import atomic, fleet
@@ -49,6 +50,7 @@ from django_blamequeue.worker.liveness import Liveness
 from django_blamequeue.worker.notify import Notifier
 from django_blamequeue.worker.probation import Probation
 from django_blamequeue.worker.slots import SlotPool
+from django_blamequeue.worker.tally import Tally
 
 logger = logging.getLogger("django_blamequeue.worker")
 
@@ -78,6 +80,7 @@ class Consumer:
         self.options = options
         self.handler = handler
         self.counters = Counters()
+        self.tally = Tally(backend, options.lease)  # the console's charts
         self.heartbeat = Heartbeat(backend, options.lease)
         self.listening = False
         self._settings = get_settings()
@@ -106,7 +109,11 @@ class Consumer:
         self.loop = EventLoop(handler, self._report)  # async runs, in the same slots
         self.checkpointer = Checkpointer(backend, self._settings.progress_throttle, self._wake)
         self.control = ControlView(
-            backend, options.queues, self._settings.queues, options.poll_interval
+            backend,
+            options.queues,
+            self._settings.queues,
+            options.poll_interval,
+            registry.rate_limits() if handler is None else (),
         )
         self._listener: object = None
         #: Job names this worker handed back for lack of a handler, with how often.
@@ -117,6 +124,7 @@ class Consumer:
         self.registration = fleet.Registration(
             backend, options.queues, options.concurrency, names, self._snapshot, heartbeat=beat
         )
+        self._acks.worker = self.registration.worker_id  # each attempt's history names it
 
     # -- control ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -171,6 +179,7 @@ class Consumer:
                 listener.stop()
             self.pool.stop(wait=STOP_WAIT)  # the slots' connections close before we return
             self.loop.stop()
+            self.tally.flush_due(time.monotonic(), force=True)
             self._settle_queued()
             self.notifier.stop(max(self._grace_until or 0.0, time.monotonic() + 1.0))
             if self.options.register:
@@ -238,6 +247,7 @@ class Consumer:
         if self._stopping and self._shutdown_step():
             return True
         self._heartbeat()
+        self.tally.flush_due(time.monotonic())
         self.control.refresh(listener)
         self._start_alone()
         self._start(self._turns.due(self._running))
@@ -385,6 +395,8 @@ class Consumer:
         if run.definition is not None and run.definition.atomic and self.handler is None:
             atomic.prepare(run)
             run.ctx.atomic = True  # no checkpoints: its writes roll back with a failure
+        if run.definition is not None and run.definition.durable and self.handler is None:
+            run.ctx.workflow = Workflow(run.ctx)  # ctx.step & co. replay its record
         self.checkpointer.attach(run)
         old = self._running.get(c.job_id)
         if old is not None:  # leased to us again: the engine gave the old lease up
@@ -463,6 +475,7 @@ class Consumer:
                 self.checkpointer.end(run, keep=False)  # acked already: nothing to resume
                 account(self.counters, self.backend.alias, run, atomic.SETTLED, run.settled)
                 self.notifier.ended(run, atomic.SETTLED, run.settled)
+                self.tally.add(run, atomic.SETTLED, run.settled)
                 continue
             self._decide(run, run.outcome)
 
@@ -569,6 +582,7 @@ class Consumer:
         for run, transition, res in self._acks.applied(results):
             account(self.counters, self.backend.alias, run, transition, res)
             self.notifier.ended(run, transition, res)
+            self.tally.add(run, transition, res)
 
     def _failed(self, what: str, exc: BaseException) -> None:
         """A backend call (or a whole round) failed: log it and back off (0.1 s doubling

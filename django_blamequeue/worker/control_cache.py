@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from django_blamequeue.backends import wakeup
@@ -34,10 +35,16 @@ class ControlView:
         queues: Sequence[str],
         defaults: Mapping[str, QueueLimits],
         poll_interval: float,
+        names: tuple[tuple[str, int, float], ...] = (),
     ) -> None:
         self.backend = backend
         self.queues = tuple(queues)
         self.defaults = {q: defaults[q] for q in self.queues if q in defaults}
+        if names:  # job names' rate limits: a routed call may put their jobs in any queue
+            self.defaults = {
+                q: replace(self.defaults.get(q, QueueLimits()), name_rate_limits=names)
+                for q in self.queues
+            }
         self.poll_interval = poll_interval
         self.states: dict[str, ControlState] = {}
         self._next = 0.0
@@ -106,7 +113,8 @@ class ControlView:
         wait = float("inf")
         for q in self.queues:
             lim = self.limits(q)
-            for rate in (lim.rate_limit, lim.key_rate_limit):
+            rates = [lim.rate_limit, lim.key_rate_limit, *lim.by_name.values()]
+            for rate in rates:
                 if rate is not None:
                     wait = min(wait, rate[1] / rate[0])
         return wait
@@ -114,12 +122,17 @@ class ControlView:
     def describe(self) -> list[tuple[str, str]]:
         """Banner rows: paused queues and limits in force."""
         rows = []
+        names: tuple[tuple[str, int, float], ...] = ()
         for q in self.queues:
             state = self.states.get(q)
             lim = self.limits(q)
+            names = names or lim.name_rate_limits
+            lim = replace(lim, name_rate_limits=())  # shown once, below
             if state is not None and state.paused:
                 rows.append(("paused", f"{q}" + (f" ({state.reason})" if state.reason else "")))
             if not lim.empty:
                 source = "live" if state is not None and state.live is not None else "settings"
                 rows.append(("limits", f"{q}: {lim.describe()} ({source})"))
+        if names:
+            rows.append(("job rates", QueueLimits(name_rate_limits=names).describe()))
         return rows

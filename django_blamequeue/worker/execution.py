@@ -24,7 +24,7 @@ from django_blamequeue.core import lifecycle, retry
 from django_blamequeue.core.records import AckResult, Claimed, Transition
 from django_blamequeue.core.retry import RetryPolicy
 from django_blamequeue.core.validation import MAX_SECONDS
-from django_blamequeue.exceptions import ErrorCode, JobInterrupted, QueueError, Snooze
+from django_blamequeue.exceptions import ErrorCode, JobInterrupted, Park, QueueError, Snooze
 from django_blamequeue.jobs import calls, registry
 from django_blamequeue.jobs.flows import build_children
 from django_blamequeue.serializers import decode, encode
@@ -311,15 +311,20 @@ def transition_for(
     """The lifecycle's decision for one attempt, with the settings' backoff and the job's
     ``retryable`` predicate (the worker and ``testing`` both decide through here). A handler
     that raised ``Snooze`` (in a thread, on the event loop, in a flow phase) snoozes."""
+    snoozes = claimed.snoozes
     if isinstance(outcome, lifecycle.Raised) and isinstance(outcome.exc, Snooze):
         outcome = snoozed(outcome.exc)
+    elif isinstance(outcome, lifecycle.Raised) and isinstance(outcome.exc, Park):
+        # a durable workflow parks: no attempt spent, and no MAX_SNOOZES (docs/workflows.md)
+        outcome = lifecycle.Snoozed(min(max(float(outcome.exc.seconds), 0.0), MAX_SECONDS))
+        snoozes = 0
     policy = policy_for(definition)
     return lifecycle.decide(
         outcome,
         attempt=claimed.attempt,
         max_attempts=claimed.max_attempts,
         policy=policy,
-        snoozes=claimed.snoozes,
+        snoozes=snoozes,
     )
 
 

@@ -59,8 +59,130 @@ def demo_data() -> dict[str, object]:
     assert isinstance(hooks, list)
     operations.retry(request, get_backend(), [(hooks[0], "webhooks")])
     data["schedule"] = schedules()
+    data["workflow"] = workflow()
     control()
+    data.update(console())
     return data
+
+
+def console() -> dict[str, object]:
+    """The console's demo: an hour of chart buckets, failed payments to search and retry in
+    bulk, a job with attempts across a DLQ retry, and a read-only operator."""
+    import random
+    from datetime import timedelta
+
+    from django.contrib.auth.models import Permission, User
+
+    from django_blamequeue import queue
+    from django_blamequeue.backends import get_backend
+    from django_blamequeue.core.records import Ack, Transition
+    from django_blamequeue.core.states import Reason, State
+    from django_blamequeue.core.timeseries import SLOTS, Sample
+
+    from .factories import make_jobs, settle
+
+    backend = get_backend()
+    end, rng = backend.now(), random.Random(28)
+    for minute in range(60, -1, -1):
+        at, wave = end - timedelta(minutes=minute), 1 + (minute % 20 < 4) * 3
+        samples = [Sample(queue="payments", depth=40 + rng.randint(0, 30) * wave)]
+        for name, rate, bad in (("demo.jobs.charge", 40, 2), ("demo.jobs.refund", 12, 1)):
+            wait = [0] * SLOTS
+            run = [0] * SLOTS
+            for _ in range(rate):
+                wait[rng.choice((1, 2, 2, 3, 3, 4, 5 + wave))] += 1
+                run[rng.choice((3, 4, 4, 5, 5, 6, 7))] += 1
+            samples.append(
+                Sample(
+                    queue="payments",
+                    name=name,
+                    done=rate + rng.randint(-5, 5),
+                    failed=rng.randint(0, bad * wave),
+                    retried=rng.randint(0, 3 * wave),
+                    wait=tuple(wait),
+                    run=tuple(run),
+                )
+            )
+        backend.record_samples(samples, at)
+    payloads = [{"customer_id": 1234 if i % 3 else 77, "amount": 10 + i} for i in range(30)]
+    make_jobs("payments", 30, payloads=payloads, max_attempts=1)
+    settle("payments", ["failed"] * 30, error="TimeoutError: the payment provider took 30 s")
+    # One job's attempts: three failures, a DLQ retry, two more.
+    [job_id] = make_jobs("invoices", 1, max_attempts=3)
+    errors = ["TimeoutError: smtp.example.com", "ConnectionError: connection reset by peer"]
+    for round_ in (3, 2):
+        for attempt in range(1, round_ + 1):
+            [claimed] = backend.claim(["invoices"], 1, 30)
+            error = errors[attempt % 2]
+            last = attempt == 3
+            transition = Transition(
+                state=State.FAILED if last else State.PENDING,
+                delay=0.0,
+                error=error,
+                traceback=f'Traceback (most recent call last):\n  File "invoices.py"\n{error}',
+                reason=Reason.ERROR,
+                error_type="builtins." + error.split(":")[0],
+            )
+            worker = f"web-{attempt}:42{attempt}1:a1b2c3"
+            backend.apply_many(
+                [Ack(job_id=job_id, token=claimed.token, transition=transition, worker=worker)]
+            )
+        if round_ == 3:
+            queue.dlq_retry(job_id)
+    viewer = User.objects.create_user("viewer", password=PASSWORD, is_staff=True)
+    viewer.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="django_blamequeue",
+            codename__in=["view_job", "view_auditevent", "view_schedule"],
+        )
+    )
+    return {"attempts": job_id}
+
+
+def workflow() -> str:
+    """An order-fulfilment workflow two steps in (its charge recorded by the second attempt),
+    parked on the carrier's webhook (docs/workflows.md): its job page shows the timeline."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_blamequeue import workflow as durable
+    from django_blamequeue.models import WorkflowStep
+
+    @durable(queue="orders", name="shop.workflows.fulfil")
+    def fulfil(payload: object) -> None:
+        return None  # never run here: its rows below are what a run would have recorded
+
+    job_id = fulfil.enqueue({"order": 4711}).job_id
+    now = timezone.now()
+
+    def at(minutes: float) -> object:
+        return now - timedelta(minutes=90) + timedelta(minutes=minutes)
+
+    steps = [
+        ("reserve-stock", "atomic", "done", 1, 0, 0.02, '["SKU-1042","SKU-77"]', ""),
+        ("charge", "step", "done", 2, 0.05, 1.6, '"ch_3PzQ8fL2mK9"', ""),
+        ("event:carrier.picked_up", "event", "waiting", 2, 1.7, None, None, ""),
+    ]
+    for seq, (name, kind, status, attempt, start, end, result, error) in enumerate(steps):
+        WorkflowStep.objects.create(
+            job_id=job_id,
+            backend="default",
+            seq=seq,
+            name=name,
+            kind=kind,
+            status=status,
+            attempt=attempt,
+            result=result,
+            result_bytes=len(result or ""),
+            error=error,
+            started_at=at(start),
+            finished_at=at(end) if end is not None else None,
+            wake_at=at(start) + timedelta(days=2) if kind == "event" else None,
+            event_name="carrier.picked_up" if kind == "event" else "",
+            event_key="4711" if kind == "event" else "",
+        )
+    return job_id
 
 
 def control() -> None:
@@ -179,6 +301,20 @@ def shoot(base: str, out: Path, data: dict[str, object]) -> list[Path]:
         ("audit-log", "/admin/django_blamequeue/auditevent/", False),
         ("control-limits", f"{job}queues/limits/?backend=default&queue=emails", False),
         ("workers", f"{job}workers/", False),
+        ("charts", f"{job}charts/?backend=default&queue=payments", True),
+        (
+            "jobs-search",
+            f"{job}?backend=default&arg=customer_id%3D1234&error_class=TimeoutError",
+            False,
+        ),
+        (
+            "bulk-confirm",
+            f"{job}bulk/?verb=retry&filters="
+            + "backend%3Ddefault%26arg%3Dcustomer_id%253D1234%26error_class%3DTimeoutError",
+            False,
+        ),
+        ("job-attempts", f"{job}{data['attempts']}/change/#bq-attempts", False),
+        ("workflow", f"{job}{data['workflow']}/change/#bq-workflow", False),
     ]
     written = []
     with sync_playwright() as p:
@@ -196,6 +332,18 @@ def shoot(base: str, out: Path, data: dict[str, object]) -> list[Path]:
             target = out / f"admin-{name}.png"
             page.screenshot(path=str(target), full_page=full)
             written.append(target)
+        # The read-only operator: the same job page, without a button.
+        viewer = browser.new_page(viewport={"width": 1400, "height": 900}, device_scale_factor=1)
+        viewer.add_init_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+        viewer.goto(f"{base}/admin/login/")
+        viewer.fill("#id_username", "viewer")
+        viewer.fill("#id_password", PASSWORD)
+        viewer.click("input[type=submit]")
+        viewer.wait_for_url(re.compile(r".*/admin/$"))
+        viewer.goto(f"{base}{job}{failed}/change/")
+        target = out / "admin-read-only.png"
+        viewer.screenshot(path=str(target), full_page=False)
+        written.append(target)
         browser.close()
     return written
 

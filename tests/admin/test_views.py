@@ -224,6 +224,22 @@ def test_job_page_shows_the_checkpoint_the_next_attempt_resumes_from(
     assert "&lt;b&gt;x&lt;/b&gt;" in shown.group(1) and "<b>" not in shown.group(1)
 
 
+def test_job_page_shows_the_unique_key_and_what_the_calls_it_absorbed_did(
+    admin_client_: Client, settings: Any
+) -> None:
+    settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, "AUDIT": "all"}  # the outcomes are rows
+    spec = {"key": "sync-7", "on_conflict": "replace"}
+    holder = queue.enqueue("uq", {"v": 1}, unique=spec).job_id
+    for v in (2, 3):
+        queue.enqueue("uq", {"v": v}, unique=spec)
+    queue.enqueue("uq", {"v": 4}, unique={"key": "sync-7"})  # skip
+    body = text(admin_client_.get(f"{JOB}{holder}/change/"))
+    shown = re.search(r'<dd id="bq-unique">(.*?)</dd>', body, re.S)
+    assert shown is not None
+    assert shown.group(1) == "sync-7 — absorbed 3 calls (2 replace, 1 skip)"
+    assert listed(admin_client_, "q=sync-7") == [holder]  # search by the held key
+
+
 def test_job_page_of_an_unknown_job_is_404(admin_client_: Client) -> None:
     assert admin_client_.get(f"{JOB}01NOSUCHJOB0000000000000000/change/").status_code == 404
 
@@ -710,3 +726,24 @@ def test_the_admin_index_leaves_the_bookkeeping_tables_out_but_keeps_their_pages
     assert "Flow dependencies" not in body and "Outbox entries" not in body
     for model in ("flowdependency", "outboxentry"):
         assert admin_client_.get(f"/admin/django_blamequeue/{model}/").status_code == 200
+
+
+def test_schedules_show_overlap_and_skips_refuse_a_call_that_cannot_bind_and_keep_code_ones(
+    admin_client_: Client,
+) -> None:
+    from django_blamequeue.models import Schedule
+
+    call = '{"__args__": [1, 2], "__kwargs__": {}}'
+    refused = text(admin_client_.post(f"{SCHEDULES}add/", schedule_form(payload=call)))
+    assert "This schedule calls demo.jobs.send_email(*[1, 2], **{}), which cannot bind" in refused
+    assert not Schedule.objects.exists()
+    allowed = schedule_form(overlap="allow", expires="600")
+    assert admin_client_.post(f"{SCHEDULES}add/", allowed).status_code == 302
+    assert Schedule.objects.values_list("overlap", "expires").get() == ("allow", 600.0)
+    code = Schedule.objects.create(
+        name="from-code", job="demo.jobs.send_email", interval=60, source="code", skipped=3
+    )
+    listing = text(admin_client_.get(SCHEDULES))
+    assert "skip · 3 skipped" in listing and "allow" in listing
+    form = schedule_form(name="from-code")
+    assert admin_client_.post(f"{SCHEDULES}{code.pk}/change/", form).status_code == 403

@@ -22,6 +22,7 @@ from django_blamequeue.backends.redis.keys import tagged
 from django_blamequeue.backends.redis.listen import RedisListener
 from django_blamequeue.core import ids, lifecycle
 from django_blamequeue.core.records import Ack, NewJob
+from django_blamequeue.core.timeseries import RESOLUTIONS, Sample, floor
 
 from .redis_support import (  # noqa: F401  (make_fixture: the make fixture)
     Make,
@@ -64,6 +65,19 @@ def test_every_key_of_a_backend_starts_with_its_prefix_and_shares_one_hash_slot(
     assert b.get(flow["jobs"][0]["job_id"]) is None and b.claim(["keys"], 10, 30) == []
     assert a.size("keys") == 3  # x, the keyed job, the delayed job (y is blocked)
     assert invariant_problems(a) == []
+
+
+def test_a_chart_bucket_shares_the_slot_and_expires_once_its_window_has_passed(
+    make: Make,
+) -> None:
+    a = make("ra")
+    t = a.now()
+    a.record_samples([Sample(queue="q", name="n", done=1)], now=t)
+    for r in RESOLUTIONS:
+        start = int(floor(t, r.step).timestamp())
+        key = a.keys.bucket(r.step, start)
+        assert key_slot(key.encode()) == key_slot(a.keys.prefix.encode())
+        assert a.client.expiretime(key) == start + r.step + r.keep
 
 
 def test_a_prefix_with_its_own_hash_tag_is_used_as_it_is() -> None:

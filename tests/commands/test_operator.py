@@ -70,7 +70,9 @@ def drain(*args: str) -> None:
 def test_enqueue_without_a_payload_is_refused_with_an_example_and_enqueues_nothing(
     jobs: dict[str, Any],
 ) -> None:
-    with pytest.raises(CommandError, match=r"--payload is required.*--payload '\{\}'"):
+    with pytest.raises(
+        CommandError, match=r"takes a payload: give --payload JSON \(e\.g\. --payload '\{\}'"
+    ):
         call_command("blamequeue", "enqueue", "tests.op.ok")
     assert queue.size("op") == 0
 
@@ -96,6 +98,18 @@ def test_show_prints_a_failed_jobs_state_attempts_error_and_traceback(
     traceback = out.split("\ntraceback\n", 1)[1]
     assert traceback.startswith("  Traceback (most recent call last):")
     assert "RuntimeError: boom 7" in traceback
+
+
+def test_show_of_a_unique_job_names_its_key_and_the_calls_it_absorbed(
+    jobs: dict[str, Any],
+) -> None:
+    holder = queue.enqueue("op", {"n": 1}, unique={"key": "sync-7"}).job_id
+    for n in (2, 3, 4):
+        queue.enqueue("op", {"n": n}, unique={"key": "sync-7"})
+
+    out = run("blamequeue", "show", holder)
+
+    assert re.search(r"^  unique key +sync-7, absorbed 3 calls$", out, re.M)
 
 
 def test_show_of_a_flow_step_names_its_flow_key_and_dependencies(jobs: dict[str, Any]) -> None:

@@ -126,6 +126,28 @@ def test_counters_and_histograms_follow_the_lifecycle(metrics: Any, backend: str
     assert done and delta == want
 
 
+def test_unique_conflicts_are_counted_by_what_they_did(metrics: Any, backend: str) -> None:
+    outcomes = ("skip", "replace", "debounce")
+
+    def seen() -> dict[str, float]:
+        name = "blamequeue_unique_conflicts_total"
+        labels = {"backend": backend, "queue": "obs"}
+        return {
+            o: REGISTRY.get_sample_value(name, {**labels, "outcome": o}) or 0.0 for o in outcomes
+        }
+
+    before = seen()
+    specs = [
+        {"key": "s"},
+        {"key": "r", "on_conflict": "replace"},
+        {"key": "d", "on_conflict": "debounce", "window": 60},
+    ]
+    for spec in specs:
+        for n in range(2):  # the second call of each key is absorbed by the first
+            queue.enqueue("obs", {"n": n}, unique=spec, backend=backend)
+    assert {o: seen()[o] - before[o] for o in outcomes} == dict.fromkeys(outcomes, 1)
+
+
 def test_a_lease_lost_or_a_refused_ack_counts_as_lock_lost(metrics: Any, backend: str) -> None:
     from django_blamequeue.backends import get_backend
     from django_blamequeue.core.records import Ack, Transition
@@ -260,3 +282,26 @@ def test_worker_processes_share_counters_through_the_multiprocess_dir(
     multiprocess.MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
     assert value("blamequeue_jobs_succeeded_total", backend, "tasks", registry) == 5
     assert value("blamequeue_job_run_seconds_count", backend, "tasks", registry) == 5
+
+
+def test_an_expired_job_and_a_skipped_schedule_fire_are_counted(metrics: Any, backend: str) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from django_blamequeue.backends import get_backend
+    from django_blamequeue.models import Schedule
+    from django_blamequeue.sweeper.scheduler import Scheduler
+
+    engine = get_backend(backend)
+    expired = value("blamequeue_jobs_expired_total", backend)
+    skips = value("blamequeue_schedule_skips_total", backend)
+    queue.enqueue("obs", {}, expires=60, backend=backend)
+    assert len(engine.expire(now=engine.now() + timedelta(seconds=61))) == 1
+    assert value("blamequeue_jobs_expired_total", backend) - expired == 1
+    t0 = datetime(2024, 1, 1, tzinfo=UTC)
+    Schedule.objects.using(engine.db).create(  # type: ignore[attr-defined]
+        name="obs-hourly", job=handlers.ok.name, interval=3600.0, last_fired_at=t0, backend=backend
+    )
+    sched = Scheduler(database=engine.db)  # type: ignore[attr-defined]
+    assert sched.run_once(t0 + timedelta(hours=1))["fired"] == 1
+    assert sched.run_once(t0 + timedelta(hours=2))["skipped"] == 1  # the first still waits
+    assert value("blamequeue_schedule_skips_total", backend) - skips == 1

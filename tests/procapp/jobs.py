@@ -17,7 +17,7 @@ from django.db import connections, transaction
 
 from django_blamequeue import current_job, job
 
-from .models import Redelivery, Run, SideEffect
+from .models import Redelivery, Run, SideEffect, Write
 
 QUEUE = "proc"
 #: What ``{"leak_mb": n}`` runs keep for the process's life (the recycling test's leak).
@@ -177,3 +177,35 @@ def batch(payload: dict[str, Any]) -> dict[str, int]:
     finally:
         os.close(fd)
     return {"resumed_from": start}
+
+
+def _step_write(tag: str) -> str:
+    """A workflow step's work: one ``Write`` row (no unique key: a second run is a second
+    row), then 5 ms of work, so kills land inside steps as well as between them."""
+    ctx = current_job()
+    Write.objects.using(ctx.backend.effects_database).create(
+        job_id=ctx.job_id, attempt=ctx.attempt, token=ctx.token, pid=os.getpid(), tag=tag
+    )
+    time.sleep(0.005)
+    return tag
+
+
+@job(queue=QUEUE, name="procapp.ten_steps", max_attempts=10_000, durable=True)
+def ten_steps(payload: dict[str, Any] | None) -> dict[str, int]:
+    """Ten steps, the even ones atomic (their row commits with the step's record) and the
+    odd ones plain (their row is written before the step is recorded)."""
+    ctx = current_job()
+    for i in range(10):
+        if i % 2 == 0:
+            ctx.atomic_step(f"s{i}", _step_write, f"s{i}")
+        else:
+            ctx.step(f"s{i}", _step_write, f"s{i}")
+    return {"steps": 10}
+
+
+@job(queue=QUEUE, name="procapp.await_event", max_attempts=3, durable=True)
+def await_event(payload: dict[str, Any]) -> dict[str, Any]:
+    """Waits for event ``proc.go``/``key`` (sent by the test process), with its pid."""
+    ctx = current_job()
+    got = ctx.wait_for_event("proc.go", key=payload["key"], timeout=600)
+    return {"got": got, "pid": os.getpid()}

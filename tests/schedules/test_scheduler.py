@@ -1,6 +1,7 @@
 """The scheduler (docs/schedules.md): fires due schedules with a dedupe key per
 (schedule, fire time), coalesces missed fires, fires each occurrence once however many
-sweepers race, mirrors ``SCHEDULES``, and skips (and logs) a schedule it cannot fire."""
+sweepers race, mirrors ``SCHEDULES``, and logs (and counts as failed) a schedule it cannot
+fire."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from django_blamequeue.sweeper.scheduler import FIRE, Scheduler
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 T0 = datetime(2024, 1, 1, 9, tzinfo=UTC)
+ONE = {"fired": 1, "skipped": 0, "failed": 0}
 
 
 @pytest.fixture(autouse=True)
@@ -38,8 +40,11 @@ def db(alias: str) -> str:
 
 
 def schedule(alias: str, name: str, **fields: Any) -> Schedule:
+    """A schedule row; ``overlap="allow"`` unless told: these tests fire occurrences one after
+    the other with no worker running the jobs (``test_overlap.py`` tests the skips)."""
     fields.setdefault("job", "tests.schedules.tick")
     fields.setdefault("last_fired_at", T0)
+    fields.setdefault("overlap", "allow")
     return Schedule.objects.using(db(alias)).create(name=name, backend=alias, **fields)
 
 
@@ -52,7 +57,7 @@ def test_a_due_schedule_fires_once_with_a_dedupe_key_and_an_audit_event(backend:
     schedule(backend, "hourly", cron="0 * * * *", payload={"n": 1})
     sched = Scheduler(database=db(backend))
     assert sched.run_once(T0 + timedelta(minutes=59)) == {}
-    assert sched.run_once(T0 + timedelta(hours=1)) == {"fired": 1, "skipped": 0}
+    assert sched.run_once(T0 + timedelta(hours=1)) == ONE
     assert sched.run_once(T0 + timedelta(hours=1, minutes=5)) == {}
     key = "schedule:hourly:2024-01-01T10:00:00+00:00"
     assert fired(backend, "hourly") == [(key, "ticks")]
@@ -76,6 +81,7 @@ def test_fires_missed_while_everything_was_down_coalesce_into_one(backend: str) 
     assert sched.run_once(T0 + timedelta(hours=4, minutes=7, seconds=30)) == {
         "fired": 2,
         "skipped": 0,
+        "failed": 0,
     }
     assert fired(backend, "quarterly") == [
         ("schedule:quarterly:2024-01-01T13:00:00+00:00", "ticks")
@@ -84,7 +90,7 @@ def test_fires_missed_while_everything_was_down_coalesce_into_one(backend: str) 
         ("schedule:minutely:2024-01-01T13:07:00+00:00", "elsewhere")
     ]
     assert sched.run_once(T0 + timedelta(hours=4, minutes=7, seconds=59)) == {}
-    assert sched.run_once(T0 + timedelta(hours=4, minutes=8)) == {"fired": 1, "skipped": 0}
+    assert sched.run_once(T0 + timedelta(hours=4, minutes=8)) == ONE
 
 
 def test_concurrent_schedulers_fire_each_occurrence_exactly_once(backend: str) -> None:
@@ -135,7 +141,12 @@ def test_schedules_from_settings_are_synced_and_anchored_at_now(
                 "payload": {"kind": "nightly"},
                 "backend": backend,
             },
-            "minutely": {"job": "tests.schedules.tick", "interval": 60, "backend": backend},
+            "minutely": {
+                "job": "tests.schedules.tick",
+                "interval": 60,
+                "backend": backend,
+                "overlap": "allow",
+            },
         },
     }
     schedule(backend, "from-admin", interval=3600.0)
@@ -153,9 +164,9 @@ def test_schedules_from_settings_are_synced_and_anchored_at_now(
     )
     assert rows["from-admin"].source == "admin"
 
-    assert sched.run_once(T0 + timedelta(seconds=61)) == {"fired": 1, "skipped": 0}
+    assert sched.run_once(T0 + timedelta(seconds=61)) == ONE
     assert len(fired(backend, "minutely")) == 1
-    assert sched.run_once(datetime(2024, 1, 2, 2, 0, 30, tzinfo=UTC)) == {"fired": 3, "skipped": 0}
+    assert sched.run_once(datetime(2024, 1, 2, 2, 0, 30, tzinfo=UTC)) == {**ONE, "fired": 3}
     assert fired(backend, "nightly") == [("schedule:nightly:2024-01-02T02:00:00+00:00", "ticks")]
 
     settings.BLAMEQUEUE = {
@@ -170,14 +181,14 @@ def test_schedules_from_settings_are_synced_and_anchored_at_now(
     assert rows["minutely"].interval == 120.0
 
 
-def test_a_schedule_naming_an_unknown_job_is_skipped_and_logged(
+def test_a_schedule_naming_an_unknown_job_is_logged_and_counted_as_failed(
     backend: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     schedule(backend, "a-broken", job="tests.schedules.nope", interval=60.0)
     schedule(backend, "b-bad-cron", cron="not a cron")
     schedule(backend, "c-good", interval=60.0)
     sched = Scheduler(database=db(backend))
-    assert sched.run_once(T0 + timedelta(minutes=1)) == {"fired": 1, "skipped": 2}
+    assert sched.run_once(T0 + timedelta(minutes=1)) == {"fired": 1, "skipped": 0, "failed": 2}
     assert "schedule a-broken skipped: job 'tests.schedules.nope' is not registered" in caplog.text
     assert "schedule b-bad-cron skipped" in caplog.text
     assert len(fired(backend, "c-good")) == 1
@@ -196,7 +207,7 @@ def test_a_schedule_made_without_a_last_fire_is_anchored_at_its_first_sweep(back
     schedule(backend, "new", interval=60.0, last_fired_at=None)
     sched = Scheduler(database=db(backend))
     assert sched.run_once(T0) == {}
-    assert sched.run_once(T0 + timedelta(minutes=1)) == {"fired": 1, "skipped": 0}
+    assert sched.run_once(T0 + timedelta(minutes=1)) == ONE
 
 
 def test_the_scheduler_runs_in_every_sweeper(backend: str) -> None:

@@ -24,8 +24,11 @@ from django_blamequeue.backends.base import Backend
 from django_blamequeue.backends.database.listen import PgListener
 from django_blamequeue.backends.jobtable import effects, sql
 from django_blamequeue.backends.jobtable.acks import Acks
+from django_blamequeue.backends.jobtable.attempts import Attempts
+from django_blamequeue.backends.jobtable.bulk import BulkEdits
 from django_blamequeue.backends.jobtable.checkpoints import Checkpoints
 from django_blamequeue.backends.jobtable.control_rows import ControlRows
+from django_blamequeue.backends.jobtable.expiry import Expiry
 from django_blamequeue.backends.jobtable.flows import Flows
 from django_blamequeue.backends.jobtable.inserts import Inserts
 from django_blamequeue.backends.jobtable.leases import RESCUE_COLUMNS, Leases
@@ -34,12 +37,15 @@ from django_blamequeue.backends.jobtable.listing import Listing
 from django_blamequeue.backends.jobtable.manifests import Manifests
 from django_blamequeue.backends.jobtable.rows import claimed_from_pg_row, claimed_from_row
 from django_blamequeue.backends.jobtable.table import CHANNEL, CONTROL_CHANNEL, JobTable
+from django_blamequeue.backends.jobtable.timeseries import TimeSeries
+from django_blamequeue.backends.jobtable.wakes import Wakes
 from django_blamequeue.conf import BackendConfig
 from django_blamequeue.core.controls import ControlState, HandlerWait
 from django_blamequeue.core.limits import QueueLimits
 from django_blamequeue.core.records import (
     Ack,
     AckResult,
+    AttemptInfo,
     Backlog,
     CancelResult,
     Claimed,
@@ -55,6 +61,7 @@ from django_blamequeue.core.records import (
     RescueReport,
 )
 from django_blamequeue.core.states import State
+from django_blamequeue.core.timeseries import Bucket, Sample
 from django_blamequeue.models import Job
 
 
@@ -77,12 +84,17 @@ class DatabaseBackend(Backend):
         self.flows = Flows(table, self._released)
         self.manifests = Manifests(table, self.flows, self)
         self.inserts = Inserts(table, self.flows)
-        self.acks = Acks(table, self.flows, self.manifests)
-        self.leases = Leases(table, self.flows)
+        self.history = Attempts(table)
+        self.acks = Acks(table, self.flows, self.manifests, self.history)
+        self.leases = Leases(table, self.flows, self.history)
+        self.bulk = BulkEdits(table, self.history, self._released)
+        self.timeseries = TimeSeries(table)
         self.checkpoints = Checkpoints(table)
         self.listing = Listing(table, self.manifests, self._released)
         self.control_rows = ControlRows(table, listen=self.supports_listen)
         self.limited = LimitedClaims(table)
+        self.wakes = Wakes(table, self._released)
+        self.expiry = Expiry(table, self.flows)
 
     def _released(self, rows: Sequence[tuple[str, str]], now: datetime) -> None:
         """Jobs a transaction made pending from a state that holds no message: the table is
@@ -112,7 +124,14 @@ class DatabaseBackend(Backend):
             return [
                 EnqueuedJob(job_id=j.job_id, queue_name=j.queue, backend=self.alias) for j in jobs
             ]
-        with transaction.atomic(using=self.db, savepoint=False):
+        if self.inserts.one_upsert(jobs, events):
+            answer, _ = self.inserts.insert(jobs, now, wake)  # autocommit, as above
+            wakeup.notify(wake)
+            return [answer[jobs[0].job_id]]
+        # A unique job that may be refused (DUPLICATE) runs in a savepoint, so a caller's
+        # transaction that catches the refusal goes on.
+        savepoint = any(j.unique_mode == "reject" for j in jobs)
+        with transaction.atomic(using=self.db, savepoint=savepoint):
             answer, _ = self.inserts.insert(jobs, now, wake)
             transaction.on_commit(lambda: wakeup.notify(wake), using=self.db)
             self.inserts.record_enqueue(jobs, answer, events)
@@ -172,14 +191,14 @@ class DatabaseBackend(Backend):
         claimed = self.limited.claim(limited, limit, lease_s, now, limits or {}) if limited else []
         limit -= len(claimed)
         if qs and limit > 0 and table.is_postgres:
-            params = [qs, self.alias, now, now, float(lease_s), now, now]
+            params = [qs, self.alias, now, now, now, float(lease_s), now, now]
             rows = table.fetch(sql.claim_postgresql(limit), params, generic=True)
             claimed += [claimed_from_pg_row(r) for r in rows]
         elif qs and limit > 0:
             t = table.clock(now)
             expires = t + timedelta(seconds=lease_s)
             a = table.adapt
-            params = [a(expires), a(t), a(t), *qs, self.alias, a(t), limit]
+            params = [a(expires), a(t), a(t), *qs, self.alias, a(t), a(t), limit]
             with table.connection.cursor() as cur:
                 cur.execute(sql.claim_sqlite(len(qs)), params)
                 claimed += [claimed_from_row(r) for r in cur.fetchall()]
@@ -198,6 +217,12 @@ class DatabaseBackend(Backend):
         effects.require_transaction(self.jobtable)
         [result] = self.acks.apply([ack], now)
         return effects.answer(result)
+
+    def wake(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        return self.wakes.wake(job_ids, now)
+
+    def fence_step(self, job_id: str, token: str) -> bool | None:
+        return self.wakes.fence_step(job_id, token)
 
     def extend_lease(
         self, job_id: str, token: str, seconds: float, now: datetime | None = None
@@ -240,6 +265,9 @@ class DatabaseBackend(Backend):
             cancelled=len(groups[State.CANCELLED]),
         )
 
+    def expire(self, now: datetime | None = None, limit: int = 500) -> list[str]:
+        return self.expiry.expire(now, limit)
+
     # -- operations ------------------------------------------------------------------------
     def cancel(self, job_id: str, now: datetime | None = None) -> CancelResult:
         return self.flows.cancel(job_id, now)
@@ -256,10 +284,10 @@ class DatabaseBackend(Backend):
     def size(self, queue: str) -> int:
         return self.listing.size(queue)
 
-    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+    def dlq_list(self, queue: str | None, limit: int = 100, offset: int = 0) -> list[JobInfo]:
         return self.listing.dlq_list(queue, limit, offset)
 
-    def dlq_size(self, queue: str) -> int:
+    def dlq_size(self, queue: str | None) -> int:
         return self.listing.dlq_size(queue)
 
     def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
@@ -294,6 +322,41 @@ class DatabaseBackend(Backend):
 
     def backlog(self, queues: Sequence[str]) -> Backlog:
         return self.listing.backlog(queues)
+
+    # -- operators' bulk edits, history, charts ---------------------------------------------
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        return self.bulk.delete(job_ids)
+
+    def move_jobs(self, job_ids: Sequence[str], queue: str, now: datetime | None = None) -> int:
+        return self.bulk.move(job_ids, queue, now)
+
+    def set_priority(
+        self, job_ids: Sequence[str], priority: int, now: datetime | None = None
+    ) -> int:
+        return self.bulk.set_priority(job_ids, priority, now)
+
+    def dlq_retry_many(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        return self.listing.dlq_retry_many(job_ids, now)
+
+    def attempts(self, job_id: str) -> list[AttemptInfo]:
+        return self.history.of(job_id)
+
+    def record_samples(self, samples: Sequence[Sample], now: datetime | None = None) -> None:
+        self.timeseries.record(samples, now)
+
+    def buckets(
+        self,
+        step: int,
+        since: datetime,
+        until: datetime,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+    ) -> list[Bucket]:
+        return self.timeseries.read(step, since, until, queue, name)
+
+    def prune_buckets(self, now: datetime | None = None) -> int:
+        return self.timeseries.prune(now)
 
     # -- the control plane -----------------------------------------------------------------
     def controls(self, queues: Sequence[str] | None = None) -> dict[str, ControlState]:

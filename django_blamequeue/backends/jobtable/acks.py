@@ -19,6 +19,7 @@ from django_blamequeue.core.records import Ack, AckResult
 from django_blamequeue.core.states import TERMINAL, State
 
 if TYPE_CHECKING:
+    from django_blamequeue.backends.jobtable.attempts import Attempts
     from django_blamequeue.backends.jobtable.flows import Flows
     from django_blamequeue.backends.jobtable.manifests import Manifests
 
@@ -73,10 +74,13 @@ def _ack_params(a: Ack, now: datetime, stamp: Any, adapt: Callable[[Any], Any]) 
 class Acks:
     """Finished attempts applied to the job table, each fenced by its lease token."""
 
-    def __init__(self, table: JobTable, flows: Flows, manifests: Manifests) -> None:
+    def __init__(
+        self, table: JobTable, flows: Flows, manifests: Manifests, attempts: Attempts
+    ) -> None:
         self.table = table
         self.flows = flows
         self.manifests = manifests  # a fan-out ack stores the parent's manifest
+        self.attempts = attempts  # the history of the attempts the acks end
 
     def apply(self, acks: Sequence[Ack], now: datetime | None) -> list[AckResult]:
         """The acks, inside the caller's transaction."""
@@ -126,7 +130,8 @@ class Acks:
     def _after_acks(
         self, acks: Sequence[Ack], applied: dict[str, tuple[Any, ...]], now: datetime | None
     ) -> None:
-        """Same transaction as the acks: release DAG dependants, cascade cancels, audit."""
+        """Same transaction as the acks: release DAG dependants, cascade cancels, the
+        attempt history, audit."""
         # DAG nodes (a flow id, no parent) may have dependants; @flow children never do.
         done_in_flows = [r[0] for r in applied.values() if r[1] == State.DONE and r[3] and not r[4]]
         cancelled = [r[0] for r in applied.values() if r[1] == State.CANCELLED]
@@ -153,6 +158,7 @@ class Acks:
                 and a.transition.delay == 0
             ]
         )
+        self.attempts.after_acks(acks, applied)
         success, alias = audit.needed(audit.CONSUME_SUCCESS), self.table.alias
         events = [ev for a in acks for ev in _ack_events(a, applied.get(a.job_id), alias, success)]
         audit.record(events, using=self.table.db)
@@ -164,7 +170,7 @@ def _ack_events(
     """The audit events of one ack; ``success``: is a done ack's event wanted at all."""
     if row is None:
         return [audit.lock_lost(a.job_id, alias, a.transition.state.value)]
-    _, state, queue, _flow, _parent, attempts, name, _parent_backend = row
+    _, state, queue, _flow, _parent, attempts, name = row[:7]
     return audit.ack_events(
         a.transition,
         state,

@@ -17,6 +17,7 @@ from django.db import OperationalError
 from django_blamequeue import audit
 from django_blamequeue.backends.jobtable import sql
 from django_blamequeue.backends.jobtable.table import CHANNEL, JobTable
+from django_blamequeue.backends.jobtable.uniques import UNIQUE_COLUMNS, Uniques, conflict_events
 from django_blamequeue.core.records import EnqueuedJob, NewJob
 from django_blamequeue.core.states import ACTIVE, State
 from django_blamequeue.models import FlowDependency, JobFields
@@ -51,10 +52,13 @@ _INSERT_COLUMNS = (
     "about",
     "origin",
     "concurrency_key",
+    "expires_at",
     "created_at",
     "updated_at",
 )
-_layouts: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], tuple[Any, ...]]] = {}
+_layouts: dict[
+    tuple[str, str, tuple[str, ...]], tuple[tuple[tuple[str, str], ...], tuple[Any, ...]]
+] = {}
 
 
 def _datetime_columns(model: type[JobFields]) -> frozenset[str]:
@@ -66,21 +70,23 @@ def _datetime_columns(model: type[JobFields]) -> frozenset[str]:
 
 
 def _insert_layout(
-    connection: Any, model: type[JobFields]
+    connection: Any, model: type[JobFields], extra: tuple[str, ...] = ()
 ) -> tuple[tuple[tuple[str, str], ...], tuple[Any, ...]]:
     """(column, database type) of every column of a new job row, and the values of the
-    columns ``_values`` leaves out (the model's defaults: attempts 0, no lease, ...)."""
-    key = (connection.alias, model._meta.db_table)
+    columns ``_values`` (and the ``extra`` ones, given by the caller) leave out (the model's
+    defaults: attempts 0, no lease, ...)."""
+    key = (connection.alias, model._meta.db_table, extra)
     cached = _layouts.get(key)
     if cached is not None:
         return cached
     fields: dict[str, Any] = {str(f.column): f for f in model._meta.concrete_fields}
-    rest = [c for c in fields if c not in _INSERT_COLUMNS]
+    given = (*_INSERT_COLUMNS, *extra)
+    rest = [c for c in fields if c not in given]
     defaults = []
     for c in rest:
         value = fields[c].get_default()
         defaults.append(value.value if isinstance(value, State) else value)
-    columns = tuple((c, str(fields[c].db_type(connection))) for c in (*_INSERT_COLUMNS, *rest))
+    columns = tuple((c, str(fields[c].db_type(connection))) for c in (*given, *rest))
     layout = (columns, tuple(defaults))
     _layouts[key] = layout
     return layout
@@ -103,11 +109,17 @@ def _origin_json(origin: Any) -> str | None:
 
 def _values(j: NewJob, now: datetime | None) -> tuple[Any, ...]:
     """A new row's values, in the order of ``_INSERT_COLUMNS``. With ``now`` None (the
-    PostgreSQL statement reads the clock), ``available_at`` is the ``run_at`` or None."""
+    PostgreSQL statement reads the clock), ``available_at`` is the ``run_at`` or None, and
+    ``expires_at`` an absolute expiry or None (``_expires_in`` carries a relative one)."""
+    expires: datetime | float | None
     if now is None:
         available = j.run_at
+        expires = j.expires if isinstance(j.expires, datetime) else None
     else:
         available = j.run_at or (now + timedelta(seconds=j.delay) if j.delay else now)
+        expires = j.expires
+        if expires is not None and not isinstance(expires, datetime):
+            expires = now + timedelta(seconds=expires)
     return (
         j.job_id,
         j.queue,
@@ -133,9 +145,16 @@ def _values(j: NewJob, now: datetime | None) -> tuple[Any, ...]:
         j.about,
         _origin_json(j.origin),
         j.concurrency_key,
+        expires,
         now,
         now,
     )
+
+
+def _expires_in(j: NewJob) -> float | None:
+    """Seconds from the engine's now to a relative expiry (the PostgreSQL insert adds them to
+    its clock), else None."""
+    return None if j.expires is None or isinstance(j.expires, datetime) else float(j.expires)
 
 
 class Inserts:
@@ -144,6 +163,7 @@ class Inserts:
     def __init__(self, table: JobTable, flows: Flows) -> None:
         self.table = table
         self.flows = flows  # a dependency already done releases a dependant stored after it
+        self.uniques = Uniques(table)
 
     def one_statement(self, jobs: Sequence[NewJob], events: Sequence[audit.Event]) -> bool:
         """Can this enqueue be a single autocommit INSERT (PostgreSQL, nothing else to write,
@@ -152,8 +172,23 @@ class Inserts:
             self.table.is_postgres
             and not self.table.connection.in_atomic_block
             and not events
-            and not any(j.dedupe_key or j.depends_on for j in jobs)
+            and not any(j.dedupe_key or j.depends_on or j.unique_key for j in jobs)
             and not audit.needed(audit.ENQUEUE)
+        )
+
+    def one_upsert(self, jobs: Sequence[NewJob], events: Sequence[audit.Event]) -> bool:
+        """Can this enqueue be one unique job's autocommit upsert (as ``one_statement``, and no
+        conflict to audit)? Its take-over of a stale holder is a second statement, each whole
+        on its own: the index keeps one holder whatever another enqueue does in between."""
+        return (
+            len(jobs) == 1
+            and jobs[0].unique_key is not None
+            and not jobs[0].depends_on
+            and self.table.is_postgres
+            and not self.table.connection.in_atomic_block
+            and not events
+            and not audit.needed(audit.ENQUEUE)
+            and not audit.needed(audit.UNIQUE)
         )
 
     def insert_rows(
@@ -170,7 +205,9 @@ class Inserts:
         columns, defaults = _insert_layout(table.connection, table.model)
         inserted: set[str] = set()
         if table.is_postgres:
-            rows = [(*_values(j, None), *defaults, float(j.delay or 0.0)) for j in jobs]
+            rows = [
+                (*_values(j, None), *defaults, float(j.delay or 0.0), _expires_in(j)) for j in jobs
+            ]
             varying, arrays = sql.unnest_params(list(zip(*rows, strict=True)))
             statement = sql.insert_jobs_postgresql(columns, varying, len(notify), table.name)
             head = [now, *(a for q in notify for a in (CHANNEL, q))]
@@ -203,8 +240,15 @@ class Inserts:
         """
         answer: dict[str, EnqueuedJob] = {}
         alias, rows = self.table.alias, self.table.jobs
-        todo = list(jobs)
+        todo = [j for j in jobs if not j.unique_key]
         inserted_all: set[str] = set()
+        if len(todo) < len(jobs):
+            layout = _insert_layout(self.table.connection, self.table.model, UNIQUE_COLUMNS)
+            uniques = [j for j in jobs if j.unique_key]
+            answer, inserted_all = self.uniques.insert(uniques, now, layout, _values, notify)
+            notify = ()
+            if not todo:
+                return answer, inserted_all
         for _ in range(5):  # the holder may turn terminal between our insert and our look-up
             inserted = self.insert_rows(todo, now, notify)
             inserted_all |= inserted
@@ -273,6 +317,10 @@ class Inserts:
             if finished:
                 self.flows.release_dependants(finished, self.table.clock(None))
         if audited:
+            events = [
+                *events,
+                *conflict_events([answer[j.job_id] for j in jobs], jobs, self.table.alias),
+            ]
             self.audit_enqueue(inserted, events)
 
     def audit_enqueue(self, inserted: Sequence[NewJob], events: Sequence[audit.Event]) -> None:

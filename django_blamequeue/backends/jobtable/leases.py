@@ -22,6 +22,7 @@ from django_blamequeue.core.rules import STALLED_MESSAGE
 from django_blamequeue.core.states import State
 
 if TYPE_CHECKING:
+    from django_blamequeue.backends.jobtable.attempts import Attempts
     from django_blamequeue.backends.jobtable.flows import Flows
 
 ACK_CHUNK = 500
@@ -42,9 +43,10 @@ RESCUE_COLUMNS = (
 class Leases:
     """Held leases in the job table: each write fenced by the token, and the rescue."""
 
-    def __init__(self, table: JobTable, flows: Flows) -> None:
+    def __init__(self, table: JobTable, flows: Flows, attempts: Attempts) -> None:
         self.table = table
         self.flows = flows  # a rescue that ends a job reports it and cascades its cancel
+        self.attempts = attempts  # a rescued lease is a stalled attempt in the history
 
     def extend(self, job_id: str, token: str, seconds: float, now: datetime | None = None) -> bool:
         with transaction.atomic(using=self.table.db):
@@ -163,6 +165,8 @@ class Leases:
                 alone=alone is not None and alone == token,
             )
             groups[to].append(row)
+        if rows:
+            self.attempts.stalled([r[0] for r in rows], t, STALLED_MESSAGE)
         fence = {"state": State.INFLIGHT, "lease_expires_at__lt": t}
         common = {
             "stalls": F("stalls") + 1,

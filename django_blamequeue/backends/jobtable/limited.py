@@ -8,6 +8,10 @@ a release or a cancel frees the slot at once) and the starts in the rate windows
 ``blamequeue_rate_start``, deleted once they leave the window). ``core.limits.claimable``
 decides (rule: limits), on the counts just read, in the same transaction as the claim.
 
+Job names' rate limits (``@job(rate_limit=...)``, ``name_rates.py``) are counted the same way,
+under a lock per name taken before the queues' rows; a claim leaves out the jobs of a name
+whose window is full, so they never hold up the queue's other jobs.
+
 Per-key limits skip a key that is full and go on: the claim reads candidates in claim order
 (priority, then ``available_at``, then id); if that window is all full keys, it walks the
 queue's other keys (``bq_job_key_claim``, one index probe per key, round robin from the last
@@ -18,13 +22,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
 
 from django_blamequeue.backends.jobtable import sql
+from django_blamequeue.backends.jobtable.name_rates import NameRates
 from django_blamequeue.backends.jobtable.rows import claimed_from_row
 from django_blamequeue.backends.jobtable.table import JobTable
 from django_blamequeue.core import limits as rule
@@ -49,6 +54,11 @@ class Gate:
     counted: InFlight
     now: datetime
     cursor: str | None
+    #: Job names of the candidates read (id → name), where names are rate limited.
+    names: dict[str, str] = field(default_factory=dict)
+
+
+Candidates = list[tuple[str, str | None]]
 
 
 class LimitedClaims:
@@ -56,6 +66,13 @@ class LimitedClaims:
 
     def __init__(self, table: JobTable) -> None:
         self.table = table
+        self.name_rates = NameRates(table)
+
+    def lock_names(self, limits: Mapping[str, QueueLimits], queues: Sequence[str]) -> None:
+        """Before any queue's row: the locks of every job name limited in ``queues``."""
+        self.name_rates.lock(
+            name for q in queues if q in limits for name, _, _ in limits[q].name_rate_limits
+        )
 
     # -- the lock and the counts -----------------------------------------------------------
     def _lock_control(self, queue: str) -> tuple[Any, ...]:
@@ -83,10 +100,11 @@ class LimitedClaims:
         now: datetime | None,
         *,
         scan: int = 0,
-    ) -> tuple[Gate, list[tuple[str, str | None]]] | None:
+    ) -> tuple[Gate, Candidates] | None:
         """Lock ``queue``'s control row and count; None when it is paused (rule: paused).
         With ``scan``, also the first ``scan`` candidates in claim order (on PostgreSQL in
-        the same statement as the clock and the count)."""
+        the same statement as the clock and the count, unless job names are limited). Take
+        the names' locks first (``lock_names``)."""
         paused, has_limits, c, kc, rmax, rper, krmax, krper, cursor = self._lock_control(queue)
         if not claims_from(paused=bool(paused)):
             return None
@@ -101,14 +119,19 @@ class LimitedClaims:
                 else None,
             )
         limits = rule.in_force(live, defaults)
-        if self.table.is_postgres and scan:
+        if self.table.is_postgres and scan and not limits.name_rate_limits:
             t, jobs, by_key, candidates = self._look(queue, now, scan)
             counted = self._count(queue, limits, t, inflight=(jobs, by_key))
             return Gate(queue, limits, counted, t, cursor), candidates
         t = now if now is not None else self._clock()
         counted = self._count(queue, limits, t)
-        candidates = self._candidates(queue, t, scan) if scan else []
-        return Gate(queue, limits, counted, t, cursor), candidates
+        if limits.name_rate_limits:
+            counted = replace(counted, starts_by_name=self.name_rates.count(limits, t))
+        gate = Gate(queue, limits, counted, t, cursor)
+        if not scan:
+            return gate, []
+        full = rule.full_names(limits, counted)  # their jobs are left out: no head of line
+        return gate, self._candidates(queue, t, scan, gate.names, full)
 
     def _look(
         self, queue: str, now: datetime | None, scan: int
@@ -123,12 +146,13 @@ class LimitedClaims:
             "WHERE queue = %s AND state = 'inflight' GROUP BY concurrency_key "
             "UNION ALL SELECT 2, c.id, c.concurrency_key, 0, NULL FROM ("
             f"SELECT id, concurrency_key FROM {t} WHERE state = 'pending' AND queue = %s "
-            f"AND available_at <= {clock} ORDER BY priority DESC, available_at, id LIMIT %s) c"
+            f"AND available_at <= {clock} AND {sql.not_expired(clock)} "  # rule: expiry
+            "ORDER BY priority DESC, available_at, id LIMIT %s) c"
         )
         jobs, by_key, candidates = 0, {}, []
         stamp: datetime | None = None
         with self.table.connection.cursor() as cur:
-            cur.execute(statement, [now, queue, queue, now, scan])
+            cur.execute(statement, [now, queue, queue, now, now, scan])
             for kind, job_id, key, n, clock_value in cur.fetchall():
                 if kind == 0:
                     stamp = clock_value
@@ -200,6 +224,7 @@ class LimitedClaims:
 
     def record_starts(self, gate: Gate, claimed: Sequence[Claimed]) -> None:
         """The claimed jobs' starts, in the windows that count them."""
+        self.name_rates.record(gate.limits, claimed, gate.now)
         rows: list[Any] = []
         alias, stamp = self.table.alias, self.table.adapt(gate.now)
         for c in claimed:
@@ -226,6 +251,7 @@ class LimitedClaims:
         """Inside the caller's transaction: claim up to ``limit`` jobs of ``queues`` under
         their limits (queues locked in name order, so two claimers never deadlock)."""
         claimed: list[Claimed] = []
+        self.lock_names(defaults, queues)
         for queue in sorted(set(queues)):
             left = limit - len(claimed)
             if left <= 0:
@@ -249,20 +275,29 @@ class LimitedClaims:
         room = rule.room(limit, gate.limits, gate.counted)
         if room <= 0:
             return []
-        ids = rule.claimable(candidates, limit=limit, limits=gate.limits, counted=gate.counted)
+        ids = rule.claimable(
+            candidates, limit=limit, limits=gate.limits, counted=gate.counted, names=gate.names
+        )
         if gate.limits.keyed and len(ids) < room and len(candidates) >= rule.window_scan(limit):
             ids += self._other_keys(gate, limit, ids, candidates)
         return ids
 
-    def _candidates(self, queue: str, t: datetime, n: int) -> list[tuple[str, str | None]]:
+    def _candidates(
+        self, queue: str, t: datetime, n: int, names: dict[str, str], full: Sequence[str] = ()
+    ) -> Candidates:
+        """The first ``n`` due jobs in claim order, none of the job names in ``full``; their
+        names go into ``names``."""
+        at = self.table.adapt(t)
+        skip = f"AND name NOT IN ({sql.placeholders(full)}) " if full else ""
         with self.table.connection.cursor() as cur:
             cur.execute(
-                f"SELECT id, concurrency_key FROM {self.table.name} WHERE state = 'pending' "
-                "AND queue = %s AND available_at <= %s "
+                f"SELECT id, concurrency_key, name FROM {self.table.name} "
+                f"WHERE state = 'pending' AND queue = %s AND available_at <= %s "
+                f"AND {sql.not_expired('%s')} {skip}"
                 "ORDER BY priority DESC, available_at, id LIMIT %s",
-                [queue, self.table.adapt(t), n],
+                [queue, at, at, *full, n],
             )
-            return [(r[0], r[1]) for r in cur.fetchall()]
+            return _named(cur.fetchall(), names)
 
     def _other_keys(
         self,
@@ -283,11 +318,16 @@ class LimitedClaims:
         for key, n in mine.items():
             by_key[key] = by_key.get(key, 0) + n
             by_starts[key] = by_starts.get(key, 0) + n
+        by_name = dict(gate.counted.starts_by_name or {})
+        for job_id in taken:
+            if (name := gate.names.get(job_id)) is not None:
+                by_name[name] = by_name.get(name, 0) + 1
         counted = InFlight(
             jobs=gate.counted.jobs + len(taken),
             by_key=by_key,
             starts=gate.counted.starts + len(taken),
             starts_by_key=by_starts,
+            starts_by_name=by_name,
         )
         left = rule.room(limit - len(taken), gate.limits, counted)
         if left <= 0:
@@ -297,8 +337,10 @@ class LimitedClaims:
         if not keys:
             return []
         per_key = gate.limits.key_concurrency or left
-        heads = self._heads(gate.queue, gate.now, keys, min(left, per_key))
-        return rule.claimable(heads, limit=limit - len(taken), limits=gate.limits, counted=counted)
+        heads = self._heads(gate.queue, gate.now, keys, min(left, per_key), gate.names)
+        return rule.claimable(
+            heads, limit=limit - len(taken), limits=gate.limits, counted=counted, names=gate.names
+        )
 
     def _walk_keys(self, gate: Gate, full: Sequence[str], wanted: int) -> list[str]:
         """Up to ``wanted`` keys with pending jobs, none of ``full``, in key order after the
@@ -358,28 +400,30 @@ class LimitedClaims:
             return [r[0] for r in cur.fetchall()]
 
     def _heads(
-        self, queue: str, t: datetime, keys: Sequence[str], per_key: int
-    ) -> list[tuple[str, str | None]]:
-        """Each key's first ``per_key`` due jobs, in claim order within the key."""
+        self, queue: str, t: datetime, keys: Sequence[str], per_key: int, names: dict[str, str]
+    ) -> Candidates:
+        """Each key's first ``per_key`` due jobs, in claim order within the key (their job
+        names into ``names``)."""
         one = (
-            f"SELECT id, concurrency_key FROM {self.table.name} WHERE state = 'pending' "
+            f"SELECT id, concurrency_key, name FROM {self.table.name} WHERE state = 'pending' "
             "AND queue = %s AND concurrency_key = {key} AND available_at <= %s "
-            "ORDER BY priority DESC, available_at, id LIMIT %s"
+            f"AND {sql.not_expired('%s')} ORDER BY priority DESC, available_at, id LIMIT %s"
         )
         with self.table.connection.cursor() as cur:
             if self.table.is_postgres:
                 cur.execute(
-                    "SELECT h.id, h.concurrency_key FROM unnest(%s::varchar[]) "
+                    "SELECT h.id, h.concurrency_key, h.name FROM unnest(%s::varchar[]) "
                     "WITH ORDINALITY AS u(k, i) CROSS JOIN LATERAL ("
                     + one.format(key="u.k")
                     + ") AS h ORDER BY u.i",
-                    [list(keys), queue, t, per_key],
+                    [list(keys), queue, t, t, per_key],
                 )
-                return [(r[0], r[1]) for r in cur.fetchall()]
-            heads: list[tuple[str, str | None]] = []
+                return _named(cur.fetchall(), names)
+            heads: Candidates = []
             for key in keys:
-                cur.execute(one.format(key="%s"), [queue, key, self.table.adapt(t), per_key])
-                heads += [(r[0], r[1]) for r in cur.fetchall()]
+                at = self.table.adapt(t)
+                cur.execute(one.format(key="%s"), [queue, key, at, at, per_key])
+                heads += _named(cur.fetchall(), names)
             return heads
 
     def _lease_ids(self, ids: Sequence[str], lease_s: float, t: datetime) -> list[Claimed]:
@@ -388,17 +432,23 @@ class LimitedClaims:
         expires = a(t + timedelta(seconds=lease_s))
         if self.table.is_postgres:
             token = "replace(gen_random_uuid()::text, '-', '')"
-            where, params = "id = ANY(%s::varchar[])", [expires, a(t), a(t), list(ids)]
+            where, params = "id = ANY(%s::varchar[])", [expires, a(t), a(t), list(ids), a(t)]
         else:
             token = "lower(hex(randomblob(16)))"
             where = f"id IN ({sql.placeholders(ids)})"
-            params = [expires, a(t), a(t), *ids]
+            params = [expires, a(t), a(t), *ids, a(t)]
         with self.table.connection.cursor() as cur:
             cur.execute(
                 f"UPDATE {self.table.name} SET state = 'inflight', attempts = attempts + 1, "
                 f"lease_token = {token}, lease_expires_at = %s, started_at = %s, "
                 f"updated_at = %s WHERE {where} AND state = 'pending' "
-                f"RETURNING {sql.CLAIM_COLUMNS}",
+                f"AND {sql.not_expired('%s')} RETURNING {sql.CLAIM_COLUMNS}",
                 params,
             )
             return [claimed_from_row(r) for r in cur.fetchall()]
+
+
+def _named(rows: Sequence[tuple[Any, ...]], names: dict[str, str]) -> Candidates:
+    """Rows of (id, key, name) as candidates; each job's name into ``names``."""
+    names.update((r[0], r[2]) for r in rows)
+    return [(r[0], r[1]) for r in rows]

@@ -16,7 +16,7 @@ from django_blamequeue.backends.jobtable.rows import info_from_model
 from django_blamequeue.backends.jobtable.table import JobTable, Released
 from django_blamequeue.core.records import Backlog, JobInfo, PruneReport, QueueStats
 from django_blamequeue.core.rules import DLQ_RETRY_RESETS
-from django_blamequeue.core.states import ACTIVE, WAITING, State
+from django_blamequeue.core.states import ACTIVE, WAITING, Reason, State
 from django_blamequeue.models import FlowDependency, OutboxEntry
 
 _ACTIVE = [s.value for s in ACTIVE]
@@ -76,19 +76,27 @@ class Listing:
         n: int = self.table.jobs().filter(live).count()
         return n
 
-    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
-        rows = self.table.jobs().filter(queue=queue, state=State.FAILED).order_by("id")
+    def dlq_list(self, queue: str | None, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        rows = self._failed(queue).order_by("id")
         return [info_from_model(j, self.table.alias) for j in rows[offset : offset + limit]]
 
-    def dlq_size(self, queue: str) -> int:
-        n: int = self.table.jobs().filter(queue=queue, state=State.FAILED).count()
+    def dlq_size(self, queue: str | None) -> int:
+        n: int = self._failed(queue).count()
         return n
+
+    def _failed(self, queue: str | None) -> Any:
+        """The DLQ of ``queue``, or of every queue."""
+        rows = self.table.jobs().filter(state=State.FAILED)
+        return rows if queue is None else rows.filter(queue=queue)
 
     def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
         return self._dlq_retry(self.table.jobs().filter(id=job_id), now) == 1
 
     def dlq_retry_all(self, queue: str, now: datetime | None = None) -> int:
         return self._dlq_retry(self.table.jobs().filter(queue=queue), now)
+
+    def dlq_retry_many(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        return self._dlq_retry(self.table.jobs().filter(id__in=list(job_ids)), now)
 
     def _dlq_retry(self, qs: Any, now: datetime | None) -> int:
         with transaction.atomic(using=self.table.db):
@@ -130,6 +138,8 @@ class Listing:
         on their way count as due work: they may release or settle jobs here)."""
         t = self.table.clock(None)
         later = Q(state=State.PENDING, available_at__gt=t)
+        # A pending job past its expiry is neither: no claim leases it, the sweeper cancels it.
+        gone = Q(state=State.PENDING, expires_at__lte=t)
         found = (
             self.table.jobs()
             .filter(  # an OR per state: each on its own partial index (see ``size``)
@@ -137,8 +147,8 @@ class Listing:
                 | Q(queue__in=list(queues), state__in=[State.PENDING, State.WAITING_CHILDREN])
             )
             .aggregate(
-                due=Count("id", filter=~later), delayed=Count("id", filter=later),
-                first=Min("available_at", filter=later),
+                due=Count("id", filter=~later & ~gone), delayed=Count("id", filter=later & ~gone),
+                first=Min("available_at", filter=later & ~gone),
             )
         )  # fmt: skip
         unsent: int = OutboxEntry.objects.using(self.table.db).filter(sent_at__isnull=True).count()
@@ -170,10 +180,13 @@ class Listing:
             .annotate(n=Count("id"), first=Min("available_at"))
             .values_list("queue", "n", "first")
         }
+        finished = Q(state__in=[State.DONE, State.FAILED]) | Q(
+            state=State.CANCELLED, reason=Reason.EXPIRED.value
+        )
         recent: dict[tuple[str, str], int] = {
             (q, s): n
             for q, s, n in self.table.jobs()
-            .filter(state__in=[State.DONE, State.FAILED], finished_at__gte=now - timedelta(hours=1))
+            .filter(finished, finished_at__gte=now - timedelta(hours=1))
             .order_by()
             .values_list("queue", "state")
             .annotate(n=Count("id"))
@@ -188,6 +201,7 @@ class Listing:
                 else None,
                 done_last_hour=recent.get((q, State.DONE), 0),
                 failed_last_hour=recent.get((q, State.FAILED), 0),
+                expired_last_hour=recent.get((q, State.CANCELLED), 0),
                 delayed=later[q][0] if q in later else 0,
                 next_delayed_in=(later[q][1] - now).total_seconds() if q in later else None,
             )

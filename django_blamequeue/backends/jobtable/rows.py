@@ -219,6 +219,9 @@ def info_from_model(
         about=job.about,
         origin=job.origin,
         checkpoint=_checkpoint(job.checkpoint),
+        unique_key=job.unique_key,
+        unique_calls=job.unique_calls,
+        expires_at=job.expires_at,
     )
 
 

@@ -39,9 +39,16 @@ _UNLIMITED = (
 )
 
 
+def not_expired(now: str, table: str = "") -> str:
+    """rule: expiry — a claim never leases a job whose ``expires_at`` has passed (the sweeper
+    cancels it, ``jobtable/expiry.py``). ``now``: the SQL of the claim's clock."""
+    column = f"{table}.expires_at" if table else "expires_at"
+    return f"({column} IS NULL OR {column} > {now})"
+
+
 @cache
 def claim_postgresql(limit: int) -> str:
-    """Params: queues (a list), the backend's alias, now, now, lease_seconds, now, now.
+    """Params: queues (a list), the backend's alias, now, now, now, lease_seconds, now, now.
     Answers ``CLAIM_COLUMNS``, the times as epoch seconds (``rows.claimed_from_pg_row``).
 
     One ordered index scan per queue (``LATERAL``): ``queue IN (…)`` over several queues
@@ -63,6 +70,7 @@ WITH picked AS (
         SELECT id, priority, available_at FROM {JOB}
         WHERE state = 'pending' AND queue = q.name
           AND available_at <= COALESCE(%s, statement_timestamp())
+          AND {not_expired("COALESCE(%s, statement_timestamp())")}
         ORDER BY priority DESC, available_at, id
         LIMIT {int(limit)}
         FOR UPDATE SKIP LOCKED
@@ -151,12 +159,16 @@ def insert_jobs_postgresql(
     pair per NOTIFY, then :func:`unnest_params` of the rows. Cached per shape (``columns``
     and ``varying`` are tuples), so the hot path does not rebuild the text."""
     names = [c for c, _ in columns]
-    rows = unnest_rows([*names, "bq_delay"], [*(t for _, t in columns), "float8"], varying)
+    rows = unnest_rows(
+        [*names, "bq_delay", "bq_expires"], [*(t for _, t in columns), "float8", "float8"], varying
+    )
     picked = [
         "t.now"
         if name in ("created_at", "updated_at")
         else "COALESCE(v.available_at, t.now + make_interval(secs => v.bq_delay))"
         if name == "available_at"
+        else "COALESCE(v.expires_at, t.now + make_interval(secs => v.bq_expires))"
+        if name == "expires_at"
         else f"v.{name}"
         for name in names
     ]
@@ -179,8 +191,8 @@ def insert_jobs_sqlite(columns: Sequence[str], n: int, table: str = JOB) -> str:
 
 
 def claim_sqlite(n_queues: int) -> str:
-    """Params: lease_expires_at, now, now, *queues, the backend's alias, now, limit (times as
-    stored text)."""
+    """Params: lease_expires_at, now, now, *queues, the backend's alias, now, now, limit (times
+    as stored text)."""
     queues = ", ".join(["%s"] * n_queues)
     return f"""
 UPDATE {JOB}
@@ -193,7 +205,7 @@ SET state = 'inflight',
 WHERE id IN (
     SELECT id FROM {JOB}
     WHERE state = 'pending' AND queue IN ({queues}) AND {_UNLIMITED.format(q=JOB + ".queue")}
-      AND available_at <= %s
+      AND available_at <= %s AND {not_expired("%s")}
     ORDER BY priority DESC, available_at, id
     LIMIT %s
 )
@@ -206,6 +218,10 @@ RETURNING {CLAIM_COLUMNS}
 # finished_at, give_back (0/1), yields_to_cancel (0/1), progress_done (0/1), snoozed (0/1),
 # error_type.
 ACK_COLUMNS = 14
+#: What an applied ack answers, by position (``acks.py``, ``attempts.py`` read them).
+ACK_RETURNING = (
+    "id, state, queue, flow_id, parent_id, attempts, name, parent_backend, started_at, updated_at"
+)
 _PG_CASTS = (
     "varchar",
     "varchar",
@@ -281,7 +297,7 @@ def ack_many_postgresql(varying: Sequence[bool | str], table: str = JOB) -> str:
         f"UPDATE {table} {_ack_set(table)} FROM {rows} AS v "
         f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
         f"AND {table}.state = 'inflight' "
-        "RETURNING id, state, queue, flow_id, parent_id, attempts, name, parent_backend"
+        f"RETURNING {ACK_RETURNING}"
     )
 
 
@@ -297,7 +313,7 @@ def ack_many(vendor: str, n: int, table: str = JOB) -> str:
         f"UPDATE {table} {_ack_set(table)} FROM (VALUES {values}) AS {alias} "
         f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
         f"AND {table}.state = 'inflight' "
-        "RETURNING id, state, queue, flow_id, parent_id, attempts, name, parent_backend"
+        f"RETURNING {ACK_RETURNING}"
     )
 
 

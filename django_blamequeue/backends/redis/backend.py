@@ -33,6 +33,7 @@ from django_blamequeue.backends.base import Backend
 from django_blamequeue.backends.flowstate import state_from_rows
 from django_blamequeue.backends.redis import lua
 from django_blamequeue.backends.redis.codec import (
+    HISTORY_LEVELS,
     Blobs,
     ack_rows,
     ack_spec,
@@ -53,12 +54,13 @@ from django_blamequeue.backends.redis.keys import Keys, from_us, to_us
 from django_blamequeue.backends.redis.listen import RedisListener
 from django_blamequeue.backends.redis.runner import ScriptRunner
 from django_blamequeue.backends.rescuelog import log_rescued
-from django_blamequeue.conf import BackendConfig
-from django_blamequeue.core import wire
+from django_blamequeue.conf import BackendConfig, get_settings
+from django_blamequeue.core import unique, wire
 from django_blamequeue.core.controls import ControlState, HandlerWait, QueueLimits
 from django_blamequeue.core.records import (
     Ack,
     AckResult,
+    AttemptInfo,
     Backlog,
     CancelResult,
     ChildSpec,
@@ -75,6 +77,7 @@ from django_blamequeue.core.records import (
     RescueReport,
 )
 from django_blamequeue.core.states import State
+from django_blamequeue.core.timeseries import RESOLUTIONS, SLOTS, Bucket, Sample, merged
 from django_blamequeue.models import OutboxEntry
 
 logger = logging.getLogger("django_blamequeue.redis")
@@ -94,6 +97,7 @@ class RedisBackend(Backend):
     supports_flows = True
     supports_apply_and_claim = True
     has_outbox = True
+    expires_buckets = True  # each bucket's hash expires once its window has passed
     #: How idle workers are woken (the worker's banner shows it).
     wake_up = "pub/sub (SUBSCRIBE)"
     unavailable_errors: tuple[type[BaseException], ...] = UNAVAILABLE
@@ -124,18 +128,24 @@ class RedisBackend(Backend):
         MULTI/EXEC. An id that exists already is answered as it is (not re-inserted)."""
         if not jobs:
             return []
+        # A batch that may refuse a unique conflict is one script: it checks before it writes.
+        chunk_size = len(jobs) if any(j.unique_mode == "reject" for j in jobs) else ENQUEUE_CHUNK
         calls = []
-        for start in range(0, len(jobs), ENQUEUE_CHUNK):
-            chunk = jobs[start : start + ENQUEUE_CHUNK]
+        for start in range(0, len(jobs), chunk_size):
+            chunk = jobs[start : start + chunk_size]
             calls.append(([job_header(j) for j in chunk], [j.payload.body for j in chunk]))
         replies = self.scripts.run_many("enqueue", calls, now)
         rows = [row for r in replies for row in r.result]
+        if rows and rows[0][1] == b"DUPLICATE":
+            _, _, holder, state, key = (text(v) or "" for v in rows[0])
+            raise unique.duplicate(key, holder, state)
         answers = [
             EnqueuedJob(
                 job_id=row[0].decode(),
                 queue_name=j.queue,
                 backend=self.alias,
                 deduplicated=bool(int(row[1])),
+                conflict=text(row[2]) or None,
             )
             for j, row in zip(jobs, rows, strict=True)
         ]
@@ -165,7 +175,8 @@ class RedisBackend(Backend):
         for start in range(0, len(acks), ACK_CHUNK):
             chunk = acks[start : start + ACK_CHUNK]
             blobs = Blobs()
-            spec = [ack_spec(a, blobs) for a in chunk]
+            history = get_settings().attempt_history
+            spec = [ack_spec(a, blobs, history) for a in chunk]
             reply = self.scripts.run("ack", spec, blobs, now, after=False)
             results += self._acked(chunk, ack_rows(reply.result), reply)
         return results
@@ -187,7 +198,11 @@ class RedisBackend(Backend):
         if limit <= 0 or not queues:
             return self.apply_many(acks, now), []
         blobs = Blobs()
-        spec = [[ack_spec(a, blobs) for a in acks], claim_spec(queues, limit, lease_s, limits)]
+        history = get_settings().attempt_history
+        spec = [
+            [ack_spec(a, blobs, history) for a in acks],
+            claim_spec(queues, limit, lease_s, limits),
+        ]
         reply = self.scripts.run("ack_claim", spec, blobs, now, after=False)
         rows, claimed_rows = reply.result
         claimed = claimed_from(claimed_rows)
@@ -242,6 +257,11 @@ class RedisBackend(Backend):
             audit.record([event], using=self.audit_db)
         return changed
 
+    def wake(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        if not job_ids:
+            return 0
+        return int(self.scripts.run("wake", list(job_ids), now=now).result)
+
     def set_progress(self, job_id: str, token: str, progress: int) -> bool:
         changed = bool(int(self.scripts.run("progress", [job_id, token, int(progress)]).result))
         if changed and audit.needed(audit.PROGRESS):
@@ -285,12 +305,17 @@ class RedisBackend(Backend):
     def rescue_expired(
         self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
     ) -> RescueReport:
+        level = HISTORY_LEVELS[get_settings().attempt_history]
         repended, failed, cancelled, rows = self.scripts.run(
-            "rescue", [limit, max_stalled], now=now
+            "rescue", [limit, max_stalled, level], now=now
         ).result
         if rows:
             log_rescued(self.alias, [tuple(r) for r in json.loads(rows)])
         return RescueReport(repended=repended, failed=failed, cancelled=cancelled)
+
+    def expire(self, now: datetime | None = None, limit: int = 500) -> list[str]:
+        ids = self.scripts.run("expire", [limit], now=now).result
+        return [i.decode() if isinstance(i, bytes) else str(i) for i in ids or []]
 
     def run_alone(self, job_id: str, token: str) -> bool:
         return bool(int(self.scripts.run("alone", [job_id, token]).result))
@@ -347,12 +372,28 @@ class RedisBackend(Backend):
         pipe.hget(k.leased, queue)
         return sum(int(n or 0) for n in pipe.execute())
 
-    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
-        ids = self.client.zrange(self.keys.queue(queue, "dlq"), offset, offset + limit - 1)
-        return self._hashes([i.decode() for i in ids])
+    def dlq_list(self, queue: str | None, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        """A queue's DLQ is a set ordered by id (every score 0): every queue's is the first
+        ``offset + limit`` ids of each, merged."""
+        if queue is not None:
+            ids = self.client.zrange(self.keys.queue(queue, "dlq"), offset, offset + limit - 1)
+            return self._hashes([i.decode() for i in ids])
+        pipe = self.client.pipeline(transaction=False)
+        for q in self._queues():
+            pipe.zrange(self.keys.queue(q, "dlq"), 0, offset + limit - 1)
+        merged = sorted(i.decode() for ids in pipe.execute() for i in ids)
+        return self._hashes(merged[offset : offset + limit])
 
-    def dlq_size(self, queue: str) -> int:
-        return int(self.client.zcard(self.keys.queue(queue, "dlq")))
+    def dlq_size(self, queue: str | None) -> int:
+        queues = [queue] if queue is not None else self._queues()
+        pipe = self.client.pipeline(transaction=False)
+        for q in queues:
+            pipe.zcard(self.keys.queue(q, "dlq"))
+        return sum(int(n) for n in pipe.execute())
+
+    def _queues(self) -> list[str]:
+        """Every queue this backend has held a job of."""
+        return sorted(q.decode() for q in self.client.smembers(self.keys.queues))
 
     def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
         retried, _, _ = self.scripts.run("dlq_retry", ["ids", [job_id]], now=now).result
@@ -536,6 +577,121 @@ class RedisBackend(Backend):
 
     def cascade_done(self, parent_id: str) -> None:
         self.client.srem(self.keys.cascade, parent_id)
+
+    # -- operators' bulk edits, history, charts ---------------------------------------------
+    def _bulk(self, op: str, job_ids: Sequence[str], arg: Any, now: datetime | None) -> int:
+        total = 0
+        for start in range(0, len(job_ids), RETRY_CHUNK):
+            chunk = list(job_ids[start : start + RETRY_CHUNK])
+            total += int(self.scripts.run("bulk", [op, chunk, arg], now=now).result)
+        return total
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        return self._bulk("delete", job_ids, False, None)
+
+    def move_jobs(self, job_ids: Sequence[str], queue: str, now: datetime | None = None) -> int:
+        return self._bulk("move", job_ids, queue, now)
+
+    def set_priority(
+        self, job_ids: Sequence[str], priority: int, now: datetime | None = None
+    ) -> int:
+        return self._bulk("priority", job_ids, str(priority), now)
+
+    def dlq_retry_many(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        total = 0
+        for start in range(0, len(job_ids), RETRY_CHUNK):
+            chunk = list(job_ids[start : start + RETRY_CHUNK])
+            retried, _, _ = self.scripts.run("dlq_retry", ["ids", chunk], now=now).result
+            total += int(retried)
+        return total
+
+    def attempts(self, job_id: str) -> list[AttemptInfo]:
+        entries = self.client.lrange(self.keys.attempts(job_id), 0, -1)
+        found = []
+        for seq, raw in enumerate(entries, start=1):
+            attempt, outcome, started, finished, worker, reason, etype, err, tb = json.loads(raw)
+            found.append(
+                AttemptInfo(
+                    job_id=job_id,
+                    seq=seq,
+                    attempt=int(attempt),
+                    outcome=outcome,
+                    started_at=from_us(started),
+                    finished_at=from_us(finished),
+                    worker=worker or None,
+                    reason=reason or None,
+                    error_type=etype or None,
+                    error=err or None,
+                    traceback=tb or None,
+                )
+            )
+        return found
+
+    def record_samples(self, samples: Sequence[Sample], now: datetime | None = None) -> None:
+        found = [s for s in merged(samples) if not s.empty]
+        if not found:
+            return
+        zeros = [0] * SLOTS
+        spec = [
+            [[r.step, r.keep] for r in RESOLUTIONS],
+            [
+                [
+                    *(s.queue, s.name, s.done, s.failed, s.retried, s.cancelled),
+                    s.depth if s.depth is not None else False,
+                    list(s.wait) or zeros,
+                    list(s.run) or zeros,
+                ]
+                for s in found
+            ],
+        ]
+        self.scripts.run("buckets", spec, now=now)
+
+    def buckets(
+        self,
+        step: int,
+        since: datetime,
+        until: datetime,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+    ) -> list[Bucket]:
+        """One pipelined HGETALL per bucket of the range (``P:ts:STEP:START``)."""
+        first = int(since.timestamp())
+        first += -first % step
+        starts = list(range(first, int(until.timestamp()), step))
+        pipe = self.client.pipeline(transaction=False)
+        for start in starts:
+            pipe.hgetall(self.keys.bucket(step, start))
+        found = []
+        for start, fields in zip(starts, pipe.execute(), strict=True):
+            at = datetime.fromtimestamp(start, UTC)
+            for raw_key, raw in fields.items():
+                q, _, n = raw_key.decode().partition("\x1f")
+                if queue is not None and q != queue:
+                    continue
+                if name is not None and n not in ((name, "") if queue is not None else (name,)):
+                    continue
+                v = [int(x) for x in raw.split(b",")]
+                found.append(
+                    Bucket(
+                        queue=q,
+                        name=n,
+                        start=at,
+                        step=step,
+                        done=v[0],
+                        failed=v[1],
+                        retried=v[2],
+                        cancelled=v[3],
+                        depth=v[4] if v[4] >= 0 else None,
+                        wait=tuple(v[5 : 5 + SLOTS]),
+                        run=tuple(v[5 + SLOTS : 5 + 2 * SLOTS]),
+                    )
+                )
+        return found
+
+    def prune_buckets(self, now: datetime | None = None) -> int:
+        """Nothing to do: each bucket's hash expires once its window has passed."""
+        return 0
 
     # -- the control plane -----------------------------------------------------------------
     def controls(self, queues: Sequence[str] | None = None) -> dict[str, ControlState]:

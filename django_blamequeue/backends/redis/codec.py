@@ -66,7 +66,22 @@ def job_header(j: NewJob) -> list[Any]:
         j.about or False,
         dumps(j.origin).decode() if j.origin else False,
         j.concurrency_key if j.concurrency_key is not None else False,
+        j.unique_key if j.unique_key is not None else False,
+        j.unique_states or False,
+        str(round(j.unique_window * 1_000_000)) if j.unique_window is not None else False,
+        j.unique_mode or False,
+        _expires_spec(j.expires),
     ]
+
+
+def _expires_spec(expires: float | datetime | None) -> Any:
+    """A job's expiry as ``insert_job`` reads it: ``["at", us]`` absolute, ``["in", us]``
+    after the script's now, or false."""
+    if expires is None:
+        return False
+    if isinstance(expires, datetime):
+        return ["at", str(to_us(expires))]
+    return ["in", str(round(expires * 1_000_000))]
 
 
 class Blobs(list[bytes]):
@@ -83,8 +98,12 @@ def child_spec(c: ChildSpec, blobs: Blobs) -> list[Any]:
     return [c.key, c.backend, body, job_header(c.job), blobs.add(c.job.payload.body)]
 
 
-def ack_spec(a: Ack, blobs: Blobs) -> list[Any]:
-    """One ack (``apply_ack`` in leasing.lua)."""
+#: ``ATTEMPT_HISTORY`` as leasing.lua's ``keep_attempt`` reads it.
+HISTORY_LEVELS = {"off": 0, "failures": 1, "all": 2}
+
+
+def ack_spec(a: Ack, blobs: Blobs, history: str = "failures") -> list[Any]:
+    """One ack (``apply_ack`` in leasing.lua); ``history``: ``ATTEMPT_HISTORY``."""
     t = a.transition
     return [
         a.job_id,
@@ -100,6 +119,8 @@ def ack_spec(a: Ack, blobs: Blobs) -> list[Any]:
         [child_spec(c, blobs) for c in t.children] if t.children else False,
         1 if t.snoozed else 0,
         t.error_type if t.error_type is not None else False,
+        a.worker or False,
+        HISTORY_LEVELS[history],
     ]
 
 
@@ -274,11 +295,14 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         about=s("about"),
         origin=json.loads(h["origin"]) if h.get("origin") else None,
         checkpoint=_checkpoint(s("checkpoint")),
+        unique_key=s("ukey"),
+        unique_calls=n("ucalls"),
+        expires_at=from_us(h.get("exp")),
     )
 
 
 def limits_spec(limits: QueueLimits | None) -> list[Any] | bool:
-    """Limits as the scripts read them (``limits.lua``): [c, kc, rm, rp, krm, krp]."""
+    """Limits as the scripts read them (``limits.lua``): [c, kc, rm, rp, krm, krp, names]."""
     if limits is None:
         return False
     rate, key_rate = limits.rate_limit, limits.key_rate_limit
@@ -290,7 +314,8 @@ def limits_spec(limits: QueueLimits | None) -> list[Any] | bool:
         key_rate[0] if key_rate else None,
         repr(float(key_rate[1])) if key_rate else None,
     ]
-    return [False if v is None else v for v in values]
+    names = [[name, most, repr(float(per))] for name, most, per in limits.name_rate_limits]
+    return [False if v is None else v for v in values] + [names or False]
 
 
 def control_from(queue: str, raw: Sequence[Any]) -> ControlState:
@@ -360,7 +385,8 @@ def outbox_item(raw: Sequence[Any]) -> OutboxItem:
 
 
 def stats_from(rows: Sequence[Any], now: datetime, alias: str) -> list[QueueStats]:
-    """``stats.lua``'s rows (a queue, its counts by state, then times) as ``QueueStats``."""
+    """``stats.lua``'s rows (a queue, its counts by state, then times, then the jobs expired
+    within the last hour) as ``QueueStats``."""
     out = []
     states = [s.value for s in State]
     for row in sorted(rows, key=lambda r: r[0]):
@@ -390,6 +416,7 @@ def stats_from(rows: Sequence[Any], now: datetime, alias: str) -> list[QueueStat
                 failed_last_hour=numbers[9],
                 delayed=numbers[10],
                 next_delayed_in=(next_due - now).total_seconds() if next_due else None,
+                expired_last_hour=numbers[12],
             )
         )
     return out

@@ -41,6 +41,15 @@ Layout (``P`` = the tagged prefix; times are integer microseconds since the epoc
 ``P:q:QUEUE:ctl|kin|rate|...``  a queue's control state, keys in flight, rate windows,
                                 ready jobs by key (``limits.lua``)
 ``P:q:QUEUE:nohandler``         set of pending jobs handed back for lack of a handler
+``P:att:ID``                    list: the job's attempt history, JSON entries (``lib.lua``
+                                ``keep_attempt``), deleted with the job
+``P:ts:STEP:START``             hash: a chart bucket of ``STEP`` seconds from ``START``
+                                (seconds), a field per queue and name (``buckets.lua``);
+                                it expires once its resolution's window has passed
+``P:expiring``                  zset of the ids of waiting jobs with an expiry, by it (a job's
+                                ``exp`` field); ``P:q:QUEUE:expired`` those cancelled as
+                                expired, by when (stats)
+``P:nrate:NAME``                zset, a job name's rate window (``@job(rate_limit=...)``)
 ==============================  ==============================================================
 """
 
@@ -84,6 +93,7 @@ class Keys:
         self.leased = f"{self.prefix}:leased"
         self.control_wake = f"{self.prefix}:ctlwake"
         self.controls = f"{self.prefix}:ctls"
+        self.queues = f"{self.prefix}:queues"
 
     def job(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}"
@@ -99,6 +109,12 @@ class Keys:
 
     def manifest(self, parent_id: str) -> str:
         return f"{self.prefix}:m:{parent_id}"
+
+    def attempts(self, job_id: str) -> str:
+        return f"{self.prefix}:att:{job_id}"
+
+    def bucket(self, step: int, start: int) -> str:
+        return f"{self.prefix}:ts:{step}:{start}"
 
     def unsent(self, kind: str) -> str:
         return f"{self.prefix}:outbox:n:{kind}"

@@ -32,8 +32,10 @@ NAMES = (
     "renew",
     "extend",
     "progress",
+    "wake",
     "checkpoint",
     "rescue",
+    "expire",
     "alone",
     "cancel",
     "cancel_flow",
@@ -50,6 +52,8 @@ NAMES = (
     "control",
     "waits",
     "names",
+    "bulk",
+    "buckets",
 )
 
 

@@ -25,8 +25,11 @@ from django_blamequeue.backends import wakeup
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.backends.jobtable import effects
 from django_blamequeue.backends.jobtable.acks import Acks
+from django_blamequeue.backends.jobtable.attempts import Attempts
+from django_blamequeue.backends.jobtable.bulk import BulkEdits
 from django_blamequeue.backends.jobtable.checkpoints import Checkpoints
 from django_blamequeue.backends.jobtable.control_rows import ControlRows
+from django_blamequeue.backends.jobtable.expiry import Expiry
 from django_blamequeue.backends.jobtable.flows import Flows
 from django_blamequeue.backends.jobtable.inserts import Inserts
 from django_blamequeue.backends.jobtable.leases import RESCUE_COLUMNS, Leases
@@ -34,6 +37,9 @@ from django_blamequeue.backends.jobtable.limited import LimitedClaims
 from django_blamequeue.backends.jobtable.listing import Listing
 from django_blamequeue.backends.jobtable.manifests import Manifests
 from django_blamequeue.backends.jobtable.table import JobTable
+from django_blamequeue.backends.jobtable.timeseries import TimeSeries
+from django_blamequeue.backends.jobtable.uniques import conflict_events
+from django_blamequeue.backends.jobtable.wakes import Wakes
 from django_blamequeue.backends.sqs import messages
 from django_blamequeue.backends.sqs.receive import Receiver
 from django_blamequeue.backends.sqs.sender import FollowUps, Sender
@@ -44,6 +50,7 @@ from django_blamequeue.core.limits import QueueLimits
 from django_blamequeue.core.records import (
     Ack,
     AckResult,
+    AttemptInfo,
     Backlog,
     CancelResult,
     Claimed,
@@ -59,6 +66,7 @@ from django_blamequeue.core.records import (
     RescueReport,
 )
 from django_blamequeue.core.states import State
+from django_blamequeue.core.timeseries import Bucket, Sample
 from django_blamequeue.models import FlowDependency, SqsJob
 
 if TYPE_CHECKING:
@@ -96,13 +104,20 @@ class SqsBackend(Backend):
         self.flows = Flows(table, self.sender.released)
         self.manifests = Manifests(table, self.flows, self)
         self.inserts = Inserts(table, self.flows)
-        self.acks = Acks(table, self.flows, self.manifests)
-        self.leases = Leases(table, self.flows)
+        self.history = Attempts(table)
+        self.acks = Acks(table, self.flows, self.manifests, self.history)
+        self.leases = Leases(table, self.flows, self.history)
+        self.bulk = BulkEdits(table, self.history, self.sender.released)
+        self.timeseries = TimeSeries(table)
         self.checkpoints = Checkpoints(table)
         self.listing = Listing(table, self.manifests, self.sender.released)
         self.control_rows = ControlRows(table, listen=False)
         self.limited = LimitedClaims(table)
-        self.receiver = Receiver(table, self.transport, self.sender, self.leases, self.limited)
+        self.wakes = Wakes(table, self.sender.released)
+        self.expiry = Expiry(table, self.flows)
+        self.receiver = Receiver(
+            table, self.transport, self.sender, self.leases, self.limited, self.expiry
+        )
 
     @property
     def effects_database(self) -> str:
@@ -164,7 +179,8 @@ class SqsBackend(Backend):
             self._unwrite(sorted(inserted))
             raise
         self.sender.mark_sent(sent)
-        self.inserts.audit_enqueue(new, events)  # only once the enqueue has happened
+        conflicts = conflict_events([answer[j.job_id] for j in jobs], jobs, self.alias)
+        self.inserts.audit_enqueue(new, [*events, *conflicts])  # once the enqueue happened
         wakeup.notify(sorted({j.queue for j in new if j.job_id in sent}))
         return [answer[j.job_id] for j in jobs]
 
@@ -225,6 +241,12 @@ class SqsBackend(Backend):
         self.sender.mark_unsent(unsent)
         return results
 
+    def wake(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        return self.wakes.wake(job_ids, now)
+
+    def fence_step(self, job_id: str, token: str) -> bool | None:
+        return self.wakes.fence_step(job_id, token)
+
     def extend_lease(
         self, job_id: str, token: str, seconds: float, now: datetime | None = None
     ) -> bool:
@@ -260,6 +282,11 @@ class SqsBackend(Backend):
         self, items: Sequence[tuple[str, str, str]], now: datetime | None = None
     ) -> frozenset[str]:
         return self.checkpoints.save(items, now)
+
+    def expire(self, now: datetime | None = None, limit: int = 500) -> list[str]:
+        """In the ledger; an expired job's message is deleted when it is next received (its
+        row is terminal)."""
+        return self.expiry.expire(now, limit)
 
     def rescue_expired(
         self, now: datetime | None = None, limit: int = 1000, *, max_stalled: int = 1
@@ -312,10 +339,10 @@ class SqsBackend(Backend):
     def size(self, queue: str) -> int:
         return self.listing.size(queue)
 
-    def dlq_list(self, queue: str, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+    def dlq_list(self, queue: str | None, limit: int = 100, offset: int = 0) -> list[JobInfo]:
         return self.listing.dlq_list(queue, limit, offset)
 
-    def dlq_size(self, queue: str) -> int:
+    def dlq_size(self, queue: str | None) -> int:
         return self.listing.dlq_size(queue)
 
     def dlq_retry(self, job_id: str, now: datetime | None = None) -> bool:
@@ -350,6 +377,41 @@ class SqsBackend(Backend):
 
     def backlog(self, queues: Sequence[str]) -> Backlog:
         return self.listing.backlog(queues)
+
+    # -- operators' bulk edits, history, charts ---------------------------------------------
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        return self.bulk.delete(job_ids)
+
+    def move_jobs(self, job_ids: Sequence[str], queue: str, now: datetime | None = None) -> int:
+        return self.bulk.move(job_ids, queue, now)
+
+    def set_priority(
+        self, job_ids: Sequence[str], priority: int, now: datetime | None = None
+    ) -> int:
+        return self.bulk.set_priority(job_ids, priority, now)
+
+    def dlq_retry_many(self, job_ids: Sequence[str], now: datetime | None = None) -> int:
+        return self.listing.dlq_retry_many(job_ids, now)
+
+    def attempts(self, job_id: str) -> list[AttemptInfo]:
+        return self.history.of(job_id)
+
+    def record_samples(self, samples: Sequence[Sample], now: datetime | None = None) -> None:
+        self.timeseries.record(samples, now)
+
+    def buckets(
+        self,
+        step: int,
+        since: datetime,
+        until: datetime,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+    ) -> list[Bucket]:
+        return self.timeseries.read(step, since, until, queue, name)
+
+    def prune_buckets(self, now: datetime | None = None) -> int:
+        return self.timeseries.prune(now)
 
     # -- the control plane -----------------------------------------------------------------
     def controls(self, queues: Sequence[str] | None = None) -> dict[str, ControlState]:

@@ -5,10 +5,13 @@ first), and the UPDATE turns the received ids that are pending and due into infl
 fresh token, counting the attempt. A message whose job was not leased that way is sorted out
 by the receive rules (docs/backends/sqs.md):
 
-- no ledger row (purged, pruned) or a terminal one: delete the message;
+- no ledger row (purged, pruned, deleted) or a terminal one: delete the message;
+- a row of another queue (the job was moved; a message was sent there): delete it;
 - blocked or waiting for children: delete it (the job is sent afresh when it is released);
 - pending but not due: hide it until it is (or delete it when the job is parked past SQS's
   15-minute delay: the send step sends it then);
+- pending (or blocked) and past its ``expires_at``: cancel the job as expired in the ledger
+  and delete the message (rule: expiry);
 - inflight under a live lease (a duplicate, or the holder's message back early): hide it for
   the rest of the lease, never delete it, since the holder may still crash;
 - inflight with an expired lease: take it over, which is the rescue (stall + 1,
@@ -16,7 +19,9 @@ by the receive rules (docs/backends/sqs.md):
 
 A paused or limited queue's received jobs are leased under its control row's lock
 (``jobtable/limited.py``): those its limits do not allow now, or a paused queue's, are hidden
-again for ``LIMIT_HOLD`` seconds, still pending, no attempt spent.
+again for ``LIMIT_HOLD`` seconds, still pending, no attempt spent. A message held so often that
+SQS's next receive would move it to the DLQ queue (``maxReceiveCount``) is replaced by a fresh
+one instead: a long rate-limited backlog never strands a job there.
 """
 
 from __future__ import annotations
@@ -30,12 +35,14 @@ from itertools import count
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from django_blamequeue import audit
+from django_blamequeue.backends.jobtable.expiry import Expiry
 from django_blamequeue.backends.jobtable.leases import Leases
 from django_blamequeue.backends.jobtable.limited import LimitedClaims
 from django_blamequeue.backends.jobtable.rows import claimed_from_row, to_dt
-from django_blamequeue.backends.jobtable.sql import CLAIM_COLUMNS, CONTROL
+from django_blamequeue.backends.jobtable.sql import CLAIM_COLUMNS, CONTROL, not_expired
 from django_blamequeue.backends.jobtable.table import JobTable
 from django_blamequeue.backends.sqs.sender import FollowUps, Sender
 from django_blamequeue.backends.sqs.transport import (
@@ -50,6 +57,7 @@ from django_blamequeue.conf import get_settings
 from django_blamequeue.core import limits as rule
 from django_blamequeue.core.controls import QueueLimits
 from django_blamequeue.core.records import Claimed
+from django_blamequeue.core.rules import expired as expired_at
 from django_blamequeue.core.states import TERMINAL, State
 
 ROUNDS = 4
@@ -57,6 +65,7 @@ ROUNDS = 4
 LIMIT_HOLD = 2
 _TERMINAL = frozenset(s.value for s in TERMINAL)
 _PARKED = frozenset({State.BLOCKED.value, State.WAITING_CHILDREN.value})
+_WAITING = frozenset({State.PENDING.value, State.BLOCKED.value})
 _SORT_COLUMNS = (
     "id",
     "state",
@@ -72,6 +81,7 @@ _SORT_COLUMNS = (
     "name",
     "alone_token",
     "lease_token",
+    "expires_at",
 )
 
 
@@ -79,10 +89,12 @@ def claim_statement(table: str, vendor: str, n: int, *, unlimited: bool = True) 
     """Lease the received jobs that are pending and due, in one statement.
 
     PostgreSQL reads the clock in the statement (no round trip for it). Params: the lease
-    in seconds; per message: id, token, receipt handle, message id, receive count; then
+    in seconds; per message: id, token, receipt handle, message id, receive count, the queue
+    it came from (a job moved to another queue since is not leased by it); then
     ``now`` (NULL: ``statement_timestamp()``); then, if ``unlimited``, the backend's alias:
     a job of a queue whose control row says limited (or paused) is left alone (rule: paused).
-    SQLite: the lease's expiry, now, now; the messages; now (times as stored text); the alias.
+    SQLite: the lease's expiry, now, now; the messages; now, now (times as stored text); the
+    alias. An expired job is never leased (rule: expiry): the receive rules cancel it.
     """
     guard = (
         f" AND NOT EXISTS (SELECT 1 FROM {CONTROL} k WHERE k.backend = %s "
@@ -95,22 +107,25 @@ def claim_statement(table: str, vendor: str, n: int, *, unlimited: bool = True) 
         "receipt_handle = v.column3, message_id = v.column4, receive_count = v.column5, "
     )
     if vendor == "postgresql":
-        row = "(%s::varchar, %s::varchar, %s::text, %s::varchar, %s::integer)"
-        values = (
-            f"(VALUES {', '.join([row] * n)}) AS v(column1, column2, column3, column4, column5)"
-        )
+        row = "(%s::varchar, %s::varchar, %s::text, %s::varchar, %s::integer, %s::varchar)"
+        columns = "column1, column2, column3, column4, column5, column6"
+        values = f"(VALUES {', '.join([row] * n)}) AS v({columns})"
         clock = "(SELECT COALESCE(%s::timestamptz, statement_timestamp()) AS now) AS c"
         return (
             f"UPDATE {table} SET {sets}lease_expires_at = c.now + make_interval(secs => %s), "
             f"started_at = c.now, updated_at = c.now FROM {values}, {clock} "
-            f"WHERE {table}.id = v.column1 AND {table}.state = 'pending' "
-            f"AND {table}.available_at <= c.now{guard} RETURNING {CLAIM_COLUMNS}"
+            f"WHERE {table}.id = v.column1 AND {table}.queue = v.column6 "
+            f"AND {table}.state = 'pending' "
+            f"AND {table}.available_at <= c.now AND {not_expired('c.now', table)}{guard} "
+            f"RETURNING {CLAIM_COLUMNS}"
         )
-    values = f"(VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * n)}) AS v"
+    values = f"(VALUES {', '.join(['(%s, %s, %s, %s, %s, %s)'] * n)}) AS v"
     return (
         f"UPDATE {table} SET {sets}lease_expires_at = %s, started_at = %s, updated_at = %s "
-        f"FROM {values} WHERE {table}.id = v.column1 AND {table}.state = 'pending' "
-        f"AND {table}.available_at <= %s{guard} RETURNING {CLAIM_COLUMNS}"
+        f"FROM {values} WHERE {table}.id = v.column1 AND {table}.queue = v.column6 "
+        f"AND {table}.state = 'pending' "
+        f"AND {table}.available_at <= %s AND {not_expired('%s', table)}{guard} "
+        f"RETURNING {CLAIM_COLUMNS}"
     )
 
 
@@ -127,12 +142,14 @@ class Receiver:
         sender: Sender,
         leases: Leases,
         limited: LimitedClaims,
+        expiry: Expiry,
     ) -> None:
         self.table = table
         self.transport = transport
         self.sender = sender  # what SQS is owed once the claim's transaction commits
         self.leases = leases  # an expired lease met by its message is rescued first
         self.limited = limited  # a limited queue's jobs are leased under its control row
+        self.expiry = expiry  # a message of an expired job cancels it
 
     def claim(
         self,
@@ -218,8 +235,7 @@ class Receiver:
             else:
                 first[m.job_id] = m
         claimed, held = self._claim_gated(list(first.values()), lease_s, now, limits)
-        for m in held:
-            owed.hold(m.queue, m.receipt, LIMIT_HOLD)
+        self._hold(held, owed)
         leased = {c.job_id for c in claimed} | {m.job_id for m in held}
         leftovers = [m for m in first.values() if m.job_id not in leased] + rest
         if leftovers:
@@ -242,6 +258,7 @@ class Receiver:
         for m in received:
             if m.queue in limits:
                 by_queue.setdefault(m.queue, []).append(m)
+        self.limited.lock_names(limits, list(by_queue))  # before any queue's row
         for queue in sorted(by_queue):
             got, waiting = self._claim_limited_messages(
                 queue, by_queue[queue], lease_s, now, limits[queue]
@@ -262,25 +279,32 @@ class Receiver:
         the order SQS delivered them (rule: limits); the others are held."""
         looked = self.limited.gate(queue, defaults, now)
         gate = looked[0] if looked is not None else None
-        due = (
-            dict(
+        rows = (
+            list(
                 self.table.jobs()
                 .filter(
+                    Q(expires_at__isnull=True) | Q(expires_at__gt=gate.now),  # rule: expiry
                     id__in=[m.job_id for m in received],
+                    queue=queue,
                     state=State.PENDING,
                     available_at__lte=gate.now,
                 )
-                .values_list("id", "concurrency_key")
+                .values_list("id", "concurrency_key", "name")
             )
             if gate is not None
-            else {}
+            else []
         )
+        due = {job_id: key for job_id, key, _ in rows}
         if gate is None or not due:
             return [], [m for m in received if gate is None or m.job_id in due]
         candidates = [(m.job_id or "", due[m.job_id]) for m in received if m.job_id in due]
         ids = set(
             rule.claimable(
-                candidates, limit=len(candidates), limits=gate.limits, counted=gate.counted
+                candidates,
+                limit=len(candidates),
+                limits=gate.limits,
+                counted=gate.counted,
+                names={job_id: name for job_id, _, name in rows},
             )
         )
         picked = [m for m in received if m.job_id in ids]
@@ -311,8 +335,9 @@ class Receiver:
                     m.receipt,
                     m.message_id,
                     m.receive_count,
+                    m.queue,
                 ]
-            params.append(now if t is None else a(t))
+            params += [now] if t is None else [a(t), a(t)]
             if unlimited:
                 params.append(self.table.alias)
             statement = claim_statement(
@@ -336,13 +361,17 @@ class Receiver:
         rows = {r[0]: r for r in self.table.jobs().filter(id__in=ids).values_list(*_SORT_COLUMNS)}
         gated = self._gated_queues({m.queue for m in leftovers} - set(limits))
         expired: dict[str, tuple[Received, tuple[Any, ...]]] = {}
+        gone = {r[0] for r in rows.values() if r[1] in _WAITING and expired_at(to_dt(r[14]), t)}
+        if gone:  # rule: expiry — cancelled in the ledger, their messages deleted
+            self.expiry.expire_ids(sorted(gone), t)
         for m in leftovers:
             row = rows.get(m.job_id or "")
             state = row[1] if row is not None else None
-            if row is None or state in _TERMINAL or state in _PARKED:
+            moved = row is not None and row[10] != m.queue  # its message there was sent anew
+            if row is None or moved or state in _TERMINAL or state in _PARKED or row[0] in gone:
                 owed.remove(m.queue, m.receipt)
             elif state == State.PENDING and m.queue in gated:  # seen as unlimited: stale view
-                owed.hold(m.queue, m.receipt, LIMIT_HOLD)
+                self._hold([m], owed)
             elif state == State.PENDING:
                 self._pending_message(m, row, t, owed)
             elif (to_dt(row[2]) or t) >= t:  # inflight, lease live: hold, never delete
@@ -354,7 +383,7 @@ class Receiver:
             elif row[0] in expired:
                 owed.hold(m.queue, m.receipt, math.ceil(lease_s) + 1)
             else:
-                expired[row[0]] = (m, (row[0], *row[6:]))  # leases.RESCUE_COLUMNS
+                expired[row[0]] = (m, (row[0], *row[6:14]))  # leases.RESCUE_COLUMNS
         return self._take_over(expired, lease_s, t, owed, limits) if expired else []
 
     def _gated_queues(self, queues: set[str]) -> set[str]:
@@ -397,9 +426,22 @@ class Receiver:
         if not again:
             return []
         claimed, held = self._claim_gated(again, lease_s, t, limits)
-        for m in held:
-            owed.hold(m.queue, m.receipt, LIMIT_HOLD)
+        self._hold(held, owed)
         return claimed
+
+    def _hold(self, held: Sequence[Received], owed: FollowUps) -> None:
+        """Hide refused messages for ``LIMIT_HOLD``; one SQS has received nearly
+        ``maxReceiveCount`` times is deleted and its job sent afresh once this commits."""
+        fresh = []
+        for m in held:
+            if m.receive_count + 1 >= self.transport.max_receive_count:
+                owed.remove(m.queue, m.receipt)
+                fresh.append(m.job_id or "")
+            else:
+                owed.hold(m.queue, m.receipt, LIMIT_HOLD)
+        if fresh:
+            self.sender.mark_unsent(fresh)
+            owed.send += fresh
 
     def _audit_starts(self, claimed: Sequence[Claimed]) -> None:
         if claimed:

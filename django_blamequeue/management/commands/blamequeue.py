@@ -14,8 +14,9 @@ from django_blamequeue.api import queue
 from django_blamequeue.backends import get_backend
 from django_blamequeue.core.records import JobInfo
 from django_blamequeue.exceptions import QueueError
-from django_blamequeue.jobs import registry
-from django_blamequeue.management import control
+from django_blamequeue.jobs import calls, registry
+from django_blamequeue.jobs.schedules import call_problem, declared, payload_of
+from django_blamequeue.management import control, workflows
 from django_blamequeue.management.control import ControlCommands
 from django_blamequeue.management.preflight import require_migrated
 from django_blamequeue.management.render import (
@@ -25,15 +26,18 @@ from django_blamequeue.management.render import (
     render_schedules,
     render_stats,
 )
+from django_blamequeue.management.workflows import WorkflowCommands
 
 
-class Command(ControlCommands, BaseCommand):
+class Command(ControlCommands, WorkflowCommands, BaseCommand):
     help = (
         "Operate queues: stats | show ID | dlq list [QUEUE] | dlq retry ID | dlq retry --all "
         "QUEUE | purge QUEUE | cancel ID | flow show FLOW_ID | schedules | "
-        "enqueue NAME --payload JSON | pause QUEUE [--reason TEXT] | resume QUEUE | "
+        "enqueue NAME [--payload JSON | --args JSON --kwargs JSON] | "
+        "pause QUEUE [--reason TEXT] | resume QUEUE | "
         "limits QUEUE [--concurrency N] [--key-concurrency N] [--rate-limit MAX/SECONDS] "
-        "[--key-rate-limit MAX/SECONDS] [--clear] | workers"
+        "[--key-rate-limit MAX/SECONDS] [--clear] | workers | workflow show|rerun|cancel ID | "
+        "send-event NAME [--key K] [--payload JSON]"
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -63,15 +67,31 @@ class Command(ControlCommands, BaseCommand):
         schedules.add_argument("--count", type=int, default=3, help="fire times per schedule")
         enq = sub.add_parser("enqueue", help="enqueue a registered job")
         enq.add_argument("name")
-        enq.add_argument("--payload", default=None, help="the job's JSON payload (required)")
-        enq.add_argument("--queue", default=None, help="default: the job's queue")
+        enq.add_argument("--payload", default=None, help="the job's JSON payload")
+        enq.add_argument(
+            "--args",
+            dest="call_args",
+            default=None,
+            help="a call's positional arguments, a JSON list",
+        )
+        enq.add_argument(
+            "--kwargs",
+            dest="call_kwargs",
+            default=None,
+            help="a call's keyword arguments, a JSON dict",
+        )
+        enq.add_argument("--queue", default=None, help="default: the job's (routed) queue")
         enq.add_argument("--delay", type=float, default=None)
+        enq.add_argument(
+            "--expires", type=float, default=None, help="seconds: not started by then, cancelled"
+        )
         enq.add_argument("--priority", type=int, default=0)
         enq.add_argument("--dedupe-key", default=None)
         control.add_arguments(sub)
+        workflows.add_arguments(sub)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        action = options["action"]
+        action = options["action"].replace("-", "_")
         require_migrated()
         try:
             getattr(self, f"do_{action}")(options)
@@ -182,20 +202,13 @@ class Command(ControlCommands, BaseCommand):
         definition = registry.get(options["name"])
         if definition is None:
             raise CommandError(f"no job is registered as {options['name']!r}")
-        if options["payload"] is None:
-            raise CommandError(
-                "--payload is required: the job's payload as JSON, e.g. --payload '{}' "
-                "(or --payload null for none)"
-            )
-        try:
-            payload = json.loads(options["payload"], parse_constant=_not_json)
-        except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, huge ints
-            raise CommandError(f"--payload is not JSON: {_short(exc)}") from exc
+        payload = _payload(options, definition)
         job = queue.enqueue(
             options["queue"] or definition.queue,
             payload,
             name=definition.name,
             delay=options["delay"],
+            expires=options["expires"],
             priority=options["priority"],
             dedupe_key=options["dedupe_key"],
             backend=options["backend"] or definition.backend,
@@ -223,10 +236,15 @@ def _schedules(count: int) -> list[ScheduleView]:
     rows = {s.name: s for s in Schedule.objects.all()}
     now = get_backend(None).now()  # the scheduler's clock
     entries: dict[str, dict[str, Any]] = {
-        name: {**entry, "source": "settings"} for name, entry in get_settings().schedules.items()
+        name: {**entry, "source": "code", "payload": payload_of(entry)}
+        for name, entry in declared()[1].items()
+    }
+    entries |= {
+        name: {**entry, "source": "settings", "payload": payload_of(entry)}
+        for name, entry in get_settings().schedules.items()
     }
     for name, row in rows.items():
-        if name not in entries and row.source != "settings":  # a removed setting goes next pass
+        if name not in entries and row.source == "admin":  # removed ones go next pass
             entries[name] = {
                 "job": row.job,
                 "queue": row.queue,
@@ -235,6 +253,9 @@ def _schedules(count: int) -> list[ScheduleView]:
                 "timezone": row.timezone,
                 "enabled": row.enabled,
                 "source": row.source,
+                "payload": row.payload,
+                "overlap": row.overlap,
+                "expires": row.expires,
             }
     views = []
     for name, e in sorted(entries.items()):
@@ -267,9 +288,51 @@ def _schedules(count: int) -> list[ScheduleView]:
                 last_fired=last,
                 next_fires=fires,
                 problem=problem,
+                payload=e.get("payload"),
+                overlap=e.get("overlap") or "skip",
+                skipped=found.skipped if found is not None else 0,
+                last_skipped=found.last_skipped_at if found is not None else None,
+                expires=e.get("expires"),
             )
         )
     return views
+
+
+def _payload(options: dict[str, Any], definition: Any) -> Any:
+    """What ``enqueue`` stores: ``--payload``, or a call of ``--args`` / ``--kwargs``; none
+    of them only for a handler that needs no argument."""
+    call = options["call_args"] is not None or options["call_kwargs"] is not None
+    if call and options["payload"] is not None:
+        raise CommandError("give --payload (one argument) or --args/--kwargs (a call), not both")
+    if call:
+        args = _json(options["call_args"], "--args", [])
+        kwargs = _json(options["call_kwargs"], "--kwargs", {})
+        if not isinstance(args, list):
+            raise CommandError(f"--args must be a JSON list, not {options['call_args']}")
+        if not isinstance(kwargs, dict):
+            raise CommandError(f"--kwargs must be a JSON object, not {options['call_kwargs']}")
+        payload = calls.envelope(args, kwargs)
+    elif options["payload"] is not None:
+        payload = _json(options["payload"], "--payload", None)
+    elif definition.flow is not None or calls.needs_argument(definition.func):
+        raise CommandError(
+            f"{definition.name} takes a payload: give --payload JSON (e.g. --payload '{{}}', "
+            "or --payload null for none), or --args/--kwargs for a call"
+        )
+    else:
+        payload = None  # a handler that needs no argument is called with none
+    if (why := call_problem({"payload": payload}, definition)) is not None:
+        raise CommandError(f"{definition.name} {why}")
+    return payload
+
+
+def _json(text: str | None, flag: str, default: Any) -> Any:
+    if text is None:
+        return default
+    try:
+        return json.loads(text, parse_constant=_not_json)
+    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, huge ints
+        raise CommandError(f"{flag} is not JSON: {_short(exc)}") from exc
 
 
 def _not_json(constant: str) -> Any:

@@ -101,6 +101,7 @@ EDGES: list[tuple[str, list[Any], list[Any]]] = [
     ("BACKOFF_JITTER", [True, False], [1, 0, "yes", None]),
     ("ORIGIN_SITE", [True, False], [1, "true"]),
     ("LOG_TRACEBACKS", ["final", "every", "never"], ["all", "", None, True]),
+    ("ATTEMPT_HISTORY", ["failures", "all", "off"], ["none", "", None, True]),
 ]
 
 

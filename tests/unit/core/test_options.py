@@ -79,8 +79,8 @@ def test_what_nobody_gives_is_the_built_in_default() -> None:
 
 def test_an_option_left_out_is_not_given_and_an_unknown_name_is_a_type_error() -> None:
     assert JobOptions.merge({}, own(priority=7), SETTINGS).priority == 7
-    with pytest.raises(TypeError, match="'expires'"):
-        JobOptions.merge({"expires": 60}, None, SETTINGS)
+    with pytest.raises(TypeError, match="'ttl'"):
+        JobOptions.merge({"ttl": 60}, None, SETTINGS)
 
 
 def test_a_merge_leaves_its_layers_as_they_were_and_follows_new_ones() -> None:
@@ -319,8 +319,11 @@ def test_a_jobs_own_calls_take_its_options_when_the_call_leaves_them_out(
     with pytest.raises(QueueError) as caught:  # given None is not left out
         send.enqueue({}, priority=None)
     assert caught.value.code == ErrorCode.BAD_ARGUMENT
-    with pytest.raises(TypeError, match="queue"):  # not an enqueue option, as before
-        send.enqueue({}, queue="other")
+    send.enqueue({}, queue="other")  # routes this call (Celery's queue=)
+    assert (stored[-1].queue, stored[-1].priority) == ("other", 5)
+    with pytest.raises(QueueError) as unknown:  # never a bare TypeError
+        send.enqueue({}, ttl=5)
+    assert unknown.value.code == ErrorCode.BAD_ARGUMENT
 
 
 def test_the_facade_takes_a_named_jobs_attempts_and_timeout_but_not_its_priority(

@@ -10,7 +10,7 @@ import pytest
 
 import django_blamequeue
 from django_blamequeue.backends.redis import lua
-from django_blamequeue.core import lifecycle, limits, rules
+from django_blamequeue.core import lifecycle, limits, rules, unique
 from django_blamequeue.core.states import ALLOWED, State
 
 PACKAGE = Path(django_blamequeue.__file__).parent
@@ -40,6 +40,12 @@ COPIES = {
         "backends/sqs/receive.py",
         "backends/redis/scripts/limits.lua",
     ],
+    "expiry": [
+        "backends/jobtable/sql.py",
+        "backends/jobtable/limited.py",
+        "backends/sqs/receive.py",
+        "backends/redis/scripts/leasing.lua",
+    ],
     "limits": [
         "backends/jobtable/limited.py",
         "backends/sqs/receive.py",
@@ -48,6 +54,7 @@ COPIES = {
     # The in-transaction ack (local backend, SQS ledger) and the completion mark (redis):
     # both SQL in a Django database, the redis backend's Lua cannot join that transaction.
     "effects-once": ["backends/jobtable/effects.py", "backends/marks.py", "worker/atomic.py"],
+    "unique": ["backends/jobtable/uniques.py", "backends/redis/scripts/lib.lua"],
 }
 
 
@@ -64,7 +71,12 @@ def test_each_engine_copy_of_a_rule_names_it(rule: str) -> None:
 @pytest.mark.parametrize("rule", rules.RULES, ids=lambda r: r.id)
 def test_each_rule_names_a_reference_that_exists(rule: rules.Rule) -> None:
     module, _, name = rule.reference.rpartition(".")
-    target = {"core.rules": rules, "core.lifecycle": lifecycle, "core.limits": limits}[module]
+    target = {
+        "core.rules": rules,
+        "core.lifecycle": lifecycle,
+        "core.limits": limits,
+        "core.unique": unique,
+    }[module]
     assert hasattr(target, name)
 
 

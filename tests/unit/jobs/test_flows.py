@@ -221,3 +221,10 @@ def test_a_fan_out_past_the_maximum_depth_is_refused_but_an_empty_one_is_not(
     assert exc.message == ("flow depth 3 is past MAX_FLOW_DEPTH=2 (nested flows too deep)")
     assert children_of(report, deep, payload=False, max_depth=2) == ()
     assert len(children_of(report, parent(report, depth=1), payload=True, max_depth=2)) == 1
+
+
+def test_a_child_s_expires_overrides_its_job_s_own(names: Callable[[str], str]) -> None:
+    page = page_job(names, expires=600)
+    report = flow_of(names, lambda p: [Child(page, key="own"), Child(page, key="soon", expires=30)])
+    own, soon = children_of(report, parent(report))
+    assert (own.job.expires, soon.job.expires) == (600, 30)

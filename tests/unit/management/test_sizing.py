@@ -1,5 +1,5 @@
-"""management/sizing: ``runworker``'s slots without ``--concurrency`` (ten; one where atomic
-jobs share SQLite's single writer) and the database connections its banner says a worker may
+"""management/sizing: ``runworker``'s slots without ``--concurrency`` (ten, atomic jobs on
+SQLite included) and the database connections its banner says a worker may
 hold (a slot each, plus one per worker thread that touches the database)."""
 
 from __future__ import annotations
@@ -68,19 +68,15 @@ def test_a_worker_defaults_to_ten_slots(register: Callable[..., Any]) -> None:
     )
 
 
-def test_atomic_jobs_on_sqlite_default_to_one_slot(register: Callable[..., Any]) -> None:
+def test_atomic_jobs_on_sqlite_leave_the_worker_its_ten_slots(
+    register: Callable[..., Any],
+) -> None:
+    """They take turns among themselves (worker/atomic_turns) instead of costing every other
+    job its slot."""
     register(SERVED)
     register(SERVED, atomic=True)
     sizing = default_concurrency(get_backend("default"), [OTHER, SERVED])
-    assert sizing == Concurrency(1, "default for atomic jobs on SQLite: one writer at a time")
-
-
-def test_atomic_jobs_the_worker_does_not_serve_leave_it_ten_slots(
-    register: Callable[..., Any],
-) -> None:
-    register(OTHER, atomic=True)
-    register(SERVED, atomic=True, backend="elsewhere")  # runs on another backend's workers
-    assert default_concurrency(get_backend("default"), [SERVED]).slots == DEFAULT_CONCURRENCY
+    assert sizing == Concurrency(DEFAULT_CONCURRENCY, "default; --concurrency N to change")
 
 
 # -- the connection bound --------------------------------------------------------------------

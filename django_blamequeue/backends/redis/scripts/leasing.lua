@@ -14,13 +14,32 @@ local CLAIMED = {'id', 'queue', 'name', 'ctype', 'cenc', 'attempts', 'max_attemp
                  'priority', 'timeout', 'trace_id', 'classification', 'flow_id', 'parent_id',
                  'avail', 'created', 'flow_phase', 'flow_mode', 'flow_depth', 'stalls',
                  'checkpoint', 'ckey', 'snoozes',
-                 'payload'}
+                 'exp', 'payload'}
 local NCLAIMED = #CLAIMED
 local CKEY = 21
+local EXP = 23
+
+-- Lease one candidate ({score, member, queue}) whose fields `h` (CLAIMED) were just read.
+local function lease(c, id, h, token, expires, started, gate)
+  local k = jk(id)
+  redis.call('ZREM', qk(c[3], 'ready'), c[2])
+  h[6] = fmt((tonumber(h[6]) or 0) + 1)  -- a field HSET past the API never fails a claim
+  redis.call('HSET', k, 'state', 'inflight', 'attempts', h[6], 'token', token,
+             'expires', expires, 'started', started, 'updated', started)
+  redis.call('ZADD', P .. ':inflight', expires, id)
+  leased(c[3], 1)
+  local key = h[CKEY]
+  if key then
+    redis.call('HINCRBY', qk(c[3], 'kin'), key, 1)
+    unindex_key(c[3], key, c[2])
+  end
+  if gate then count_start(c[3], gate, key, token, h[3]) end
+end
 
 -- Lease up to `limit` jobs over `queues`: priority desc, then available_at, then id, across
 -- the queues. The i-th job's lease token is `nonce` (28 random hex digits, one per call)
--- followed by i in 4 hex digits: unguessable, and unique per lease.
+-- followed by i in 4 hex digits: unguessable, and unique per lease. A candidate past its
+-- expiry is cancelled instead (expire_job) and leases nothing.
 -- Reply: {header, payload...}: header a JSON array of [token, expires, started, id, queue,
 -- name, ...] per job (CLAIMED without the payload; numbers as strings), then the payloads.
 -- `limited`: queue -> the settings' default limits of queues claimed under limits (limits.lua);
@@ -54,27 +73,20 @@ local function claim(queues, limit, lease_us, nonce, limited)
   end)
   local header, out = {}, {''}
   local expires, started = fmt(NOW + lease_us), fmt(NOW)
-  for j = 1, math.min(limit, #candidates) do
-    local c = candidates[j]
+  local n = 0
+  for _, c in ipairs(candidates) do
+    if n >= limit then break end
     local id = string.sub(c[2], 17)
-    local k = jk(id)
-    local token = nonce .. string.format('%04x', j)
-    redis.call('ZREM', qk(c[3], 'ready'), c[2])
-    local h = redis.call('HMGET', k, unpack(CLAIMED))
-    h[6] = fmt((tonumber(h[6]) or 0) + 1)  -- a field HSET past the API never fails a claim
-    redis.call('HSET', k, 'state', 'inflight', 'attempts', h[6], 'token', token,
-               'expires', expires, 'started', started, 'updated', started)
-    redis.call('ZADD', P .. ':inflight', expires, id)
-    leased(c[3], 1)
-    local key = h[CKEY]
-    if key then
-      redis.call('HINCRBY', qk(c[3], 'kin'), key, 1)
-      unindex_key(c[3], key, c[2])
+    local h = redis.call('HMGET', jk(id), unpack(CLAIMED))
+    if h[EXP] and num(h[EXP], NOW + 1) <= NOW then  -- rule: expiry: cancelled, never leased
+      expire_job(id, c[3], 'pending', h[14], h[EXP])
+    else
+      n = n + 1
+      local token = nonce .. string.format('%04x', n)
+      lease(c, id, h, token, expires, started, gates[c[3]])
+      out[#out + 1] = h[NCLAIMED]
+      header[#header + 1] = {token, expires, started, unpack(h, 1, EXP - 1)}
     end
-    if gates[c[3]] then count_start(c[3], gates[c[3]], key, token) end
-    out[#out + 1] = h[NCLAIMED]
-    h[NCLAIMED] = nil
-    header[#header + 1] = {token, expires, started, unpack(h)}
   end
   if #header > 0 then out[1] = cjson.encode(header) end
   return out
@@ -82,7 +94,7 @@ end
 
 -- One ack, from JSON: [id, token, state, result blob or false, error, traceback, reason,
 -- delay_us, give_back 0/1, yields_to_cancel 0/1, children (a fan-out's, see land) or false,
--- snoozed 0/1, error_type or false].
+-- snoozed 0/1, error_type or false, worker or false, history level (keep_attempt)].
 -- Reply row: {id, ok, state, queue, attempts, name, fanned}.
 local function fan_out(id, k, h, children)
   local q = h[4]
@@ -114,7 +126,7 @@ local function apply_ack(a)
   local id, token, wanted = a[1], a[2], a[3]
   local k = jk(id)
   local h = redis.call('HMGET', k, 'state', 'token', 'cancel_req', 'queue', 'attempts', 'name',
-                       'priority', 'flow_id', 'dedupe_key', 'parent_id')
+                       'priority', 'flow_id', 'dedupe_key', 'parent_id', 'started')
   if h[1] ~= 'inflight' or h[2] ~= token then return {id, 0} end  -- rule: fence
   local q = h[4]
   unindex(id, q, 'inflight')
@@ -150,6 +162,10 @@ local function apply_ack(a)
   if wins then reason = 'cancelled' end
   if reason then put('reason', reason) end
   if #del > 2 then redis.call(unpack(del)) end
+  if not (state == 'pending' and a[9] == 1) then  -- an attempt given back is no attempt
+    local outcome = state == 'pending' and 'retried' or state
+    keep_attempt(id, a[15] or 0, outcome, attempts, h[11], a[14], reason, a[13], err, tb)
+  end
   if state == 'pending' then  -- (a job in flight has no finish time)
     redis.call(unpack(set))
     make_pending(id, q, num(h[7], 0), NOW + tonumber(a[8]))

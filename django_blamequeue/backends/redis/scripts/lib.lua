@@ -145,6 +145,7 @@ local report, settle, cascade_cancel, cancel_ids
 -- already): the finish-time index, the DLQ, the dedupe key freed, the report to a parent.
 local function on_terminal(id, q, state, key, parent)
   redis.call('ZADD', qk(q, state), fmt(NOW), id)
+  redis.call('ZREM', P .. ':expiring', id)
   if state == 'failed' then redis.call('ZADD', qk(q, 'dlq'), 0, id) end
   if key and redis.call('HGET', qk(q, 'dedupe'), key) == id then
     redis.call('HDEL', qk(q, 'dedupe'), key)
@@ -271,6 +272,17 @@ local function cascade_children(parent)
   return n + remote
 end
 
+-- A waiting job past its expiry ends cancelled, reason expired, as a cancel does (reports,
+-- cascades). rule: expiry (core.rules.expired)
+local function expire_job(id, q, state, avail, exp)
+  unindex(id, q, state, avail)
+  redis.call('HSET', jk(id), 'reason', 'expired')
+  terminal(id, q, 'cancelled')
+  redis.call('ZADD', qk(q, 'expired'), fmt(NOW), id)
+  emit(A.EXPIRE, id, q, nil, {expires_at = exp})
+  cascade_children(id)
+end
+
 -- Re-pend a parked parent when no child is pending, or at a failure under "fail" (then the
 -- unfinished children are cancelled). Counters on the parent make this O(1).
 -- rule: settle-due (core.rules.settle_due)
@@ -314,17 +326,58 @@ local function release_dependants(id)
   redis.call('DEL', key)
 end
 
+-- The job that holds unique key `ukey` (P:uniq), with its state and queue, while it holds
+-- it; nil when the key is free. A holder that no longer holds loses its claim here.
+-- rule: unique (core.unique.holds)
+local function unique_holder(ukey)
+  local holder = redis.call('HGET', P .. ':uniq', ukey)
+  if not holder then return nil end
+  local h = redis.call('HMGET', jk(holder), 'state', 'ustates', 'uuntil', 'queue')
+  if not (h[1] and h[2]) then return nil end
+  if string.find(h[2], ',' .. h[1] .. ',', 1, true) and (not h[3] or tonumber(h[3]) > NOW) then
+    return holder, h[1], h[4]
+  end
+  redis.call('HDEL', jk(holder), 'ustates')
+  return nil
+end
+
+-- A unique job's enqueue met its key's holder: count the call; replace and debounce give a
+-- waiting holder the new payload (debounce: and the new start). Returns what it did.
+local function absorb(holder, state, hq, j, payload)
+  local hk, mode, out = jk(holder), j[29], 'skip'
+  redis.call('HINCRBY', hk, 'ucalls', 1)
+  if (mode == 'replace' or mode == 'debounce') and (state == 'pending' or state == 'blocked') then
+    out = mode
+    redis.call('HSET', hk, 'payload', payload, 'ctype', j[4], 'cenc', j[5], 'updated', fmt(NOW))
+    if mode == 'debounce' and state == 'pending' then
+      local h = redis.call('HMGET', hk, 'avail', 'priority')
+      unindex(holder, hq, 'pending', h[1])
+      make_pending(holder, hq, num(h[2], 0), j[7] and tonumber(j[7]) or NOW + tonumber(j[8]))
+    end
+  end
+  if HV then emit(A.UNIQUE, holder, hq, nil, {outcome = out, key = j[26], name = j[3]}) end
+  return out
+end
+
 -- A new job: `j` its JSON header (codec.job_header), `payload` its bytes. An existing id is
--- answered as it is (the relay may send twice); a held dedupe key answers its holder.
--- Returns the id answered, 1 if deduplicated else 0, and whether a job was inserted.
+-- answered as it is (the relay may send twice); a held dedupe key answers its holder, and so
+-- does a held unique key (absorb).
+-- Returns the id answered, 1 if deduplicated else 0, whether a job was inserted, and what a
+-- unique conflict did ('skip', 'replace', 'debounce').
 local OPTIONAL = {[10] = 'timeout', [11] = 'classification', [12] = 'trace_id',
                   [13] = 'dedupe_key', [14] = 'flow_id', [15] = 'parent_id', [16] = 'flow_key',
                   [17] = 'flow_phase', [18] = 'flow_mode', [19] = 'parent_backend',
-                  [23] = 'about', [24] = 'origin', [25] = 'ckey'}
+                  [23] = 'about', [24] = 'origin', [25] = 'ckey', [26] = 'ukey',
+                  [27] = 'ustates'}
 local function insert_job(j, payload)
   local id, q, name = j[1], j[2], j[3]
   local k = jk(id)
   if redis.call('EXISTS', k) == 1 then return id, 0, false end
+  local ukey = j[26]
+  if ukey then
+    local holder, state, hq = unique_holder(ukey)
+    if holder then return holder, 1, false, absorb(holder, state, hq, j, payload) end
+  end
   local key = j[13]
   if key then
     local holder = redis.call('HGET', qk(q, 'dedupe'), key)
@@ -343,7 +396,13 @@ local function insert_job(j, payload)
   end
   local deps = j[22]
   if deps ~= '' then f[#f + 1] = 'depends_on'; f[#f + 1] = deps end
+  local exp = j[30]  -- ["at", us] or ["in", us after now]: P:expiring finds it when due
+  if exp then
+    exp = exp[1] == 'at' and tonumber(exp[2]) or NOW + tonumber(exp[2])
+    f[#f + 1] = 'exp'; f[#f + 1] = fmt(exp)
+  end
   redis.call(unpack(f))
+  if exp then redis.call('ZADD', P .. ':expiring', fmt(exp), id) end
   if not KNOWN[q] then
     KNOWN[q] = true
     redis.call('SADD', P .. ':queues', q)
@@ -351,6 +410,11 @@ local function insert_job(j, payload)
   if j[14] then redis.call('SADD', P .. ':flow:' .. j[14], id) end
   if j[23] then redis.call('ZADD', P .. ':about:' .. j[23], NOW, id) end
   if key then redis.call('HSET', qk(q, 'dedupe'), key, id) end
+  if ukey then
+    redis.call('HSET', P .. ':uniq', ukey, id)
+    redis.call('HSET', k, 'ucalls', '0')
+    if j[28] then redis.call('HSET', k, 'uuntil', fmt(NOW + tonumber(j[28]))) end
+  end
   if HV then emit(A.ENQUEUE, id, q, nil, {name = name}) end
   if not blocked then
     index_pending(id, q, prio, avail)
@@ -389,4 +453,18 @@ local function land(child)
   else
     outbox_add('enqueue', child[2], child[4][1], {'body', child[3]})
   end
+end
+
+-- A job's attempt history (Backend.attempts): a list of JSON entries at P:att:ID,
+-- [attempt, outcome, started, finished, worker, reason, error_type, error, traceback],
+-- kept per ATTEMPT_HISTORY (`level`: 0 off, 1 every attempt not done, 2 all), at most
+-- ATTEMPTS_KEPT entries (the newest), deleted with the job.
+local ATTEMPTS_KEPT = 1000
+local function keep_attempt(id, level, outcome, attempt, started, worker, reason, etype, err, tb)
+  if level == 0 or (level == 1 and outcome == 'done') then return end
+  local key = P .. ':att:' .. id
+  redis.call('RPUSH', key, cjson.encode({num(attempt, 0), outcome, started or false, fmt(NOW),
+                                         worker or false, reason or false, etype or false,
+                                         err or false, tb or false}))
+  redis.call('LTRIM', key, -ATTEMPTS_KEPT, -1)
 end

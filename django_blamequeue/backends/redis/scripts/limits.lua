@@ -6,14 +6,19 @@
 --   rate       zset: lease token -> start time, the queue's rate window
 --   krate:KEY  zset: the same per key
 --   kr:KEY, keyring: ready jobs by key, keys by last service (lib.lua)
--- P:leased (queue -> jobs in flight) is the queue's own count.
+-- P:leased (queue -> jobs in flight) is the queue's own count. P:nrate:NAME (zset: lease token
+-- -> start time) is a job name's rate window, shared by every queue (@job(rate_limit=...)).
 
 local PAUSED = {}
+-- Job names' windows as this claim sees them, over all its queues (a name's window is
+-- shared): starts counted at first look, and the jobs this claim picked per name.
+local NSTARTS, NTAKEN = {}, {}
 
 local function us(seconds) return math.floor(tonumber(seconds) * 1000000 + 0.5) end
 
 -- The limits a claim obeys for queue q: its live limits, else the settings' defaults the
--- worker passed ([c, kc, rm, rp, krm, krp], false for none); PAUSED; nil when unlimited.
+-- worker passed ([c, kc, rm, rp, krm, krp, names], false for none; names: [[name, max,
+-- per], ...], the job names' rate limits, which hold either way); PAUSED; nil when unlimited.
 -- rule: paused (core.rules.claims_from)
 local function gate_of(q, defaults)
   local h = redis.call('HMGET', qk(q, 'ctl'), 'paused', 'ov', 'c', 'kc', 'rm', 'rp', 'krm', 'krp')
@@ -29,7 +34,11 @@ local function gate_of(q, defaults)
   local g = {c = num(v[1], nil), kc = num(v[2], nil), rm = num(v[3], nil), krm = num(v[5], nil)}
   if g.rm then g.rp = us(v[4]) end
   if g.krm then g.krp = us(v[6]) end
-  if not (g.c or g.kc or g.rm or g.krm) then return nil end
+  if defaults and defaults[7] and #defaults[7] > 0 then
+    g.nr = {}
+    for _, n in ipairs(defaults[7]) do g.nr[n[1]] = {tonumber(n[2]), us(n[3])} end
+  end
+  if not (g.c or g.kc or g.rm or g.krm or g.nr) then return nil end
   g.inflight = num(redis.call('HGET', P .. ':leased', q), 0) + (LEASED[q] or 0)
   if g.rm then
     redis.call('ZREMRANGEBYSCORE', qk(q, 'rate'), '-inf', fmt(NOW - g.rp))
@@ -59,8 +68,22 @@ local function key_room(q, g, key, mine)
   return left
 end
 
--- rule: limits (core.limits.claimable) — at most `room` jobs; a job whose key is full is
--- skipped, never a reason to stop. Candidates go to `out` as the claim's other candidates do.
+-- How many more jobs of job name `name` may start now (math.huge: its name is not limited),
+-- this claim's picks of it counted.
+local function name_room(g, name)
+  local rate = g.nr and name and g.nr[name]
+  if not rate then return math.huge end
+  if NSTARTS[name] == nil then
+    local w = P .. ':nrate:' .. name
+    redis.call('ZREMRANGEBYSCORE', w, '-inf', fmt(NOW - rate[2]))
+    NSTARTS[name] = redis.call('ZCARD', w)
+  end
+  return rate[1] - NSTARTS[name] - (NTAKEN[name] or 0)
+end
+
+-- rule: limits (core.limits.claimable) — at most `room` jobs; a job whose key or job name is
+-- full is skipped, never a reason to stop. Candidates go to `out` as the claim's other
+-- candidates do.
 local function limited_candidates(q, limit, g, out)
   local room = limit
   if g.c then room = math.min(room, g.c - g.inflight) end
@@ -70,7 +93,9 @@ local function limited_candidates(q, limit, g, out)
   local taken, per_key, full, picked = 0, {}, {}, {}
   local function try(m, score)
     if taken >= room or picked[m] or tonumber(string.sub(m, 1, 16)) > NOW then return end
-    local key = redis.call('HGET', jk(string.sub(m, 17)), 'ckey')
+    local h = redis.call('HMGET', jk(string.sub(m, 17)), 'ckey', 'name')
+    local key, name = h[1], h[2]
+    if g.nr and name_room(g, name) <= 0 then return end
     if key and keyed then
       local mine = per_key[key] or 0
       if key_room(q, g, key, mine) <= 0 then
@@ -79,11 +104,12 @@ local function limited_candidates(q, limit, g, out)
       end
       per_key[key] = mine + 1
     end
+    if g.nr and name and g.nr[name] then NTAKEN[name] = (NTAKEN[name] or 0) + 1 end
     out[#out + 1] = {tonumber(score), m, q}
     picked[m] = true
     taken = taken + 1
   end
-  local scan = keyed and 4 * room + 64 or room + 8
+  local scan = (keyed or g.nr) and 4 * room + 64 or room + 8
   local items = redis.call('ZRANGE', qk(q, 'ready'), 0, scan - 1, 'WITHSCORES')
   for j = 1, #items, 2 do
     if taken >= room then return end
@@ -105,7 +131,13 @@ local function limited_candidates(q, limit, g, out)
 end
 
 -- A claimed job of a limited queue: its start in the windows, its key served last.
-local function count_start(q, g, key, token)
+local function count_start(q, g, key, token, name)
+  local rate = g.nr and name and g.nr[name]
+  if rate then
+    local w = P .. ':nrate:' .. name
+    redis.call('ZADD', w, NOW, token)
+    redis.call('PEXPIRE', w, math.ceil(rate[2] / 1000) + 1000)
+  end
   if g.rm then
     redis.call('ZADD', qk(q, 'rate'), NOW, token)
     redis.call('PEXPIRE', qk(q, 'rate'), math.ceil(g.rp / 1000) + 1000)

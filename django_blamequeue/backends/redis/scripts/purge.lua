@@ -16,7 +16,7 @@ more(redis.call('SRANDMEMBER', qk(q, 'blocked'), limit))
 local n = 0
 for _, id in ipairs(ids) do
   local k = jk(id)
-  local h = redis.call('HMGET', k, 'state', 'avail', 'dedupe_key', 'flow_id', 'about')
+  local h = redis.call('HMGET', k, 'state', 'avail', 'dedupe_key', 'flow_id', 'about', 'ukey')
   if h[1] == 'pending' or h[1] == 'blocked' then
     unindex(id, q, h[1], h[2])
     if h[3] and redis.call('HGET', qk(q, 'dedupe'), h[3]) == id then
@@ -24,10 +24,13 @@ for _, id in ipairs(ids) do
     end
     if h[4] then redis.call('SREM', P .. ':flow:' .. h[4], id) end
     if h[5] then redis.call('ZREM', P .. ':about:' .. h[5], id) end
+    if h[6] and redis.call('HGET', P .. ':uniq', h[6]) == id then
+      redis.call('HDEL', P .. ':uniq', h[6])
+    end
     for _, dep in ipairs(redis.call('SMEMBERS', P .. ':deps:' .. id)) do
       redis.call('SREM', P .. ':dependants:' .. dep, id)
     end
-    redis.call('DEL', k, P .. ':deps:' .. id)
+    redis.call('DEL', k, P .. ':deps:' .. id, P .. ':att:' .. id)
     n = n + 1
   else  -- an index entry whose job moved on
     redis.call('ZREM', qk(q, 'delayed'), id)

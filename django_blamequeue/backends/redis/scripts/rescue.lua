@@ -1,8 +1,8 @@
--- ARGS: [limit, max_stalled]. Leases that expired before now go back to pending (stalls + 1),
+-- ARGS: [limit, max_stalled, history level]. Leases that expired before now go back to pending (stalls + 1),
 -- or fail as stalled on their last attempt, or past max_stalled when the lease ran alone; a
 -- job asked to cancel whose worker died is cancelled. Reply: {repended, failed, cancelled,
 -- JSON rows of what was rescued, for the log}.
-local limit, max_stalled = ARGS[1], ARGS[2]
+local limit, max_stalled, level = ARGS[1], ARGS[2], ARGS[3] or 0
 local MSG = STALLED_MESSAGE  -- rule: rescue (core.lifecycle.rescue)
 local ids = redis.call('ZRANGEBYSCORE', P .. ':inflight', '-inf', '(' .. fmt(NOW), 'LIMIT', 0,
                        limit)
@@ -11,7 +11,7 @@ local rescued = {}  -- {id, name, queue, to, attempts, max_attempts, stalls}: th
 for _, id in ipairs(ids) do
   local k = jk(id)
   local h = redis.call('HMGET', k, 'state', 'attempts', 'max_attempts', 'stalls', 'cancel_req',
-                       'queue', 'priority', 'alone', 'token', 'name')
+                       'queue', 'priority', 'alone', 'token', 'name', 'started')
   if h[1] ~= 'inflight' then
     redis.call('ZREM', P .. ':inflight', id)  -- a stale index entry
   else
@@ -29,6 +29,7 @@ for _, id in ipairs(ids) do
       to = 'pending'
     end
     local q = h[6]
+    keep_attempt(id, level, 'stalled', attempts, h[11], false, 'stalled', false, MSG, false)
     unindex(id, q, 'inflight')
     redis.call('HSET', k, 'stalls', fmt(stalls), 'updated', fmt(NOW))
     if to == 'pending' then

@@ -1,6 +1,7 @@
 -- ARGS: nothing. Per queue: {queue, pending, blocked, inflight, waiting_children, done,
 -- failed, cancelled, oldest available_at of a pending job or "", done and failed within the
--- last hour, delayed (pending, not due yet), the first delayed one's available_at or ""}.
+-- last hour, delayed (pending, not due yet), the first delayed one's available_at or "",
+-- jobs expired within the last hour}.
 -- Read-only.
 local hour = fmt(NOW - 3600000000)
 local out = {}
@@ -35,6 +36,7 @@ for _, q in ipairs(redis.call('SMEMBERS', P .. ':queues')) do
     redis.call('ZCOUNT', qk(q, 'failed'), hour, '+inf'),
     redis.call('ZCOUNT', qk(q, 'delayed'), '(' .. fmt(NOW), '+inf'),
     later[2] or '',
+    redis.call('ZCOUNT', qk(q, 'expired'), hour, '+inf'),
   }
 end
 return finish(out)
