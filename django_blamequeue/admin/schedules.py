@@ -80,7 +80,8 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["overlap"].required = False  # left out: the default, "skip"
+        if "overlap" in self.fields:  # a viewer's form has none: every field is read-only
+            self.fields["overlap"].required = False  # left out: the default, "skip"
 
     def clean_overlap(self) -> str:
         return str(self.cleaned_data.get("overlap") or "skip")
