@@ -351,7 +351,9 @@ class LimitedClaims:
             heads, limit=limit - len(taken), limits=gate.limits, counted=counted, names=gate.names
         )
 
-    def waiting_keys(self, gate: Gate, room: int, seen: Candidates) -> Candidates:
+    def waiting_keys(
+        self, gate: Gate, room: int, seen: Sequence[tuple[str, str | None]]
+    ) -> Candidates:
         """Under key weights: the first ``room`` jobs of up to ``SHARE_KEYS`` keys with due
         work (not full, taking turns from the queue's cursor), beyond those in ``seen``."""
         full = rule.saturated(gate.limits, gate.counted, gate.counted.by_key or {})
