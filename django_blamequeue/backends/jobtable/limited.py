@@ -196,7 +196,11 @@ class LimitedClaims:
         starts, by_key_starts = 0, {}
         a = self.table.adapt
         with self.table.connection.cursor() as cur:
-            if inflight is None and (limits.concurrency is not None or limits.keyed):
+            if inflight is None and (
+                limits.concurrency is not None
+                or limits.key_concurrency is not None
+                or limits.key_weights
+            ):
                 cur.execute(
                     f"SELECT concurrency_key, count(*) FROM {self.table.name} "
                     "WHERE queue = %s AND state = 'inflight' GROUP BY concurrency_key",
