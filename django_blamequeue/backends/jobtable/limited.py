@@ -365,7 +365,8 @@ class LimitedClaims:
         if not keys:
             return []
         known = {job_id for job_id, _ in seen}
-        heads = self._heads(gate.queue, gate.now, keys, room, gate.names)
+        per_key = min(room, gate.limits.key_concurrency or room)
+        heads = self._heads(gate.queue, gate.now, keys, per_key, gate.names)
         return [c for c in heads if c[0] not in known]
 
     def _walk_keys(self, gate: Gate, full: Sequence[str], wanted: int) -> list[str]:

@@ -115,7 +115,8 @@ local function by_share(q, g, room, items, try, taken, full)
     add(key, items[j], items[j + 1])
   end
   for _, key in ipairs(redis.call('ZRANGE', qk(q, 'keyring'), 0, SHARE_KEYS - 1)) do
-    local got = redis.call('ZRANGE', qk(q, 'kr:' .. key), 0, room - 1, 'WITHSCORES')
+    local got = redis.call('ZRANGE', qk(q, 'kr:' .. key), 0, math.min(room, g.kc or room) - 1,
+                           'WITHSCORES')
     for j = 1, #got, 2 do add(key, got[j], got[j + 1]) end
   end
   local load, weight = {}, {}
