@@ -422,11 +422,16 @@ def key_weight_pairs(value: object) -> tuple[tuple[str, int], ...]:
                 ErrorCode.BAD_KEY_WEIGHT, f"a key weight is (pattern, weight), not {shown(pair)}"
             )
         pattern, weight = pair
-        if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_PATTERN:
+        if (
+            not isinstance(pattern, str)
+            or not pattern
+            or len(pattern) > MAX_PATTERN
+            or not storable(pattern)
+        ):
             raise QueueError(
                 ErrorCode.BAD_KEY_WEIGHT,
-                f"a key pattern must be a non-empty str of at most {MAX_PATTERN} characters, "
-                f"not {shown(pattern)}",
+                f"a key pattern must be a non-empty str of at most {MAX_PATTERN} characters "
+                f"without NUL or a lone surrogate, not {shown(pattern)}",
             )
         if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
             raise QueueError(

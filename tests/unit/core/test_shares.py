@@ -70,6 +70,9 @@ def test_the_first_matching_pattern_gives_the_weight() -> None:
     [
         "enterprise:*=5",
         {"": 5},
+        {"a\x00": 5},
+        {"a\ud800": 5},
+        {"x" * 256: 5},
         {"a": 0},
         {"a": 1001},
         {"a": 2.5},
