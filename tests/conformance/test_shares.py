@@ -26,7 +26,7 @@ def backlog(backend: str, n: int, *keys: str) -> None:
         queue.enqueue_many("reports", list(range(n)), concurrency_key=key, backend=backend)
 
 
-def split(got: list[Any]) -> Counter[str]:
+def split(got: list[Any]) -> Counter[str | None]:
     return Counter(c.concurrency_key for c in got)
 
 
@@ -59,6 +59,14 @@ def test_a_lone_key_takes_every_slot_whatever_its_weight(backend: str, engine: B
     queue.set_limits("reports", concurrency=6, key_weights=WEIGHTS, backend=backend)
     got = claims(engine, "reports", want=6)
     assert split(got) == {"free:bob": 6}
+
+
+def test_jobs_without_a_key_share_as_one_key_of_weight_one(backend: str, engine: Backend) -> None:
+    queue.enqueue_many("reports", list(range(15)), backend=backend)
+    backlog(backend, 15, "enterprise:acme")
+    queue.set_limits("reports", concurrency=6, key_weights=WEIGHTS, backend=backend)
+    got = claims(engine, "reports", want=6)
+    assert split(got) == {"enterprise:acme": 5, None: 1}
 
 
 def test_settings_weights_hold_and_live_ones_replace_them(backend: str, engine: Backend) -> None:
