@@ -141,5 +141,5 @@ def _rotate(backend: str, *args: str) -> str:
     from io import StringIO
 
     out, err = StringIO(), StringIO()
-    call_command("blamequeue", "rotate-keys", "--backend", backend, *args, stdout=out, stderr=err)
+    call_command("blamequeue", "--backend", backend, "rotate-keys", *args, stdout=out, stderr=err)
     return out.getvalue()
