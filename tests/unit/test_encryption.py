@@ -10,10 +10,13 @@ from cryptography.fernet import Fernet
 from pytest_django import Settings as SettingsWrapper
 
 from django_blamequeue import encryption, job, queue
+from django_blamequeue.admin import sealed
 from django_blamequeue.backends import get_backend
+from django_blamequeue.backends.jobtable import rotation
 from django_blamequeue.conf.validator import validate
 from django_blamequeue.core.payload import Encoded
 from django_blamequeue.exceptions import ErrorCode, QueueError
+from django_blamequeue.management import keys
 from django_blamequeue.serializers import decode, encode
 
 from .test_extras import uninstall
@@ -95,3 +98,46 @@ def test_encryption_without_cryptography_names_the_extra(
     monkeypatch.setattr(encryption, "_cipher", None)
     with pytest.raises(QueueError, match=r"pip install 'django-blamequeue\[crypto\]'"):
         encryption.seal(Encoded("application/json", "utf-8", b"{}"))
+
+
+@pytest.mark.django_db
+def test_the_console_lists_an_encrypted_job_sealed_and_a_plain_one_as_it_is(
+    settings: SettingsWrapper,
+) -> None:
+    configure(settings, ENCRYPTION_KEYS=[KEY], ENCRYPT=["vault"])
+    secret = queue.get_job(queue.enqueue("vault", {"card": 1}).job_id)
+    plain = queue.get_job(queue.enqueue("open", {"n": 1}).job_id)
+    assert secret is not None and plain is not None
+    assert (secret.encrypted, secret.payload) == (True, {"card": 1})
+    assert sealed.listed(secret).payload == sealed.SEALED
+    assert sealed.listed(plain) is plain
+
+
+def test_rotate_keys_keeps_error_text_no_key_opens_rather_than_lose_it(
+    settings: SettingsWrapper,
+) -> None:
+    configure(settings, ENCRYPTION_KEYS=[KEY])
+    mine = encryption.seal_text("ValueError: declined")
+    assert keys._text("fernet:not-a-token") == "fernet:not-a-token"
+    assert keys._text(None) is None
+    assert encryption.open_text(keys._text(mine)) == "ValueError: declined"
+
+
+@pytest.mark.django_db
+def test_the_job_table_rewrites_a_batch_and_says_where_it_stopped(
+    settings: SettingsWrapper,
+) -> None:
+    old = Fernet.generate_key().decode()
+    configure(settings, ENCRYPTION_KEYS=[old], ENCRYPT=True)
+    first, second = (queue.enqueue("vault", {"n": n}).job_id for n in range(2))
+    configure(settings, ENCRYPTION_KEYS=[KEY, old])
+    table = get_backend().jobtable  # type: ignore[attr-defined]
+    rotate = encryption.rotate
+    step = rotation.rotate(table, lambda e: rotate(e) or e, encryption.seal_text, limit=1)
+    assert (step.seen, step.rewritten, step.last_id) == (1, 1, min(first, second))
+    configure(settings, ENCRYPTION_KEYS=[KEY])
+    opened = {j: queue.get_job(j) for j in (first, second)}
+    assert sorted((info.payload is not None) for info in opened.values() if info is not None) == [
+        False,
+        True,
+    ]
