@@ -11,7 +11,7 @@ import pytest
 from cryptography.fernet import Fernet
 from django.core.management import CommandError, call_command
 
-from django_blamequeue import queue
+from django_blamequeue import current_job, queue
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import lifecycle
 from django_blamequeue.encryption import PREFIX
@@ -143,3 +143,22 @@ def _rotate(backend: str, *args: str) -> str:
     out, err = StringIO(), StringIO()
     call_command("blamequeue", "--backend", backend, "rotate-keys", *args, stdout=out, stderr=err)
     return out.getvalue()
+
+
+def test_an_encrypted_workflow_keeps_its_step_results_encrypted_too(
+    backend: str, engine: Backend, register: Callable[..., Any], configure: Callable[..., None]
+) -> None:
+    configure(ENCRYPTION_KEYS=[OLD_KEY])
+
+    def checkout(payload: Any) -> list[Any]:
+        ctx = current_job()
+        card = ctx.step("tokenize", lambda: {"card": payload["card"]})
+        return [card, ctx.step("charge", charge, card)]
+
+    job = register(checkout, durable=True, encrypted=True)
+    job_id = job.enqueue(CARD, backend=backend).job_id
+    drain(backend, job.options.queue)
+    assert row(engine, job_id)["result"] == [CARD, {"charged": "1111"}]
+    steps = queue.workflow_steps(job_id, backend)
+    assert [s.status for s in steps] == ["done", "done"]
+    assert all(s.preview.startswith("fernet:") and "4111" not in s.preview for s in steps)
