@@ -301,7 +301,7 @@ class Workflow:
         if row is not None and row.status == "done":
             return steprows.decode(row.result)
         if row is not None and row.status == "raised":
-            error = encryption.readable(row.error)
+            error = encryption.readable(row.error) or ""
             raise ChildFailed(error, state=row.event_name or "failed", error=error)
         if row is None or row.status == "failed":
             row = self._enqueue_child(seq, occurrence, name, definition, payload, options)
@@ -325,7 +325,7 @@ class Workflow:
             row.error = steprows.sealed(text) if self.encrypted else text
         row = self._commit(row, ended)
         if row.status == "raised":
-            error = encryption.readable(row.error)
+            error = encryption.readable(row.error) or ""
             raise ChildFailed(error, state=row.event_name, error=error)
         return steprows.decode(row.result)
 
