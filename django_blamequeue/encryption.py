@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_blamequeue.conf import get_settings
 from django_blamequeue.core.payload import Encoded
+from django_blamequeue.core.texts import storable
 from django_blamequeue.exceptions import ErrorCode, QueueError
 
 if TYPE_CHECKING:
@@ -113,11 +114,31 @@ def rotate(encoded: Encoded) -> Encoded | None:
     return Encoded(encoded.content_type, encoded.content_encoding, token)
 
 
-def seal_text(text: str | None) -> str | None:
-    """Error text as stored for an encrypted job: ``fernet:<token>``."""
+def seal_text(text: str | None, limit: int | None = None, *, keep_tail: bool = False) -> str | None:
+    """Error text as stored for an encrypted job: ``fernet:<token>``. ``limit``: the most
+    characters the column keeps; the plain text is cut first (at its end, or in the middle
+    with ``keep_tail``) so the token fits whole — a cut token would open nothing."""
     if text is None or text.startswith(TEXT_PREFIX):
         return text
+    if limit is not None:
+        text = _fitted(text, plain_bytes(limit), keep_tail)
     return TEXT_PREFIX + _fernet().encrypt(text.encode("utf-8")).decode("ascii")
+
+
+def plain_bytes(limit: int) -> int:
+    """The most UTF-8 bytes of plain text whose token fits in ``limit`` characters (a Fernet
+    token: 73 bytes around the text padded to 16, all in url-safe base64)."""
+    return max(0, (limit - len(TEXT_PREFIX)) * 3 // 4 - 73 - 16)
+
+
+def _fitted(text: str, most: int, keep_tail: bool) -> str:
+    """``text`` cut (``texts.storable``, with its note) to at most ``most`` UTF-8 bytes."""
+    chars = most
+    fitted = storable(text, chars, keep_tail=keep_tail)
+    while len(fitted.encode("utf-8")) > most and chars > 0:
+        chars = max(0, chars * most // len(fitted.encode("utf-8")) - 1)
+        fitted = storable(text, chars, keep_tail=keep_tail)
+    return fitted
 
 
 def is_sealed_text(text: Any) -> bool:

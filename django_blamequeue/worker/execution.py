@@ -25,6 +25,7 @@ from django_blamequeue.core import lifecycle, retry
 from django_blamequeue.core.records import AckResult, Claimed, Transition
 from django_blamequeue.core.retry import RetryPolicy
 from django_blamequeue.core.states import Reason, State
+from django_blamequeue.core.texts import MAX_ERROR, MAX_TRACEBACK
 from django_blamequeue.core.validation import MAX_SECONDS
 from django_blamequeue.exceptions import ErrorCode, JobInterrupted, Park, QueueError, Snooze
 from django_blamequeue.jobs import calls, registry
@@ -344,8 +345,8 @@ def _sealed(transition: Transition) -> Transition:
         return replace(
             transition,
             result=None if transition.result is None else encryption.seal(transition.result),
-            error=encryption.seal_text(transition.error),
-            traceback=encryption.seal_text(transition.traceback),
+            error=encryption.seal_text(transition.error, MAX_ERROR),
+            traceback=encryption.seal_text(transition.traceback, MAX_TRACEBACK, keep_tail=True),
         )
     except QueueError as exc:  # the keys went away while it ran: store nothing in clear
         return Transition(

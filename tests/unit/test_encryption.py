@@ -141,3 +141,14 @@ def test_the_job_table_rewrites_a_batch_and_says_where_it_stopped(
         False,
         True,
     ]
+
+
+def test_sealed_error_text_fits_its_column_whole_however_long_the_error(
+    settings: SettingsWrapper,
+) -> None:
+    configure(settings, ENCRYPTION_KEYS=[KEY])
+    for text in ("x" * 10_000, "é" * 10_000):
+        stored = encryption.seal_text(text, 4096)
+        assert stored is not None and len(stored) <= 4096
+        opened = encryption.open_text(stored)
+        assert opened is not None and opened.startswith(text[:100])
