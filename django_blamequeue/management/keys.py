@@ -24,7 +24,12 @@ def add_arguments(sub: Any) -> None:
 
 
 def _payload(encoded: Encoded) -> Encoded:
-    rotated = encryption.rotate(encoded)
+    """A payload or result re-encrypted; one no key opens is kept as it is (the job waits in
+    the DLQ as ``decrypt_failed`` for its key to come back) and must not stop the others."""
+    try:
+        rotated = encryption.rotate(encoded)
+    except QueueError:
+        return encoded
     return encoded if rotated is None else rotated
 
 
@@ -77,7 +82,12 @@ class KeyCommands:
                 f"backend {backend.alias}: {rewritten:,} re-encrypted of {seen:,} read…"
             )
         skipped = seen - rewritten
-        note = f", {skipped:,} changed while read (run again)" if skipped else ""
+        note = (
+            f"; {skipped:,} left as they were (no key opens them, or they changed while read: "
+            "run again)"
+            if skipped
+            else ""
+        )
         self.stdout.write(
             f"backend {backend.alias}: {rewritten:,} job(s) re-encrypted with the first key{note}"
         )

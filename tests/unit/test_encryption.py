@@ -152,3 +152,20 @@ def test_sealed_error_text_fits_its_column_whole_however_long_the_error(
         assert stored is not None and len(stored) <= 4096
         opened = encryption.open_text(stored)
         assert opened is not None and opened.startswith(text[:100])
+
+
+@pytest.mark.django_db
+def test_rotate_keys_leaves_a_job_no_key_opens_and_goes_on(settings: SettingsWrapper) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    configure(settings, ENCRYPTION_KEYS=[Fernet.generate_key().decode()], ENCRYPT=True)
+    lost = queue.enqueue("vault", {"n": 1}).job_id
+    configure(settings, ENCRYPTION_KEYS=[KEY], ENCRYPT=True)
+    kept = queue.enqueue("vault", {"n": 2}).job_id
+    out = StringIO()
+    call_command("blamequeue", "--backend", "default", "rotate-keys", stdout=out)
+    assert "1 job(s) re-encrypted with the first key; 1 left as they were" in out.getvalue()
+    assert queue.get_job(kept).payload == {"n": 2}  # type: ignore[union-attr]
+    assert queue.get_job(lost).payload is None  # type: ignore[union-attr]
