@@ -52,7 +52,7 @@ def _fernet() -> MultiFernet:
         return cached[1]
     try:
         from cryptography.fernet import Fernet, MultiFernet
-    except ImportError:  # pragma: no cover - the dev extra installs it
+    except ImportError:  # the crypto extra is not installed
         raise QueueError(ErrorCode.DECRYPT_FAILED, _INSTALL) from None
     if not current.encryption_keys:
         message = "no ENCRYPTION_KEYS are configured (docs/encryption.md)"
