@@ -113,6 +113,24 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     show_facets = admin.ShowFacets.NEVER
     paginator = CappedPaginator
     list_per_page = 100
+    #: Exact-match URL parameters the list takes besides its ``list_filter`` ones (links in).
+    url_filters: tuple[str, ...] = ()
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        """Only the list's own filters. Django would apply any lookup on the model's own
+        columns typed into the URL: a view-only user could recover a live lease token with
+        ``?lease_token__startswith=``, and ``?queue__regex=`` runs the pattern it is given.
+        Anything else is a 400 (``DisallowedModelAdminLookup``)."""
+        return lookup in self.filter_parameters()
+
+    def filter_parameters(self) -> frozenset[str]:
+        names = set(self.url_filters)
+        for f in self.list_filter:
+            if isinstance(f, str):  # a field's own filter: Django's exact and isnull params
+                names.update((f"{f}__exact", f"{f}__isnull"))
+            else:
+                names.add(str(getattr(f, "parameter_name", None) or getattr(f, "field", "")))
+        return frozenset(names)
 
     def action_checkbox(self, obj: Any) -> SafeString:
         """The row's selection box, without a template render per row (Django's renders one)."""

@@ -100,6 +100,7 @@ class JobAdmin(ReadOnlyAdmin):
         OriginFilter,
         *search.SEARCH_FILTERS,
     )
+    url_filters = tuple(sorted(search.ALLOWED_PARAMS))  # the bulk actions' list, the same
     search_fields = ("id", "dedupe_key", "trace_id")
     search_help_text = (
         "Exact job id, trace id, about key (app.model:pk) or dedupe key; or part of the "

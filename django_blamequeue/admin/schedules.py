@@ -80,7 +80,8 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["overlap"].required = False  # left out: the default, "skip"
+        if "overlap" in self.fields:  # a viewer's form has none: every field is read-only
+            self.fields["overlap"].required = False  # left out: the default, "skip"
 
     def clean_overlap(self) -> str:
         return str(self.cleaned_data.get("overlap") or "skip")
@@ -139,9 +140,19 @@ def _tabs(request: HttpRequest) -> dict[str, Any]:
     return {"tabs": Console.tabs(request, "schedules")}
 
 
+def zone_of(s: Schedule) -> zoneinfo.ZoneInfo | None:
+    """The row's time zone; None when this host's tz database lacks it (moved to a host with
+    another tz database, or a name retired): that row shows so, the page still renders."""
+    try:
+        return zoneinfo.ZoneInfo(s.timezone or "UTC")
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return None
+
+
 def upcoming(s: Schedule, now: datetime, count: int = 3) -> list[datetime]:
     """The next fire times from now; an interval counts from its last fire. A row whose rule
-    cannot be computed (saved before its interval was bounded) has none, not an error page."""
+    cannot be computed (saved before its interval was bounded, a time zone this host does not
+    know) has none, not an error page."""
     try:
         return schedules.upcoming(
             cron=s.cron,
@@ -151,8 +162,8 @@ def upcoming(s: Schedule, now: datetime, count: int = 3) -> list[datetime]:
             now=now,
             count=count,
         )
-    except (ArithmeticError, ValueError):  # ZeroDivisionError, OverflowError, bad cron
-        return []
+    except (ArithmeticError, ValueError, zoneinfo.ZoneInfoNotFoundError):
+        return []  # ZeroDivisionError, OverflowError, a bad cron, an unknown time zone
 
 
 @admin.register(Schedule)
@@ -227,13 +238,21 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def next_fire(self, s: Schedule) -> str:
         if not s.enabled:
             return "disabled"
+        if zone_of(s) is None:
+            return f"unknown time zone {s.timezone!r}"
         fires = upcoming(s, timezone.now(), 1)
         return display.relative(fires[0]) if fires else "–"
 
     @admin.display(description="next fire times")
     def next_fire_times(self, s: Schedule) -> str:
         now = timezone.now()
-        zone = zoneinfo.ZoneInfo(s.timezone or "UTC")
+        zone = zone_of(s)
+        if zone is None:
+            return format_html(
+                "{} is not a time zone this host knows (its tz database lacks it): this "
+                "schedule does not fire until it is given one that exists.",
+                repr(s.timezone),
+            )
         return format_html(
             "<ul>{}</ul>",
             format_html_join(

@@ -45,9 +45,14 @@ class CircuitBreaker:
                 return HALF_OPEN
             return self._state
 
-    def before(self) -> None:
-        """Refuse fast while open; in half-open let calls through as trials."""
-        if self.state == OPEN:
+    def before(self, *, probe_after: float | None = None) -> None:
+        """Refuse fast while open; in half-open let calls through as trials. With
+        ``probe_after``, a call is a trial already once that long has passed since the last
+        failure: a worker polling every second finds its engine back within a poll, not
+        ``reset_after`` later."""
+        if self.state == OPEN and not (
+            probe_after is not None and time.monotonic() - self._opened_at >= probe_after
+        ):
             raise QueueError(
                 ErrorCode.BACKEND_UNAVAILABLE,
                 f"backend {self.name!r} is unavailable (circuit open after "
@@ -78,11 +83,14 @@ class Resilience:
         self.retries = retries
         self.retry_delay = retry_delay
 
-    def call(self, fn: Callable[[], T], *, idempotent: bool = False) -> T:
+    def call(
+        self, fn: Callable[[], T], *, idempotent: bool = False, probe_after: float | None = None
+    ) -> T:
+        """``fn()`` through the breaker (``probe_after``: ``CircuitBreaker.before``)."""
         attempts = 1 + (self.retries if idempotent else 0)
         for attempt in range(1, attempts + 1):
             try:
-                self.breaker.before()
+                self.breaker.before(probe_after=probe_after)
             except QueueError:
                 # The engine was failing: this thread's connection is likely dead too. Drop it
                 # now, so that its trial call once the circuit half-opens starts on a fresh one

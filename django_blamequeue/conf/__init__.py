@@ -89,6 +89,9 @@ class Settings:
     queues: Mapping[str, QueueLimits] = field(default_factory=_frozen)
     max_snoozes: int = 100
     missing_handler_timeout: float = 7 * _DAY
+    #: A worker whose loop has neither claimed nor acked for this long while jobs are due,
+    #: with no handler running, is shown as ``stalled`` (docs/operations.md).
+    worker_stalled_after: float = 60.0
     origin_site: bool = True  # record the enqueue's call site in JobInfo.origin
     #: When the worker logs a failed attempt's traceback: "final" (once, when the job goes to
     #: the DLQ; a retry is one WARNING line), "every" (each failed attempt) or "never".
@@ -307,6 +310,7 @@ _PLAIN_KEYS = (
     "MAX_FLOW_DEPTH",
     "MAX_SNOOZES",
     "MISSING_HANDLER_TIMEOUT",
+    "WORKER_STALLED_AFTER",
     "ORIGIN_SITE",
     "LOG_TRACEBACKS",
     "ATTEMPT_HISTORY",
@@ -327,6 +331,7 @@ _FLOAT_FIELDS = (
     "flow_sweep_interval",
     "shutdown_grace",
     "missing_handler_timeout",
+    "worker_stalled_after",
 )
 
 

@@ -166,6 +166,7 @@ SCALARS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "MAX_FLOW_DEPTH": (lambda v: is_int(v) and v >= 1, "an int >= 1"),
     "MAX_SNOOZES": (lambda v: is_int(v) and 0 <= v <= MAX_INT, COUNT_0),
     "MISSING_HANDLER_TIMEOUT": (lambda v: is_number(v) and 0 < v <= MAX_SECONDS, SECONDS),
+    "WORKER_STALLED_AFTER": (lambda v: is_number(v) and 0 < v <= MAX_SECONDS, SECONDS),
     "ORIGIN_SITE": (lambda v: isinstance(v, bool), "True or False"),
     "LOG_TRACEBACKS": (lambda v: v in LOG_TRACEBACKS, " or ".join(map(repr, LOG_TRACEBACKS))),
     "ATTEMPT_HISTORY": (lambda v: v in ("failures", "all", "off"), '"failures", "all" or "off"'),

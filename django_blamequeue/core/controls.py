@@ -118,8 +118,10 @@ class QueueControl:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerInfo:
     """One worker of the registry (``queue.workers()``). ``state``: ``running``,
-    ``stopping`` (draining after a signal), ``stopped`` (it said so), or ``gone`` (its
-    heartbeats stopped: it died). ``running``: the ids of the jobs it runs now."""
+    ``stalled`` (alive, but its loop has claimed and acked nothing for
+    ``WORKER_STALLED_AFTER`` while jobs are due and no handler runs), ``stopping`` (draining
+    after a signal), ``stopped`` (it said so), or ``gone`` (its heartbeats stopped: it
+    died). ``running``: the ids of the jobs it runs now."""
 
     worker_id: str
     backend: str
@@ -139,7 +141,7 @@ class WorkerInfo:
 
     @property
     def live(self) -> bool:
-        return self.state in ("running", "stopping")
+        return self.state in ("running", "stalled", "stopping")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django_blamequeue.core.controls import HandlerWait, QueueControl, WorkerInfo, rate_text
 from django_blamequeue.core.records import JobInfo, QueueStats
@@ -278,7 +278,10 @@ def _local(moment: datetime, tz: str) -> str:
     """`` (02:30 CET)``: the wall time a cron rule speaks of, unless that is UTC."""
     if tz in ("", "UTC"):
         return ""
-    return f" ({moment.astimezone(ZoneInfo(tz)):%H:%M %Z})"
+    try:
+        return f" ({moment.astimezone(ZoneInfo(tz)):%H:%M %Z})"
+    except (ZoneInfoNotFoundError, ValueError):  # this host's tz database lacks it
+        return f" (unknown time zone {tz!r})"
 
 
 # -- the control plane -----------------------------------------------------------------------
@@ -339,7 +342,7 @@ def render_waits(backend: str, waits: Iterable[HandlerWait]) -> list[str]:
     ]
 
 
-WORKER_MARK = {"running": "▶", "stopping": "◼", "stopped": "·", "gone": "✗"}
+WORKER_MARK = {"running": "▶", "stalled": "⚠", "stopping": "◼", "stopped": "·", "gone": "✗"}
 
 
 def render_workers(workers: Sequence[WorkerInfo], now: datetime) -> list[str]:

@@ -296,9 +296,10 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     return HttpResponse(p.generate_latest(registry()), content_type=p.CONTENT_TYPE_LATEST)
 
 
-def serve(port: int, address: str = "0.0.0.0") -> Any:
+def serve(port: int, address: str = "127.0.0.1") -> Any:
     """Serve ``/metrics`` from a daemon thread (``runworker --metrics-port``); answers the
-    server (``.server_port``, ``.shutdown()``)."""
+    server (``.server_port``, ``.shutdown()``). Loopback unless told otherwise: metrics name
+    queues, jobs and hosts, and nothing guards this port."""
     from wsgiref.simple_server import WSGIRequestHandler, make_server
 
     from django.db import connections

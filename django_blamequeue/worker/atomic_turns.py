@@ -92,10 +92,13 @@ class Turns:
         return start
 
     def due(self, running: Mapping[str, Run]) -> list[Run]:
-        """The waiting run to start now that the one before it ended (not in ``running``)."""
+        """The waiting run to start now that the one before it ended. By identity: a job
+        leased to this worker again (its lease ran out in an outage) has a new run under the
+        same id, and the old run's turn ended with it."""
         current = self._current
-        if current is not None and current.claimed.job_id not in running:
+        if current is not None and running.get(current.claimed.job_id) is not current:
             self._current = current = None
+        self._waiting = deque(r for r in self._waiting if running.get(r.claimed.job_id) is r)
         if current is not None or not self._waiting:
             return []
         run = self._current = self._waiting.popleft()

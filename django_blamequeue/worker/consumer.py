@@ -25,7 +25,7 @@ from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import get_settings
 from django_blamequeue.core import lifecycle
 from django_blamequeue.core.records import AckResult, Backlog, Claimed
-from django_blamequeue.exceptions import ErrorCode, QueueError, WorkerShutdown
+from django_blamequeue.exceptions import ErrorCode, LeaseLost, QueueError, WorkerShutdown
 from django_blamequeue.jobs import registry
 from django_blamequeue.jobs.workflow import Workflow
 from django_blamequeue.observability import metrics
@@ -47,6 +47,7 @@ from django_blamequeue.worker.execution import (
     transition_for,
 )
 from django_blamequeue.worker.heartbeat import Heartbeat
+from django_blamequeue.worker.liveness import Liveness
 from django_blamequeue.worker.notify import Notifier
 from django_blamequeue.worker.probation import Probation
 from django_blamequeue.worker.slots import SlotPool
@@ -100,6 +101,9 @@ class Consumer:
         self._stopping = False
         self._grace_until: float | None = None
         self._error_delay = 0.0
+        self.liveness = Liveness(
+            backend.alias, options.poll_interval, self._settings.worker_stalled_after
+        )
         self._thread = threading.Thread(target=self._main, name="blamequeue-consumer", daemon=True)
         self._exited = threading.Event()
         self.pool = SlotPool(options.concurrency, handler, self._report)
@@ -116,8 +120,10 @@ class Consumer:
         #: Job names this worker handed back for lack of a handler, with how often.
         self.no_handler: dict[str, int] = {}
         names = [fleet.ANY_NAME] if handler is not None else list(registry.registered())
+        # a beat at least every half WORKER_STALLED_AFTER, so the verdict it carries is fresh
+        beat = min(fleet.HEARTBEAT, max(self._settings.worker_stalled_after / 2, 0.5))
         self.registration = fleet.Registration(
-            backend, options.queues, options.concurrency, names, self._snapshot
+            backend, options.queues, options.concurrency, names, self._snapshot, heartbeat=beat
         )
         self._acks.worker = self.registration.worker_id  # each attempt's history names it
 
@@ -193,8 +199,25 @@ class Consumer:
         else:
             running = ()
         c = self.counters
-        state = "stopping" if self._stopping else "running"
+        if self._stopping:
+            state = "stopping"
+        else:
+            held = self._probation.held
+            state = self.liveness.state(
+                running=max(0, len(running) - held),
+                due=self._due,
+                describe=lambda: (
+                    f"in flight {len(running)}/{self.options.concurrency}, "
+                    f"{held} held to run alone, backing off {self._error_delay:.1f} s"
+                ),
+            )
         return fleet.Snapshot(running=running, state=state, done=c.done, failed=c.failed)
+
+    def _due(self) -> int:
+        """Jobs due on this worker's queues (the stall check asks, from the registry's
+        thread, only once the loop has been quiet for ``WORKER_STALLED_AFTER``)."""
+        b = self.backend
+        return b.resilience.call(lambda: b.backlog(self.options.queues), idempotent=True).due
 
     @staticmethod
     def _settle_queued() -> None:
@@ -261,7 +284,12 @@ class Consumer:
         free = self.options.concurrency - self._busy()
         if self.options.max_jobs is not None:
             free = min(free, self.options.max_jobs - self.counters.claimed)
-        return free if free <= 0 else min(free, self._starts.room(time.monotonic()))
+        if free <= 0:
+            return free
+        room = self._starts.room(time.monotonic())
+        if room <= 0:  # the rate window is closed: nothing to ask now
+            self.liveness.idle()
+        return min(free, room)
 
     def _wait_time(self) -> float:
         now = time.monotonic()
@@ -287,15 +315,17 @@ class Consumer:
         queues, limits = self.control.claim_args()
         queues = self._turns.claimable(queues)
         if not queues:  # every queue paused
+            self.liveness.idle()
             return 0
         try:
             claimed = self.backend.resilience.call(
-                lambda: self.backend.claim(queues, limit, self.options.lease, limits=limits)
+                lambda: self.backend.claim(queues, limit, self.options.lease, limits=limits),
+                probe_after=self.options.poll_interval,
             )
         except Exception as exc:  # never let one bad round kill the worker
             self._failed("claim", exc)
             return 0
-        self._error_delay = 0.0
+        self._answered()
         return self._dispatch_all(claimed)
 
     def _flush_and_claim(self, limit: int) -> int:
@@ -303,6 +333,7 @@ class Consumer:
         queues, limits = self.control.claim_args()
         queues = self._turns.claimable(queues)
         if not queues:  # every queue paused
+            self.liveness.idle()
             self._flush()
             return 0
         if self._acks and not self._store_checkpoints():
@@ -312,14 +343,15 @@ class Consumer:
             results, claimed = self.backend.resilience.call(
                 lambda: self.backend.apply_and_claim(
                     acks, queues, limit, self.options.lease, limits=limits
-                )
+                ),
+                probe_after=self.options.poll_interval,
             )
         except Exception as exc:  # keep the acks; a re-sent ack is fenced, so retrying is safe
             self._failed("ack and claim", exc)
             if not unavailable(exc):
                 self._flush()  # the acks alone: tells a refused ack from a failing claim
             return 0
-        self._error_delay = 0.0
+        self._answered()
         self._settle(results)
         return self._dispatch_all(claimed)
 
@@ -368,6 +400,10 @@ class Consumer:
             # ctx.step & co. replay its record (encrypted like the job's payload)
             run.ctx.workflow = Workflow(run.ctx, encrypted=encryption.is_encrypted(c.payload))
         self.checkpointer.attach(run)
+        old = self._running.get(c.job_id)
+        if old is not None:  # leased to us again: the engine gave the old lease up
+            old.superseded = True
+            self._interrupt(old, LeaseLost, None)
         self._running[c.job_id] = run
         if metrics.enabled:
             metrics.run_started(self.backend.alias, c, self.options.lease)
@@ -385,7 +421,7 @@ class Consumer:
             return
         run, marked = started
         if not marked:  # the lease is gone: someone else owns the job
-            self._running.pop(run.claimed.job_id, None)
+            self._untrack(run)
             self.counters.lock_lost += 1
             return
         self._start([run])
@@ -437,7 +473,7 @@ class Consumer:
             run = self._finished.popleft()
             assert run.outcome is not None
             if run.settled is not None:  # an atomic run acked (or lost) in its own transaction
-                self._running.pop(run.claimed.job_id, None)
+                self._untrack(run)
                 self.checkpointer.end(run, keep=False)  # acked already: nothing to resume
                 account(self.counters, self.backend.alias, run, atomic.SETTLED, run.settled)
                 self.notifier.ended(run, atomic.SETTLED, run.settled)
@@ -446,10 +482,20 @@ class Consumer:
             self._decide(run, run.outcome)
 
     def _decide(self, run: Run, outcome: lifecycle.Outcome) -> None:
+        if run.superseded:  # it finished after its job was leased to us again: no ack
+            self.checkpointer.end(run, keep=False)
+            self.counters.lock_lost += 1
+            return
         transition = transition_for(run.claimed, run.definition, outcome)
-        self._running.pop(run.claimed.job_id, None)
+        self._untrack(run)
         self.checkpointer.end(run, keep=True)  # stored before the ack (``_flush``)
         self._acks.add(run, transition)
+
+    def _untrack(self, run: Run) -> None:
+        """Forget ``run`` as running here; never a newer run of the same job that replaced
+        it (a job leased again after its lease ran out has two runs here for a while)."""
+        if self._running.get(run.claimed.job_id) is run:
+            del self._running[run.claimed.job_id]
 
     def _interrupt(
         self,
@@ -465,7 +511,7 @@ class Consumer:
         elif not is_async(run, self.handler):  # an async run's task was cancelled instead
             self.pool.replace_one()
         if outcome is None:  # lease lost: someone else owns the job; nothing to ack
-            self._running.pop(run.claimed.job_id, None)
+            self._untrack(run)
             self.checkpointer.end(run, keep=False)
             self.counters.lock_lost += 1
             if run.invoker is not None:
@@ -531,7 +577,7 @@ class Consumer:
                         extra=_extra(run),
                     )
             return
-        self._error_delay = 0.0
+        self._answered()
         self._settle(results)
 
     def _settle(self, results: list[AckResult]) -> None:
@@ -542,20 +588,17 @@ class Consumer:
 
     def _failed(self, what: str, exc: BaseException) -> None:
         """A backend call (or a whole round) failed: log it and back off (0.1 s doubling
-        to 5 s); the caller keeps what it must send again."""
-        self._error_delay = min(max(self._error_delay * 2, 0.1), 5.0)
-        if unavailable(exc):
-            logger.warning(
-                "backend %r: %s; retrying in %.1f s", self.backend.alias, exc, self._error_delay
-            )
-        elif isinstance(exc, QueueError) and exc.code == ErrorCode.NOT_MIGRATED:
-            logger.error("%s failed: %s; retrying in %.1f s", what, exc.message, self._error_delay)
-        else:
-            logger.error(
-                "%s failed on backend %r; retrying in %.1f s",
-                *(what, self.backend.alias, self._error_delay),
-                exc_info=exc,
-            )
+        to a poll interval, at most 5 s: ``liveness``); the caller keeps what it must send
+        again."""
+        not_migrated = isinstance(exc, QueueError) and exc.code == ErrorCode.NOT_MIGRATED
+        self._error_delay = self.liveness.backoff(
+            what, exc, unavailable=unavailable(exc), traceback=not not_migrated
+        )
+
+    def _answered(self) -> None:
+        """The engine answered a claim or an ack: any outage is over."""
+        self._error_delay = 0.0
+        self.liveness.progressed()
 
     # -- shutdown --------------------------------------------------------------------------
     def _shutdown_step(self) -> bool:

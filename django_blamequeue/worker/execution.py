@@ -73,6 +73,9 @@ class Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
     outcome: lifecycle.Outcome | None = None
     abandoned: bool = False
+    #: Its job was leased to this worker again (its own lease had run out): a newer run
+    #: replaced it, and its outcome is dropped, never acked.
+    superseded: bool = False
     #: ``invoke``'s stand-in for this run (``effects.invoke_atomic`` for ``@job(atomic=True)``).
     invoker: Callable[[Run, Handler | None], lifecycle.Outcome] | None = None
     #: An atomic run committing its completion: the worker may no longer abandon it.

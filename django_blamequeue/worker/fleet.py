@@ -36,6 +36,8 @@ HEARTBEAT = 5.0  # seconds between a worker's registry updates
 GONE_AFTER = 30.0  # no heartbeat for this long: the worker is shown as gone
 PRUNE_AFTER = 86400.0  # stopped or gone for this long: its row is deleted
 ANY_NAME = "*"  # job_names of a consumer with a handler of its own: it runs every name
+#: The states a heartbeat writes; past GONE_AFTER without one, a worker in them is gone.
+LIVE = ("running", "stalled", "stopping")
 
 
 def database_of(backend: Backend) -> str:
@@ -68,14 +70,14 @@ class Snapshot:
     """What a heartbeat reports about its consumer."""
 
     running: tuple[str, ...]
-    state: str  # running | stopping
+    state: str  # running | stalled | stopping
     done: int
     failed: int
 
 
 def info_of(row: WorkerRecord, now: datetime) -> WorkerInfo:
     state = row.state
-    if state in ("running", "stopping") and row.last_seen < now - timedelta(seconds=GONE_AFTER):
+    if state in LIVE and row.last_seen < now - timedelta(seconds=GONE_AFTER):
         state = "gone"
     return WorkerInfo(
         worker_id=row.worker_id,
@@ -84,7 +86,7 @@ def info_of(row: WorkerRecord, now: datetime) -> WorkerInfo:
         pid=row.pid,
         queues=tuple(row.queues or ()),
         concurrency=row.concurrency,
-        running=tuple(row.running or ()) if state in ("running", "stopping") else (),
+        running=tuple(row.running or ()) if state in LIVE else (),
         started_at=row.started_at,
         last_seen=row.last_seen,
         state=state,

@@ -33,6 +33,11 @@ class Probation:
         self._held: deque[Run] = deque()
         self._alone: Run | None = None
 
+    @property
+    def held(self) -> int:
+        """How many runs wait to run alone (read by the registry's thread too)."""
+        return len(self._held)
+
     def admit(self, runs: list[Run]) -> list[Run]:
         """The runs to start now; those on probation are held to run alone, in turn."""
         start = []
@@ -46,16 +51,32 @@ class Probation:
 
     def busy(self, running: Mapping[str, Run]) -> bool:
         """True while a run waits to run alone, or runs alone: claim nothing meanwhile."""
-        if self._alone is not None and self._alone.claimed.job_id not in running:
-            self._alone = None
+        self._forget_ended(running)
         return bool(self._held) or self._alone is not None
 
     def next(self, running: Mapping[str, Run]) -> Run | None:
         """The held run to start now, alone: only when every run here is a held one."""
-        self.busy(running)  # forgets an alone run that finished
+        self._forget_ended(running)
         if not self._held or self._alone is not None:
             return None
+        # every held run is tracked (``_forget_ended``), so equal counts mean nothing else runs
         return self._held[0] if len(running) == len(self._held) else None
+
+    def _forget_ended(self, running: Mapping[str, Run]) -> None:
+        """Forget the alone run once it ended, and any held run the worker no longer
+        tracks as its job's run. The worker discards a held run whose lease ends; this
+        check by identity keeps any slip (a job leased here again, its old run replaced)
+        from holding the worker back for good: a held run nobody tracks never starts, and
+        the worker would claim nothing while it waits."""
+        if self._alone is not None and not _tracked(self._alone, running):
+            self._alone = None
+        for run in [r for r in self._held if not _tracked(r, running)]:
+            self._held.remove(run)
+            logger.warning(
+                "job %s was held to run alone but is no longer this worker's; forgotten",
+                run.claimed.job_id,
+                extra={"job_id": run.claimed.job_id, "queue": run.claimed.queue},
+            )
 
     def start_next(self, backend: Backend, running: Mapping[str, Run]) -> tuple[Run, bool] | None:
         """Mark the next run's lease alone (``Backend.run_alone``) when it may start; answers
@@ -97,3 +118,7 @@ class Probation:
         """Shutdown: every held run, to be released without having run."""
         held, self._held = list(self._held), deque()
         return held
+
+
+def _tracked(run: Run, running: Mapping[str, Run]) -> bool:
+    return running.get(run.claimed.job_id) is run

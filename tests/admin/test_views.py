@@ -634,6 +634,79 @@ def test_schedules_from_settings_are_read_only(admin_client_: Client) -> None:
     assert admin_client_.post(f"{SCHEDULES}{s.pk}/delete/", {"post": "yes"}).status_code == 403
 
 
+def test_a_schedule_whose_time_zone_vanished_shows_so_and_the_pages_still_render(
+    client_as: Login,
+) -> None:
+    """A row saved on a host whose tz database had the zone, read on one that lacks it."""
+    from django_blamequeue.models import Schedule
+
+    gone = Schedule.objects.create(
+        name="gone",
+        job="demo.jobs.send_email",
+        cron="0 3 * * *",
+        timezone="Mars/Olympus",
+    )
+    ticking = Schedule.objects.create(
+        name="ticking", job="demo.jobs.send_email", interval=60, timezone="Atlantis/Lost"
+    )
+    Schedule.objects.create(name="fine", job="demo.jobs.send_email", interval=60)
+    reader = client_as(staff("reader", "view_schedule"))
+    listing = reader.get(SCHEDULES)
+    assert listing.status_code == 200
+    body = text(listing)
+    assert "unknown time zone &#x27;Mars/Olympus&#x27;" in body
+    assert "unknown time zone &#x27;Atlantis/Lost&#x27;" in body
+    assert "fine" in body
+    for s in (gone, ticking):
+        page = reader.get(f"{SCHEDULES}{s.pk}/change/")
+        assert page.status_code == 200
+        assert "is not a time zone this host knows" in text(page)
+    # an editor gives it a zone that exists, validated as ever
+    editor = client_as(staff("editor", "view_schedule", "change_schedule"))
+    fixed = editor.post(
+        f"{SCHEDULES}{gone.pk}/change/", schedule_form(name="gone", timezone="Europe/Paris")
+    )
+    assert fixed.status_code == 302
+    gone.refresh_from_db()
+    assert gone.timezone == "Europe/Paris"
+
+
+# -- what the job list lets a viewer query ---------------------------------------------------
+@pytest.mark.parametrize(
+    "query",
+    [
+        "lease_token__startswith=a",
+        "error__contains=secret",
+        "id__in=a,b",
+        "queue__regex=%5C",  # a backslash: an invalid pattern
+        "payload__contains=x",
+        "attempts__gt=0",
+    ],
+)
+def test_the_job_list_refuses_any_lookup_but_its_own_filters(client_as: Login, query: str) -> None:
+    make_failed("emails", 1, error="a secret")
+    viewer = client_as(staff("viewer", "view_job"))
+    assert viewer.get(f"{JOB}?{query}").status_code == 400
+
+
+def test_the_job_list_takes_its_documented_filters(client_as: Login) -> None:
+    [failed] = make_failed("emails", 1)
+    [waiting] = make_jobs("reports", 1)
+    flow = queue.enqueue_flow("flows", [{"name": "a", "payload": {}}])
+    [member] = [j["job_id"] for j in flow["jobs"]]
+    viewer = client_as(staff("viewer", "view_job"))
+    for query, shown, hidden in [
+        ("state__exact=failed", failed, waiting),
+        ("queue=reports&backend=default", waiting, failed),
+        (f"flow_id={flow['flow_id']}", member, waiting),
+        (f"trace_id={flow['flow_id']}", member, waiting),  # a flow's jobs carry its id
+    ]:
+        response = viewer.get(f"{JOB}?{query}")
+        assert response.status_code == 200, query
+        body = text(response)
+        assert shown in body and hidden not in body, query
+
+
 def test_a_job_retried_from_the_dlq_reads_pending_with_its_last_attempts_reason(
     admin_client_: Client,
 ) -> None:

@@ -285,6 +285,18 @@ def test_schedules_marks_a_disabled_schedule_and_a_job_this_process_does_not_kno
     assert len(UTC_TIME.findall(stray)) == 1
 
 
+def test_schedules_lists_rows_whose_time_zone_this_host_lacks_and_the_others(
+    jobs: dict[str, Any],
+) -> None:
+    Schedule.objects.create(name="cron", job="tests.op.ok", cron="0 3 * * *", timezone="Mars/X")
+    Schedule.objects.create(name="every", job="tests.op.ok", interval=60, timezone="Mars/X")
+    Schedule.objects.create(name="fine", job="tests.op.ok", interval=60)
+    cron, every, fine = _blocks(run("blamequeue", "schedules", "--count", "1"))
+    assert "  next        cannot tell: ZoneInfoNotFoundError" in cron
+    assert "(unknown time zone 'Mars/X')" in every
+    assert len(UTC_TIME.findall(fine)) == 1
+
+
 def _blocks(out: str) -> list[str]:
     """The output split into one block per schedule (each starts at column 0)."""
     blocks: list[str] = []

@@ -94,6 +94,11 @@ class Command(ControlCommands, WorkflowCommands, KeyCommands, BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"].replace("-", "_")
+        try:
+            if options.get("backend") is not None:
+                get_backend(options["backend"])  # a name that is no backend is said first
+        except QueueError as exc:
+            raise CommandError(str(exc)) from exc
         require_migrated()
         try:
             getattr(self, f"do_{action}")(options)

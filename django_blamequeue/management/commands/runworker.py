@@ -149,8 +149,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-address",
-            default="0.0.0.0",
-            help="address --metrics-port binds (default 0.0.0.0)",
+            default="127.0.0.1",
+            help="address --metrics-port binds (default 127.0.0.1: this host only; 0.0.0.0 "
+            "opens it on every interface)",
         )
         parser.add_argument(
             "--progress-interval",

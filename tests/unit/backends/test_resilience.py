@@ -97,3 +97,14 @@ def test_an_open_breaker_fails_fast_without_calling_the_engine() -> None:
     with pytest.raises(QueueError, match="circuit open"):
         r.call(lambda: called.append(1))
     assert called == []
+
+
+def test_an_open_breaker_lets_a_probe_through_once_its_interval_passed_since_the_failure() -> None:
+    b = CircuitBreaker("x", threshold=1, reset_after=60)
+    b.failure()
+    with pytest.raises(QueueError):
+        b.before(probe_after=30)  # too soon: still refused without a call
+    b.before(probe_after=0.0)  # a worker polling that often tries its engine again
+    assert b.state == OPEN  # until the trial answers
+    b.success()
+    assert b.state == CLOSED

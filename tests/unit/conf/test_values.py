@@ -83,7 +83,13 @@ def test_every_scalar_default_lies_within_its_own_bounds(key: str) -> None:
     assert accepts(default), f"{key} default {default!r} is not {what}"
 
 
-SECONDS_KEYS = ["DEFAULT_LEASE", "SWEEP_INTERVAL", "FLOW_SWEEP_INTERVAL", "MISSING_HANDLER_TIMEOUT"]
+SECONDS_KEYS = [
+    "DEFAULT_LEASE",
+    "SWEEP_INTERVAL",
+    "FLOW_SWEEP_INTERVAL",
+    "MISSING_HANDLER_TIMEOUT",
+    "WORKER_STALLED_AFTER",
+]
 SECONDS_0_KEYS = ["BACKOFF_BASE", "BACKOFF_MAX", "PROGRESS_THROTTLE", "SHUTDOWN_GRACE"]
 EDGES: list[tuple[str, list[Any], list[Any]]] = [
     *[(k, [0.001, 1, MAX_SECONDS], [0, -1, TOO_LONG, True, math.inf, "5"]) for k in SECONDS_KEYS],

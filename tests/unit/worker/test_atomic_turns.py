@@ -98,3 +98,15 @@ def test_a_waiting_run_is_given_back_at_shutdown_or_forgotten_when_discarded(
     assert turns.discard(second) and not turns.discard(first)
     assert turns.release_all() == [third]
     assert turns.due({}) == []
+
+
+def test_a_job_leased_here_again_ends_its_old_runs_turn_and_the_new_run_takes_one(
+    make_job: Callable[..., str],
+) -> None:
+    make_job("ledger", atomic=True)
+    turns = Turns(get_backend("default"), [Q], dispatching=True)
+    old, again = run("1", atomic=True), run("1", atomic=True)  # its lease ran out meanwhile
+    assert turns.admit([old]) == [old]
+    assert turns.admit([again]) == []  # waits for the old run's turn ...
+    [started] = turns.due({"1": again})  # ... which ended when the new run replaced it
+    assert started is again

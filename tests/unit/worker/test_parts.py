@@ -141,6 +141,19 @@ def test_a_job_on_probation_waits_until_it_is_alone_then_runs_alone() -> None:
     assert probation.release_all() == [second] and not probation.busy({})
 
 
+def test_a_held_run_its_worker_no_longer_tracks_is_forgotten_and_claims_resume() -> None:
+    probation = Probation(max_stalled=1)
+    old, again = run("a", stalls=1), run("a", stalls=2)  # leased to this worker again
+    running = {"a": old}
+    assert probation.admit([old]) == [] and probation.busy(running)
+    running["a"] = again  # the worker replaced the run it held back
+    assert probation.admit([again]) == []
+    assert probation.held == 2 and probation.next(running) is again  # alone: it may start
+    probation.started(again)
+    del running["a"]
+    assert not probation.busy(running)  # nothing held back: the worker claims again
+
+
 def test_no_probation_below_the_stall_limit_or_with_a_limit_of_zero() -> None:
     assert Probation(max_stalled=2).admit([run("a", stalls=1)])
     assert Probation(max_stalled=0).admit([run("a", stalls=7)])
