@@ -109,7 +109,10 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- the driver
-def run_child(cfg: dict[str, Any], env_extra: dict[str, str]) -> dict[str, Any]:
+def run_child(
+    cfg: dict[str, Any], env_extra: dict[str, str], script: str = __file__
+) -> dict[str, Any]:
+    """``script --child CONFIG`` in a fresh interpreter (its own settings); its RESULT."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "bench.settings",
@@ -117,7 +120,7 @@ def run_child(cfg: dict[str, Any], env_extra: dict[str, str]) -> dict[str, Any]:
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(cfg)],
+        [sys.executable, script, "--child", json.dumps(cfg)],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -34,6 +34,10 @@ class ErrorCode(StrEnum):
     BAD_LIMIT = "BAD_LIMIT"
     NOT_MIGRATED = "NOT_MIGRATED"
     DUPLICATE = "DUPLICATE"
+    #: An encrypted payload, result or error text that no ``ENCRYPTION_KEYS`` key opens.
+    DECRYPT_FAILED = "DECRYPT_FAILED"
+    #: ``rotate-keys`` on a backend that cannot rewrite stored jobs (``supports_key_rotation``).
+    KEY_ROTATION_UNSUPPORTED = "KEY_ROTATION_UNSUPPORTED"
     NON_DETERMINISTIC_WORKFLOW = "NON_DETERMINISTIC_WORKFLOW"
     WAIT_TIMEOUT = "WAIT_TIMEOUT"
     CHILD_FAILED = "CHILD_FAILED"

@@ -17,6 +17,7 @@ from kombu.serialization import loads as _kombu_loads
 from kombu.serialization import registry
 from kombu.utils import json as _kombu_json
 
+from django_blamequeue import encryption
 from django_blamequeue.conf import content_type_of, get_settings
 from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.validation import MAX_JSON_DEPTH, deeper_than
@@ -143,8 +144,12 @@ def decode(content_type: str, content_encoding: str, body: bytes) -> Any:
 
     Raises ``QueueError``: ``CONTENT_DISALLOWED`` for an unaccepted type (checked here, not
     only by kombu, which trusts ``application/data`` and ``application/text`` unconditionally),
-    ``BAD_PAYLOAD`` for a body that does not decode.
+    ``BAD_PAYLOAD`` for a body that does not decode, ``DECRYPT_FAILED`` for an encrypted one
+    (``encryption``) that no configured key opens.
     """
+    if content_encoding.startswith(encryption.PREFIX):
+        opened = encryption.open_payload(Encoded(content_type, content_encoding, body))
+        content_encoding, body = opened.content_encoding, opened.body
     accepted = accepted_content_types()
     if content_type not in accepted:
         message = f"refusing to decode {content_type!r}: ACCEPT_CONTENT allows {sorted(accepted)}"

@@ -4,6 +4,7 @@ and each round links to the one before and after it (docs/admin.md#attempt-histo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django_blamequeue.admin import display
@@ -45,9 +46,12 @@ def took(a: AttemptInfo) -> str:
     return f"{seconds:.2f} s" if seconds < 60 else display.age(seconds)
 
 
-def history(info: JobInfo) -> tuple[list[Round], str | None]:
-    """The job's rounds, or [] and why not (the engine did not answer)."""
+def history(
+    info: JobInfo, shown: Callable[[list[AttemptInfo]], list[AttemptInfo]] = list
+) -> tuple[list[Round], str | None]:
+    """The job's rounds, or [] and why not (the engine did not answer); ``shown``: the
+    attempts as the user may see them (an encrypted job's errors: ``sealed``)."""
     try:
-        return rounds(queue.attempts(info.job_id, backend=info.backend)), None
+        return rounds(shown(queue.attempts(info.job_id, backend=info.backend))), None
     except QueueError as exc:
         return [], str(exc)

@@ -27,6 +27,7 @@ from django_blamequeue.admin import (
     display,
     operations,
     provenance,
+    sealed,
     search,
     workflows,
 )
@@ -323,8 +324,15 @@ class JobAdmin(ReadOnlyAdmin):
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         require(request, VIEW)
-        info = job_or_404(object_id, request.GET.get("backend"))
-        rounds, history_error = attempts.history(info)
+        stored = job_or_404(object_id, request.GET.get("backend"))
+        if stored.encrypted and sealed.may_open(request, stored):
+            operations.decrypted(
+                request, backend_or_404(stored.backend), stored.job_id, stored.queue
+            )
+        info = sealed.shown(request, stored)
+        rounds, history_error = attempts.history(
+            stored, lambda found: sealed.shown_attempts(request, stored, found)
+        )
         trail = list(
             AuditEvent.objects.using(backend_database(info.backend))
             .filter(job_id=info.job_id)
@@ -350,6 +358,7 @@ class JobAdmin(ReadOnlyAdmin):
                     ("lease expires", "lease_expires_at"),
                 )
             ],
+            "sealed": not sealed.may_open(request, stored),
             "payload_json": display.pretty_json(info.payload),
             "result_json": display.pretty_json(info.result) if info.result is not None else None,
             "checkpoint_json": display.pretty_json(info.checkpoint)

@@ -24,8 +24,11 @@ ADMIN_RETRY = audit.ADMIN_PREFIX + "retry"
 ADMIN_RETRY_ALL = audit.ADMIN_PREFIX + "retry_all"
 ADMIN_PURGE = audit.ADMIN_PREFIX + "purge"
 ADMIN_CANCEL = audit.ADMIN_PREFIX + "cancel"
+#: A user with ``view_encrypted_job`` opened an encrypted job's page (docs/encryption.md).
+ADMIN_DECRYPT = audit.ADMIN_PREFIX + "decrypt"
 ADMIN_ACTIONS = (
     ADMIN_RETRY,
+    ADMIN_DECRYPT,
     ADMIN_RETRY_ALL,
     ADMIN_PURGE,
     ADMIN_CANCEL,
@@ -75,6 +78,13 @@ def _record(
 
 def _write(backend: Backend, events: Sequence[audit.Event]) -> None:
     audit.record(events, using=backend.database)
+
+
+def decrypted(request: HttpRequest, backend: Backend, job_id: str, queue_name: str) -> None:
+    """Audit one view of an encrypted job's opened values (who, which job, when)."""
+    _write(
+        backend, [_record(request, backend, ADMIN_DECRYPT, job_id=job_id, queue_name=queue_name)]
+    )
 
 
 def retry(request: HttpRequest, backend: Backend, jobs: Sequence[tuple[str, str]]) -> int:

@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from django_blamequeue.admin import actions, charts, control, display
+from django_blamequeue.admin import actions, charts, control, display, sealed
 from django_blamequeue.admin.actions import (
     _int,
     _queue_name,
@@ -245,9 +245,10 @@ class Console:
         total = queue.dlq_size(q, backend=backend.alias)
         last = max(1, -(-total // DLQ_PER_PAGE))
         page = min(max(1, _int(request.GET.get("page"), 1)), last)  # ?page=10**20: the last
-        jobs = queue.dlq_list(
+        found = queue.dlq_list(
             q, limit=DLQ_PER_PAGE, offset=(page - 1) * DLQ_PER_PAGE, backend=backend.alias
         )
+        jobs = [sealed.listed(j) for j in found]
 
         def page_url(n: int) -> str:
             return _url("dlq", backend=backend.alias, queue=q, page=n)

@@ -19,6 +19,7 @@ from django.db.models import F, Func, QuerySet, TextField
 from django.http import HttpRequest
 from django.utils.dateparse import parse_date, parse_datetime
 
+from django_blamequeue import encryption
 from django_blamequeue.admin.base import matching
 from django_blamequeue.admin.filters import SAMPLE_ROWS, ValueFilter, database_of
 
@@ -156,7 +157,11 @@ class ErrorClassFilter(SearchFilter):
             .order_by("-pk")
             .values_list("error", flat=True)[:SAMPLE_ROWS]
         )
-        found = {e.partition(":")[0] for e in rows if e and ":" in e}
+        found = {
+            e.partition(":")[0]
+            for e in rows
+            if e and ":" in e and not encryption.is_sealed_text(e)  # "fernet:" is no class
+        }
         return sorted(c for c in found if c.isidentifier())[:MAX_SUGGESTIONS]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:

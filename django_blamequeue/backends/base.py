@@ -11,7 +11,7 @@ the flag that says whether it has them is read first.
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from django_blamequeue.backends.resilience import Resilience
 from django_blamequeue.conf import BackendConfig
 from django_blamequeue.core.controls import ControlState, HandlerWait
 from django_blamequeue.core.limits import QueueLimits
+from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.records import (
     Ack,
     AckResult,
@@ -31,6 +32,7 @@ from django_blamequeue.core.records import (
     EnqueuedJob,
     FlowState,
     JobInfo,
+    KeyRotation,
     LeaseSignals,
     NewJob,
     OutboxItem,
@@ -40,6 +42,7 @@ from django_blamequeue.core.records import (
     RescueReport,
 )
 from django_blamequeue.core.timeseries import Bucket, Sample
+from django_blamequeue.exceptions import ErrorCode, QueueError
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
@@ -83,6 +86,9 @@ class Backend(metaclass=ABCMeta):
     #: A claim under per-key limits finds other keys' jobs behind a full key in claim order
     #: (False on SQS: it leases among the messages SQS delivers, in SQS's order).
     supports_key_order = True
+    #: ``rotate_keys`` re-encrypts stored jobs in place (the job table; not Redis, whose
+    #: hashes would need a script per field, nor SQS, whose sent messages cannot change).
+    supports_key_rotation = False
     #: ``fence_effects`` applies the job's fenced ack inside the handler's transaction (its
     #: job rows live in that database: the local backend, the SQS ledger); False: it writes
     #: a completion mark there and the ack follows the commit (redis). docs/effects.md.
@@ -296,6 +302,24 @@ class Backend(metaclass=ABCMeta):
         """Delete old terminal jobs (and their flow rows). ``None`` keeps that state."""
 
     # -- operators' bulk edits (the console; each job audited) ------------------------------
+    def rotate_keys(
+        self,
+        payload: Callable[[Encoded], Encoded],
+        text: Callable[[str | None], str | None],
+        *,
+        after: str = "",
+        limit: int = 500,
+    ) -> KeyRotation:
+        """With ``supports_key_rotation``: up to ``limit`` encrypted jobs not inflight (ids
+        after ``after``, in id order) rewritten in place by ``payload`` (payload and result)
+        and ``text`` (error and traceback), each row only if unchanged since it was read
+        (``blamequeue rotate-keys``, docs/encryption.md)."""
+        message = (
+            f"backend {self.alias!r} ({self.protocol}) cannot re-encrypt stored jobs in place; "
+            "its jobs stay readable while ENCRYPTION_KEYS keeps the old key (docs/encryption.md)"
+        )
+        raise QueueError(ErrorCode.KEY_ROTATION_UNSUPPORTED, message)
+
     @abstractmethod
     def delete_jobs(self, job_ids: Sequence[str]) -> int:
         """Delete these jobs, unless running (inflight, waiting for children), with their

@@ -101,6 +101,10 @@ class Settings:
     attempt_history: str = "failures"
     #: ``ROUTES``: job name or glob → queue, in the order given (``jobs/routing.py``).
     routes: tuple[tuple[str, str], ...] = ()
+    #: ``ENCRYPTION_KEYS``: Fernet keys, newest first (the first encrypts, all decrypt).
+    encryption_keys: tuple[str, ...] = ()
+    #: ``ENCRYPT``: True for every job, or the queues whose jobs are all encrypted.
+    encrypt: bool | tuple[str, ...] = False
 
 
 _UNSET: Any = object()
@@ -232,6 +236,10 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             kwargs[name] = float(kwargs[name])
     if "accept_content" in kwargs:
         kwargs["accept_content"] = tuple(kwargs["accept_content"])
+    if "encryption_keys" in kwargs:
+        kwargs["encryption_keys"] = tuple(kwargs["encryption_keys"])
+    if "encrypt" in kwargs and not isinstance(kwargs["encrypt"], bool):
+        kwargs["encrypt"] = tuple(kwargs["encrypt"])
     schedules = raw.get("SCHEDULES", {})
     queues = raw.get("QUEUES", {})
     return Settings(
@@ -308,6 +316,8 @@ _PLAIN_KEYS = (
     "ORIGIN_SITE",
     "LOG_TRACEBACKS",
     "ATTEMPT_HISTORY",
+    "ENCRYPTION_KEYS",
+    "ENCRYPT",
 )
 _FLOAT_FIELDS = (
     "default_lease",

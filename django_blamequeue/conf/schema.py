@@ -100,6 +100,8 @@ TOP_KEYS = (
     "LOG_TRACEBACKS",
     "ATTEMPT_HISTORY",
     "ROUTES",
+    "ENCRYPTION_KEYS",
+    "ENCRYPT",
 )
 #: ``LOG_TRACEBACKS``: which failed attempts the worker logs with their traceback.
 LOG_TRACEBACKS = ("final", "every", "never")

@@ -40,6 +40,7 @@ from django_blamequeue.conf.values import (
     SCALARS,
     can_encode,
     closest,
+    is_fernet_key,
     is_int,
     is_names,
     is_number,
@@ -73,6 +74,7 @@ def validate(
     validator.schedules(raw.get("SCHEDULES", {}))
     validator.queues(raw.get("QUEUES", {}))
     validator.routes(raw.get("ROUTES", {}))
+    validator.encryption(raw)
     return validator.found
 
 
@@ -250,6 +252,33 @@ class _Validator(Findings):
         hint = 'For example {"shop.webhooks.*": "webhooks", "shop.jobs.send_email": "emails"}.'
         for why in route_errors(routes):
             self.add("E042", f"{self.where('ROUTES')} {why}", hint)
+
+    def encryption(self, raw: Mapping[str, Any]) -> None:
+        """E044: ``ENCRYPTION_KEYS`` is a list of Fernet keys; ``ENCRYPT`` needs one."""
+        hint = (
+            "Make a key with `python -c 'from cryptography.fernet import Fernet; "
+            "print(Fernet.generate_key().decode())'`; see docs/encryption.md."
+        )
+        keys = raw.get("ENCRYPTION_KEYS", ())
+        if isinstance(keys, str) or not isinstance(keys, Sequence):
+            message = f"{self.where('ENCRYPTION_KEYS')} is {kind(keys)}; expected a list of keys"
+            self.add("E044", message, hint)
+            keys = ()
+        for i, key in enumerate(keys):
+            if not is_fernet_key(key):
+                # The key itself is never echoed: a message may end up in a log.
+                message = (
+                    f"{self.where('ENCRYPTION_KEYS', i)} is not a Fernet key (32 bytes, "
+                    "url-safe base64)"
+                )
+                self.add("E044", message, hint)
+        encrypt = raw.get("ENCRYPT", False)
+        if not isinstance(encrypt, bool) and not is_names(encrypt):
+            message = f"{self.where('ENCRYPT')} is {encrypt!r}; expected True, False or queue names"
+            self.add("E044", message, 'For example True, or ["payments", "health"].')
+        elif encrypt and not keys:
+            message = f"{self.where('ENCRYPT')} asks for encryption but ENCRYPTION_KEYS is empty"
+            self.add("E044", message, hint)
 
     def queues(self, queues: object) -> None:
         """E013: ``QUEUES`` maps queue names to their default limits."""

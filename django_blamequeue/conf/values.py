@@ -4,6 +4,8 @@ errors. Pure functions of their inputs."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import difflib
 import math
 import zoneinfo
@@ -104,6 +106,19 @@ def is_number(value: object) -> TypeGuard[int | float]:
 def is_names(value: object) -> bool:
     """A list or tuple of non-empty strings (a bare string is not)."""
     return isinstance(value, list | tuple) and all(isinstance(v, str) and v for v in value)
+
+
+def is_fernet_key(value: object) -> bool:
+    """A Fernet key: 32 bytes as url-safe base64 (a str or bytes), checked without importing
+    ``cryptography`` so that settings validate where the extra is not installed."""
+    if isinstance(value, str):
+        value = value.encode("ascii", "replace")
+    if not isinstance(value, bytes):
+        return False
+    try:
+        return len(base64.urlsafe_b64decode(value)) == 32
+    except (binascii.Error, ValueError):
+        return False
 
 
 def can_encode(name: object) -> bool:

@@ -59,6 +59,7 @@ class BadJob:
     """The job cannot run here at all (unknown name, undecodable payload, ...)."""
 
     message: str
+    reason: Reason = Reason.BAD_JOB  # DECRYPT_FAILED: no configured key opens its payload
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,8 +254,8 @@ def _decide(
             return Transition(state=State.PENDING, give_back_attempt=True)
         case FannedOut(children):
             return Transition(state=State.WAITING_CHILDREN, children=children)
-        case BadJob(message):
-            return Transition(state=State.FAILED, error=message, reason=Reason.BAD_JOB)
+        case BadJob(message, reason):
+            return Transition(state=State.FAILED, error=message, reason=reason)
     raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
 
 

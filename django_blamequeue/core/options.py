@@ -113,6 +113,9 @@ class JobOptions:
     #: At most ``max`` starts of the job's name in any rolling ``per_seconds``, counted by
     #: the engine across every worker (``@job(rate_limit="10/m")``; the worker's claims).
     rate_limit: RateLimit | str | int | None = None  # as given; checked: (max, per_seconds)
+    #: Payload, result and error text encrypted at rest (docs/encryption.md); None: the
+    #: ``ENCRYPT`` setting decides for the job's queue.
+    encrypted: bool | None = None
 
     @classmethod
     def merge(cls, given: Mapping[str, Any], *defaults: JobOptions | None) -> JobOptions:
@@ -167,6 +170,8 @@ class JobOptions:
                 _refuse(f"{what} must be seconds > 0 and ≤ {MAX_SECONDS:,}", value, quote)
         if self.jitter is not None and not isinstance(self.jitter, bool):
             _refuse("jitter must be True or False", self.jitter, quote)
+        if self.encrypted is not None and not isinstance(self.encrypted, bool):
+            _refuse("encrypted must be True or False", self.encrypted, quote)
         snoozes = self.max_snoozes
         if snoozes is not None and (
             not isinstance(snoozes, int) or isinstance(snoozes, bool) or not 0 <= snoozes <= MAX_INT

@@ -353,6 +353,19 @@ class JobInfo:
     unique_calls: int = 0  # enqueues of its key it absorbed (skipped, replaced, debounced)
     #: Not started by then, it is cancelled with reason ``expired`` (None: never expires).
     expires_at: datetime | None = None
+    #: Stored encrypted (docs/encryption.md): ``payload``, ``result``, ``error`` and
+    #: ``traceback`` here are already opened with ``ENCRYPTION_KEYS``.
+    encrypted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRotation:
+    """One batch of ``Backend.rotate_keys``: rows read, rows rewritten (a row claimed or
+    changed meanwhile is skipped), and the last id read (None: nothing was left)."""
+
+    seen: int
+    rewritten: int
+    last_id: str | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ class Reason(StrEnum):
     SNOOZED = "snoozed"  # the handler raised Snooze: pending again, no attempt spent
     SNOOZED_TOO_OFTEN = "snoozed_too_often"  # past MAX_SNOOZES
     EXPIRED = "expired"  # cancelled: not started before its expires_at
+    DECRYPT_FAILED = "decrypt_failed"  # no ENCRYPTION_KEYS key opens its payload: to the DLQ
     NO_HANDLER = "no_handler"  # handed back (no attempt spent), or failed once it waited too long
 
 

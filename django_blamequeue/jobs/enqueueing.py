@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from django_blamequeue import audit
+from django_blamequeue import audit, encryption
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import Settings, get_settings
@@ -102,7 +102,10 @@ def new_jobs(
     dedupes = dedupe_keys if dedupe_keys is not None else [options.dedupe_key] * n
     locks = _unique_locks(options, common["name"], payloads, dedupes)
     jobs = []
-    for i, payload in enumerate(encode_many(payloads)):
+    encoded = encode_many(payloads)
+    if encryption.wants_encryption(common["queue"], options.encrypted):
+        encoded = [encryption.seal(e) for e in encoded]
+    for i, payload in enumerate(encoded):
         new = NewJob(
             job_id=(job_ids[i] if job_ids is not None else None) or ids.new_id(),
             payload=payload,

@@ -135,6 +135,7 @@ def job(
     rate_limit: str | int | tuple[int, float] | None = None,
     schedule: str | float | timedelta | None = None,
     timezone: str = "UTC",
+    encrypted: bool | None = None,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -163,6 +164,7 @@ def job(
     rate_limit: str | int | tuple[int, float] | None = None,
     schedule: str | float | timedelta | None = None,
     timezone: str = "UTC",
+    encrypted: bool | None = None,
 ) -> Any:
     """Register ``func(payload)`` as a job handler (name defaults to ``module.qualname``).
     ``backoff_base``, ``backoff_max`` and ``jitter`` replace the settings' for this job.
@@ -196,6 +198,8 @@ def job(
     many starts of this job in any rolling window, across every worker (docs/control.md).
     ``schedule``: a cron expression (in ``timezone``) or an interval in seconds: the job also
     runs periodically, with no arguments (``@periodic`` gives them; docs/schedules.md).
+    ``encrypted``: the payload, result and error text are encrypted at rest with
+    ``ENCRYPTION_KEYS``; None leaves it to the ``ENCRYPT`` setting (docs/encryption.md).
     """
     options = JobOptions(
         queue=queue,
@@ -212,6 +216,7 @@ def job(
         max_snoozes=max_snoozes,
         expires=expires,
         rate_limit=rate_limit,
+        encrypted=encrypted,
     ).check_defaults()
     if not isinstance(atomic, bool):
         raise QueueError(ErrorCode.INVALID_HANDLER, "atomic must be True or False")

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 
+from django_blamequeue import encryption
 from django_blamequeue.core import validation
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.models import WorkflowEvent, WorkflowStep
@@ -47,8 +48,19 @@ def encode(value: Any, what: str) -> str:
     return text
 
 
+def sealed(text: str) -> str:
+    """A step's stored text for an encrypted job (``fernet:<token>``, docs/encryption.md)."""
+    sealed_text = encryption.seal_text(text)
+    assert sealed_text is not None
+    return sealed_text
+
+
 def decode(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    """The stored value; an encrypted job's (``sealed``) opened first (``DECRYPT_FAILED``
+    when no configured key opens it)."""
+    if text is None:
+        return None
+    return json.loads(encryption.open_text(text) or "null")
 
 
 def size_of(text: str | None) -> int:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
+from django_blamequeue import encryption
 from django_blamequeue.backends import get_backend
 from django_blamequeue.core import ids, validation
 from django_blamequeue.core.states import State
@@ -47,8 +48,10 @@ FOREVER = validation.MAX_SECONDS
 class Workflow:
     """The replay state of one attempt of a durable job (``JobContext.workflow``)."""
 
-    def __init__(self, ctx: JobContext) -> None:
+    def __init__(self, ctx: JobContext, *, encrypted: bool = False) -> None:
         self.ctx = ctx
+        #: The job is encrypted at rest: so are its steps' results and errors.
+        self.encrypted = encrypted
         self.db = ctx.backend.effects_database
         self._rows: dict[int, WorkflowStep] | None = None
         self._seq = 0
@@ -122,6 +125,14 @@ class Workflow:
         self.rows[row.seq] = row
         return row
 
+    def _encode(self, value: Any, what: str) -> str:
+        text = steprows.encode(value, what)
+        return steprows.sealed(text) if self.encrypted else text
+
+    def _error(self, exc: BaseException) -> str:
+        text = f"{type(exc).__name__}: {exc}"[:4096]
+        return steprows.sealed(text) if self.encrypted else text
+
     def _lock_lost(self, name: str) -> QueueError:
         return QueueError(
             ErrorCode.LOCK_LOST,
@@ -143,14 +154,14 @@ class Workflow:
                 row = self._run_atomic(row, existing, fn, args, kwargs)
             else:
                 value = fn(*args, **kwargs)
-                row.result = steprows.encode(value, f"the result of step {name!r}")
+                row.result = self._encode(value, f"the result of step {name!r}")
                 row.result_bytes = steprows.size_of(row.result)
                 row.finished_at = self.stamp()
                 row = self._commit(row, existing)
         except Exception as exc:
             if not (isinstance(exc, QueueError) and exc.code == ErrorCode.LOCK_LOST):
                 row.status, row.result, row.finished_at = "failed", None, self.stamp()
-                row.error = f"{type(exc).__name__}: {exc}"[:4096]
+                row.error = self._error(exc)
                 steprows.note_failure(self.db, row, existing)
             raise
         return steprows.decode(row.result)
@@ -167,7 +178,7 @@ class Workflow:
         try:
             with transaction.atomic(using=self.db):
                 value = fn(*args, **kwargs)
-                row.result = steprows.encode(value, f"the result of step {row.name!r}")
+                row.result = self._encode(value, f"the result of step {row.name!r}")
                 row.result_bytes = steprows.size_of(row.result)
                 row.finished_at = self.stamp()
                 steprows.put(self._fence(), row, replacing=existing)
@@ -290,7 +301,8 @@ class Workflow:
         if row is not None and row.status == "done":
             return steprows.decode(row.result)
         if row is not None and row.status == "raised":
-            raise ChildFailed(row.error, state=row.event_name or "failed", error=row.error)
+            error = encryption.readable(row.error) or ""
+            raise ChildFailed(error, state=row.event_name or "failed", error=error)
         if row is None or row.status == "failed":
             row = self._enqueue_child(seq, occurrence, name, definition, payload, options)
         target, child_id = get_backend(row.child_backend), row.child_id
@@ -302,17 +314,19 @@ class Workflow:
         row.finished_at = now
         if info.state == State.DONE:
             row.status = "done"
-            row.result = steprows.encode(info.result, f"the result of child {name!r}")
+            row.result = self._encode(info.result, f"the result of child {name!r}")
             row.result_bytes = steprows.size_of(row.result)
         else:
             row.status, row.event_name = "raised", str(info.state)
-            row.error = (
+            text = (
                 f"ChildFailed: child job {info.job_id} ({info.name}) ended {info.state}"
                 + (f": {info.error}" if info.error else "")
             )[:4096]
+            row.error = steprows.sealed(text) if self.encrypted else text
         row = self._commit(row, ended)
         if row.status == "raised":
-            raise ChildFailed(row.error, state=row.event_name, error=row.error)
+            error = encryption.readable(row.error) or ""
+            raise ChildFailed(error, state=row.event_name, error=error)
         return steprows.decode(row.result)
 
     def _enqueue_child(

@@ -91,6 +91,8 @@ def render_job(j: JobInfo) -> list[str]:
     if origin:
         rows.append(("origin", _inline(origin)))
     rows += _flow_rows(j)
+    if j.encrypted:  # opened with ENCRYPTION_KEYS: the operator's shell holds them
+        rows.append(("encrypted", "at rest (shown opened)"))
     rows += [("payload", _inline(j.payload)), ("result", _inline(j.result))]
     width = max(len(k) for k, _ in rows)
     lines = [f"job {j.job_id}"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]

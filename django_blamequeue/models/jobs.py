@@ -142,6 +142,7 @@ class Job(JobFields):
             ("cancel_job", "Can cancel jobs"),
             ("move_job", "Can move jobs to another queue"),
             ("reprioritize_job", "Can change jobs' priority"),
+            ("view_encrypted_job", "Can see encrypted jobs' payloads, results and errors"),
         ]
         ordering = ["-priority", "available_at", "id"]
         indexes = [

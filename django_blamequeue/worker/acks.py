@@ -15,6 +15,7 @@ import logging
 import time
 from dataclasses import replace
 
+from django_blamequeue import encryption
 from django_blamequeue.conf import get_settings
 from django_blamequeue.core import lifecycle
 from django_blamequeue.core.records import Ack, AckResult, Transition
@@ -140,11 +141,12 @@ def log_applied(run: Run, transition: Transition, state: State | None) -> None:
     reason = transition.reason.value if transition.reason else "error"
     wanted = get_settings().log_tracebacks
     traced = wanted == "every" or (wanted == "final" and level == logging.ERROR)
-    trace = f"\n{transition.traceback.rstrip()}" if traced and transition.traceback else ""
+    plain_trace = encryption.readable(transition.traceback) if traced else None
+    trace = f"\n{plain_trace.rstrip()}" if plain_trace else ""
     logger.log(
         level,
         "job %s (%s) on %s failed on attempt %s/%s and %s (%s): %s%s",
         *(c.job_id, c.name, c.queue, c.attempt, c.max_attempts, what, reason),
-        *(transition.error or "", trace),
+        *(encryption.readable(transition.error) or "", trace),
         extra={"job_id": c.job_id, "queue": c.queue, "attempt": c.attempt},
     )

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django_blamequeue import encryption
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import get_settings
 from django_blamequeue.context import JobContext, _current
@@ -129,7 +130,7 @@ def run_claimed(
         run.invoker = atomic.invoke_atomic
         ctx.atomic = True
     if definition is not None and definition.durable and handler is None:
-        ctx.workflow = Workflow(ctx)
+        ctx.workflow = Workflow(ctx, encrypted=encryption.is_encrypted(c.payload))
         ctx.clock = lambda: now  # the run's moved clock: timers and waits read it
     call = run.invoker or invoke
     token = _current.set(ctx)

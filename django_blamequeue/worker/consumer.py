@@ -19,6 +19,7 @@ from datetime import timedelta
 
 from django.db import connections
 
+from django_blamequeue import encryption
 from django_blamequeue.backends import wakeup
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import get_settings
@@ -396,7 +397,8 @@ class Consumer:
             atomic.prepare(run)
             run.ctx.atomic = True  # no checkpoints: its writes roll back with a failure
         if run.definition is not None and run.definition.durable and self.handler is None:
-            run.ctx.workflow = Workflow(run.ctx)  # ctx.step & co. replay its record
+            # ctx.step & co. replay its record (encrypted like the job's payload)
+            run.ctx.workflow = Workflow(run.ctx, encrypted=encryption.is_encrypted(c.payload))
         self.checkpointer.attach(run)
         old = self._running.get(c.job_id)
         if old is not None:  # leased to us again: the engine gave the old lease up

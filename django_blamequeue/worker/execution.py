@@ -12,17 +12,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import async_to_sync
 
+from django_blamequeue import encryption
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.conf import get_settings
 from django_blamequeue.context import JobContext
 from django_blamequeue.core import lifecycle, retry
 from django_blamequeue.core.records import AckResult, Claimed, Transition
 from django_blamequeue.core.retry import RetryPolicy
+from django_blamequeue.core.states import Reason, State
+from django_blamequeue.core.texts import MAX_ERROR, MAX_TRACEBACK
 from django_blamequeue.core.validation import MAX_SECONDS
 from django_blamequeue.exceptions import ErrorCode, JobInterrupted, Park, QueueError, Snooze
 from django_blamequeue.jobs import calls, registry
@@ -219,6 +222,10 @@ def prepare(run: Run, handler: Handler | None) -> lifecycle.Outcome | Callable[[
         payload = decode(
             claimed.payload.content_type, claimed.payload.content_encoding, claimed.payload.body
         )
+    except QueueError as exc:
+        if exc.code == ErrorCode.DECRYPT_FAILED:
+            return lifecycle.BadJob(exc.message, reason=Reason.DECRYPT_FAILED)
+        return lifecycle.BadJob(f"payload cannot be decoded: {lifecycle.describe(exc)}")
     except Exception as exc:
         return lifecycle.BadJob(f"payload cannot be decoded: {lifecycle.describe(exc)}")
     spec = run.definition.flow if run.definition is not None else None
@@ -319,13 +326,35 @@ def transition_for(
         outcome = lifecycle.Snoozed(min(max(float(outcome.exc.seconds), 0.0), MAX_SECONDS))
         snoozes = 0
     policy = policy_for(definition)
-    return lifecycle.decide(
+    transition = lifecycle.decide(
         outcome,
         attempt=claimed.attempt,
         max_attempts=claimed.max_attempts,
         policy=policy,
         snoozes=snoozes,
     )
+    if encryption.is_encrypted(claimed.payload):
+        return _sealed(transition)
+    return transition
+
+
+def _sealed(transition: Transition) -> Transition:
+    """An encrypted job's transition as stored: its result and error text encrypted too
+    (docs/encryption.md). A job whose payload no key opened keeps its error plain: it says
+    only that, and it must be readable where no key is."""
+    if transition.reason == Reason.DECRYPT_FAILED:
+        return transition
+    try:
+        return replace(
+            transition,
+            result=None if transition.result is None else encryption.seal(transition.result),
+            error=encryption.seal_text(transition.error, MAX_ERROR),
+            traceback=encryption.seal_text(transition.traceback, MAX_TRACEBACK, keep_tail=True),
+        )
+    except QueueError as exc:  # the keys went away while it ran: store nothing in clear
+        return Transition(
+            state=State.FAILED, error=f"cannot encrypt: {exc.message}", reason=Reason.DECRYPT_FAILED
+        )
 
 
 def policy_for(definition: registry.JobDefinition | None) -> RetryPolicy:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 
+from django_blamequeue import encryption
 from django_blamequeue.core import lifecycle
 from django_blamequeue.core.records import AckResult, Transition
 from django_blamequeue.core.states import State
@@ -61,9 +62,9 @@ def event_of(run: Run, state: str, transition: Transition | None = None) -> JobE
         attempt=c.attempt,
         max_attempts=c.max_attempts,
         reason=t.reason.value if t is not None and t.reason else None,
-        error=t.error if t is not None else None,
+        error=encryption.readable(t.error) if t is not None else None,
         error_type=t.error_type if t is not None else None,
-        traceback=t.traceback if t is not None else None,
+        traceback=encryption.readable(t.traceback) if t is not None else None,
         exc=outcome.exc if isinstance(outcome, lifecycle.Raised) else None,
         retry_in=t.delay if t is not None and state == State.PENDING else None,
         trace_id=c.trace_id,

@@ -12,7 +12,7 @@ one-statement enqueue, the claim, the combined ack-and-claim, the rescuer's pass
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,7 +22,7 @@ from django_blamequeue import audit
 from django_blamequeue.backends import wakeup
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.backends.database.listen import PgListener
-from django_blamequeue.backends.jobtable import effects, sql
+from django_blamequeue.backends.jobtable import effects, rotation, sql
 from django_blamequeue.backends.jobtable.acks import Acks
 from django_blamequeue.backends.jobtable.attempts import Attempts
 from django_blamequeue.backends.jobtable.bulk import BulkEdits
@@ -42,6 +42,7 @@ from django_blamequeue.backends.jobtable.wakes import Wakes
 from django_blamequeue.conf import BackendConfig
 from django_blamequeue.core.controls import ControlState, HandlerWait
 from django_blamequeue.core.limits import QueueLimits
+from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.records import (
     Ack,
     AckResult,
@@ -53,6 +54,7 @@ from django_blamequeue.core.records import (
     EnqueuedJob,
     FlowState,
     JobInfo,
+    KeyRotation,
     LeaseSignals,
     NewJob,
     PruneReport,
@@ -72,6 +74,7 @@ class DatabaseBackend(Backend):
     transactional_enqueue = True
     supports_flows = True
     supports_apply_and_claim = True
+    supports_key_rotation = True
     effects_with_ack = True
     unavailable_errors: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
 
@@ -324,6 +327,16 @@ class DatabaseBackend(Backend):
         return self.listing.backlog(queues)
 
     # -- operators' bulk edits, history, charts ---------------------------------------------
+    def rotate_keys(
+        self,
+        payload: Callable[[Encoded], Encoded],
+        text: Callable[[str | None], str | None],
+        *,
+        after: str = "",
+        limit: int = 500,
+    ) -> KeyRotation:
+        return rotation.rotate(self.jobtable, payload, text, after=after, limit=limit)
+
     def delete_jobs(self, job_ids: Sequence[str]) -> int:
         return self.bulk.delete(job_ids)
 

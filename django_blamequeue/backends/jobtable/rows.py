@@ -8,6 +8,7 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
+from django_blamequeue import encryption
 from django_blamequeue.backends.readback import FieldReader
 from django_blamequeue.core import checkpoints
 from django_blamequeue.core.payload import Encoded
@@ -193,9 +194,10 @@ def info_from_model(
         max_attempts=job.max_attempts,
         progress=job.progress,
         result=_decoded(job.content_type, job.content_encoding, job.result),
-        error=job.error,
+        error=encryption.readable(job.error),
         error_type=job.error_type,
-        traceback=job.traceback,
+        traceback=encryption.readable(job.traceback),
+        encrypted=job.content_encoding.startswith(encryption.PREFIX),
         classification=job.classification,
         trace_id=job.trace_id,
         dedupe_key=job.dedupe_key,

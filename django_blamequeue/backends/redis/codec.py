@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from django_blamequeue import encryption
 from django_blamequeue.backends.readback import FieldReader
 from django_blamequeue.backends.redis.keys import from_us, to_us
 from django_blamequeue.core import checkpoints, wire
@@ -269,9 +270,10 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         max_attempts=n("max_attempts"),
         progress=n("progress"),
         result=_decoded(ctype, cenc, h.get("result")),
-        error=s("error"),
+        error=encryption.readable(s("error")),
         error_type=s("etype"),
-        traceback=s("traceback"),
+        traceback=encryption.readable(s("traceback")),
+        encrypted=cenc.startswith(encryption.PREFIX),
         classification=s("classification"),
         trace_id=s("trace_id"),
         dedupe_key=s("dedupe_key"),

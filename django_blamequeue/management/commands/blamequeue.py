@@ -16,8 +16,9 @@ from django_blamequeue.core.records import JobInfo
 from django_blamequeue.exceptions import QueueError
 from django_blamequeue.jobs import calls, registry
 from django_blamequeue.jobs.schedules import call_problem, declared, payload_of
-from django_blamequeue.management import control, workflows
+from django_blamequeue.management import control, keys, workflows
 from django_blamequeue.management.control import ControlCommands
+from django_blamequeue.management.keys import KeyCommands
 from django_blamequeue.management.preflight import require_migrated
 from django_blamequeue.management.render import (
     ScheduleView,
@@ -29,7 +30,7 @@ from django_blamequeue.management.render import (
 from django_blamequeue.management.workflows import WorkflowCommands
 
 
-class Command(ControlCommands, WorkflowCommands, BaseCommand):
+class Command(ControlCommands, WorkflowCommands, KeyCommands, BaseCommand):
     help = (
         "Operate queues: stats | show ID | dlq list [QUEUE] | dlq retry ID | dlq retry --all "
         "QUEUE | purge QUEUE | cancel ID | flow show FLOW_ID | schedules | "
@@ -37,7 +38,7 @@ class Command(ControlCommands, WorkflowCommands, BaseCommand):
         "pause QUEUE [--reason TEXT] | resume QUEUE | "
         "limits QUEUE [--concurrency N] [--key-concurrency N] [--rate-limit MAX/SECONDS] "
         "[--key-rate-limit MAX/SECONDS] [--clear] | workers | workflow show|rerun|cancel ID | "
-        "send-event NAME [--key K] [--payload JSON]"
+        "send-event NAME [--key K] [--payload JSON] | rotate-keys [--batch N]"
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -89,6 +90,7 @@ class Command(ControlCommands, WorkflowCommands, BaseCommand):
         enq.add_argument("--dedupe-key", default=None)
         control.add_arguments(sub)
         workflows.add_arguments(sub)
+        keys.add_arguments(sub)
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"].replace("-", "_")
