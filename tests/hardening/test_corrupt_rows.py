@@ -77,3 +77,22 @@ def test_a_job_with_a_field_of_the_wrong_type_fails_alone_and_the_others_run(
         else:
             assert (info.state, info.result) == ("done", payload)
     assert consumer.counters.failed == len(fields)
+
+
+def test_a_sqlite_job_whose_available_at_is_no_time_fails_alone_and_burst_exits() -> None:
+    payloads: list[dict[str, Any]] = [{"n": 1}, {"corrupt": "available_at"}, {"n": 2}]
+    jobs = queue.enqueue_many("corrupt-at", payloads, backend="default")
+    corrupt("default", jobs[1].job_id, "available_at", "not a time")
+    consumer = queue.consume(
+        "corrupt-at", lambda job, ctx: job.payload, backend="default", concurrency=2, burst=True
+    )
+    assert consumer.join(timeout=30), "the burst worker did not exit"
+
+    infos = [queue.get_job(j.job_id, backend="default") for j in jobs]
+    assert [(i.state, i.reason) for i in infos if i] == [
+        ("done", None),
+        ("failed", "bad_job"),
+        ("done", None),
+    ]
+    assert "the stored available_at is not a time" in (infos[1].error or ""), infos[1].error
+    assert get_backend("default").stats()  # the console's figures read past such a row
