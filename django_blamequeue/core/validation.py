@@ -183,6 +183,15 @@ def run_at(value: object) -> datetime | None:
     return value.astimezone(UTC)
 
 
+def created_before(value: object) -> datetime | None:
+    """A purge's bound: an aware datetime, in UTC."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise QueueError(ErrorCode.BAD_ARGUMENT, "created_before must be a timezone-aware datetime")
+    return value.astimezone(UTC)
+
+
 def expires(value: object) -> float | datetime | None:
     """When a job not started by then is cancelled instead (reason ``expired``): seconds
     after the enqueue (a ``timedelta`` too), or an aware datetime, answered in UTC."""

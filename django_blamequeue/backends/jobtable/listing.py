@@ -65,13 +65,12 @@ class Listing:
         self.manifests = manifests  # a parent's look-up shows its children's tally
         self.released = released  # a DLQ retry makes failed jobs pending
 
-    def purge(self, queue: str) -> int:
+    def purge(self, queue: str, created_before: datetime | None = None) -> int:
+        waiting = Q(queue=queue, state__in=[s.value for s in WAITING])
+        if created_before is not None:
+            waiting &= Q(created_at__lte=created_before)
         with transaction.atomic(using=self.table.db):
-            ids = list(
-                self.table.jobs()
-                .filter(queue=queue, state__in=[s.value for s in WAITING])
-                .values_list("id", flat=True)
-            )
+            ids = list(self.table.jobs().filter(waiting).values_list("id", flat=True))
             for start in range(0, len(ids), 5000):
                 chunk = ids[start : start + 5000]
                 FlowDependency.objects.using(self.table.db).filter(job_id__in=chunk).delete()
