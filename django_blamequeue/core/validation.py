@@ -34,6 +34,11 @@ MIN_INTERVAL = 0.001
 #: The deepest nesting of a JSON payload or schedule payload: a reader decodes it whatever
 #: its own stack depth (Python's parser recurses per level, up to ~1,000 from the top).
 MAX_JSON_DEPTH = 100
+#: The most jobs one ``enqueue_many`` stores: all or none means one transaction, which holds
+#: every job (its payload encoded, its row built) in memory at once: about 2 KB a small job,
+#: so 100,000 is some 200 MB at most. Larger batches are split by the caller (each call all
+#: or none); the payloads past the bound are never read.
+MAX_ENQUEUE_MANY = 100_000
 #: How much of a refused value a message quotes.
 SHOWN = 60
 

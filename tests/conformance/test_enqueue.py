@@ -11,6 +11,7 @@ import pytest
 
 from django_blamequeue import EnqueuedJob, ErrorCode, JobInfo, QueueError, queue
 from django_blamequeue.backends.base import Backend
+from django_blamequeue.core.validation import MAX_ENQUEUE_MANY
 from django_blamequeue.serializers import decode
 
 from .support import claim_one, jobs_in, later, nothing_written
@@ -323,4 +324,22 @@ def test_a_dict_that_is_the_codecs_marker_is_refused_and_nothing_written(
     caught = refused(queue.enqueue_many, "typed", [{"i": 0}, payload], backend=backend)
     assert caught.code == ErrorCode.BAD_PAYLOAD
     assert "'__type__' and '__value__'" in caught.message
+    assert nothing_written(engine)
+
+
+def test_enqueue_many_past_its_bound_is_refused_without_reading_the_rest(
+    backend: str, engine: Backend
+) -> None:
+    read = 0
+
+    def payloads() -> Any:
+        nonlocal read
+        while True:  # endless: the call must stop reading one past the bound
+            read += 1
+            yield None
+
+    caught = refused(queue.enqueue_many, "batch", payloads(), backend=backend)
+    assert caught.code == ErrorCode.BAD_ARGUMENT
+    assert f"at most {MAX_ENQUEUE_MANY:,} jobs in one call" in caught.message
+    assert read == MAX_ENQUEUE_MANY + 1
     assert nothing_written(engine)
