@@ -1,15 +1,23 @@
-"""The benchmark's job: a no-op, so the numbers measure the queue and nothing else."""
+"""The benchmark's jobs: a no-op, so the numbers measure the queue and nothing else, and a
+short sleep, for the measurements where jobs must hold their slots a while (shares)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django_blamequeue import job
 
 QUEUE = "bench"
 NOOP = "bench.noop"
+SLEEP = "bench.sleep"
 
 
 @job(queue=QUEUE, name=NOOP, max_attempts=3)
 def noop(payload: Any) -> None:
     return None
+
+
+@job(queue=QUEUE, name=SLEEP, max_attempts=3)
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)

@@ -531,11 +531,14 @@ class Queue:
         key_concurrency: int | None = None,
         rate_limit: tuple[int, float] | None = None,
         key_rate_limit: tuple[int, float] | None = None,
+        key_weights: Mapping[str, int] | None = None,
         backend: str | None = None,
         user: str | None = None,
     ) -> QueueLimits:
         """The queue's live limits, across every worker (``None``: no such limit). They
-        replace its ``BLAMEQUEUE["QUEUES"]`` defaults as a whole until ``clear_limits``."""
+        replace its ``BLAMEQUEUE["QUEUES"]`` defaults as a whole until ``clear_limits``.
+        ``key_weights``: glob → weight, the keys' shares when they compete
+        (docs/weighted-shares.md)."""
         b = get_backend(backend)
         q = validation.queue_name(queue_name)
         limits = validation.limits(
@@ -543,6 +546,7 @@ class Queue:
             key_concurrency=key_concurrency,
             rate_limit=rate_limit,
             key_rate_limit=key_rate_limit,
+            key_weights=key_weights,
         )
         by = _user(user)
         _call(b, lambda: b.set_limits(q, limits, by=by))

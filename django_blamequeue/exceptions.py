@@ -38,6 +38,7 @@ class ErrorCode(StrEnum):
     WAIT_TIMEOUT = "WAIT_TIMEOUT"
     CHILD_FAILED = "CHILD_FAILED"
     NOT_A_WORKFLOW = "NOT_A_WORKFLOW"
+    BAD_KEY_WEIGHT = "BAD_KEY_WEIGHT"
 
 
 class QueueError(Exception):

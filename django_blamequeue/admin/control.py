@@ -21,8 +21,8 @@ from django_blamequeue.admin import display, operations
 from django_blamequeue.admin.base import VIEW, allowed, backend_or_404, require
 from django_blamequeue.api import queue
 from django_blamequeue.backends import all_backends
-from django_blamequeue.core.controls import QueueControl, QueueLimits, WorkerInfo
-from django_blamequeue.core.validation import MAX_INT, limits, queue_name
+from django_blamequeue.core.controls import QueueControl, QueueLimits, WorkerInfo, weights_text
+from django_blamequeue.core.validation import MAX_INT, limits, parse_key_weight, queue_name
 from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.worker import fleet
 
@@ -39,6 +39,8 @@ LIMIT_FIELDS = (
     "key_rate_max",
     "key_rate_per",
 )
+#: The form's text field of key weights: ``enterprise:*=5, trial:*=1`` (comma-separated).
+WEIGHTS_FIELD = "key_weights"
 
 
 def url(name: str, **query: Any) -> str:
@@ -113,6 +115,7 @@ def limits_from(post: Any) -> QueueLimits:
         f: _number(post.get(f, ""), f.replace("_", " "), integer=not f.endswith("per"))
         for f in LIMIT_FIELDS
     }
+    weights = [w.strip() for w in post.get(WEIGHTS_FIELD, "").split(",") if w.strip()]
 
     def rate(most: str, per: str) -> tuple[Any, Any] | None:
         if v[most] is None and v[per] is None:
@@ -129,6 +132,7 @@ def limits_from(post: Any) -> QueueLimits:
         key_concurrency=None if v["key_concurrency"] is None else int(v["key_concurrency"]),
         rate_limit=rate("rate_max", "rate_per"),
         key_rate_limit=rate("key_rate_max", "key_rate_per"),
+        key_weights=[parse_key_weight(w) for w in weights] or None,
     )
 
 
@@ -145,6 +149,7 @@ def _form(c: QueueControl) -> dict[str, str]:
         "rate_per": text(lim.rate_limit[1] if lim.rate_limit else None),
         "key_rate_max": text(lim.key_rate_limit[0] if lim.key_rate_limit else None),
         "key_rate_per": text(lim.key_rate_limit[1] if lim.key_rate_limit else None),
+        WEIGHTS_FIELD: weights_text(lim.key_weights),
     }
 
 
@@ -174,7 +179,7 @@ def limits_page(request: HttpRequest, console: Console) -> HttpResponse:
             return HttpResponseRedirect(url("limits", backend=backend.alias, queue=q))
         except QueueError as exc:
             error = exc.message
-            form = {f: request.POST.get(f, "") for f in LIMIT_FIELDS}
+            form = {f: request.POST.get(f, "") for f in (*LIMIT_FIELDS, WEIGHTS_FIELD)}
     c = queue.control(q, backend=backend.alias)
     return console.render(
         request,
@@ -201,6 +206,7 @@ def _fields(lim: QueueLimits) -> dict[str, Any]:
         "key_concurrency": lim.key_concurrency,
         "rate_limit": lim.rate_limit,
         "key_rate_limit": lim.key_rate_limit,
+        "key_weights": dict(lim.key_weights) or None,
     }
 
 

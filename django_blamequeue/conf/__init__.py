@@ -20,6 +20,7 @@ from django_blamequeue.conf.engines import BACKEND_DEFAULTS, ENGINES, engine_cla
 from django_blamequeue.conf.schema import SETTINGS_WHERE, Problem, Where, content_type_of
 from django_blamequeue.conf.validator import validate
 from django_blamequeue.core.controls import QueueLimits
+from django_blamequeue.core.validation import key_weight_pairs
 from django_blamequeue.exceptions import ErrorCode, QueueError
 
 __all__ = [
@@ -256,6 +257,7 @@ def _limits(entry: Mapping[str, Any]) -> QueueLimits:
         key_concurrency=entry.get("KEY_CONCURRENCY"),
         rate_limit=rate(entry.get("RATE_LIMIT")),
         key_rate_limit=rate(entry.get("KEY_RATE_LIMIT")),
+        key_weights=key_weight_pairs(entry.get("KEY_WEIGHTS")),
     )
 
 

@@ -104,7 +104,7 @@ TOP_KEYS = (
 #: ``LOG_TRACEBACKS``: which failed attempts the worker logs with their traceback.
 LOG_TRACEBACKS = ("final", "every", "never")
 #: Keys of a ``QUEUES`` entry: the default limits of that queue (docs/control.md).
-QUEUE_KEYS = ("CONCURRENCY", "KEY_CONCURRENCY", "RATE_LIMIT", "KEY_RATE_LIMIT")
+QUEUE_KEYS = ("CONCURRENCY", "KEY_CONCURRENCY", "RATE_LIMIT", "KEY_RATE_LIMIT", "KEY_WEIGHTS")
 RETENTION_KEYS = ("DONE", "CANCELLED", "FAILED", "AUDIT", "EVENTS")
 AUDIT_LEVELS = ("all", "operations", "off")
 SCHEDULE_KEYS = (

@@ -255,7 +255,8 @@ class _Validator(Findings):
         """E013: ``QUEUES`` maps queue names to their default limits."""
         hint = (
             'For example {"emails": {"CONCURRENCY": 10, "KEY_CONCURRENCY": 1, '
-            '"RATE_LIMIT": (100, 60), "KEY_RATE_LIMIT": (5, 1)}}.'
+            '"RATE_LIMIT": (100, 60), "KEY_RATE_LIMIT": (5, 1), '
+            '"KEY_WEIGHTS": {"enterprise:*": 5}}}.'
         )
         if not isinstance(queues, Mapping):
             self.add("E013", f"{self.where('QUEUES')} is {queues!r}; expected a dict", hint)
@@ -274,7 +275,10 @@ class _Validator(Findings):
                 for key in QUEUE_KEYS:
                     try:
                         limits(**{key.lower(): entry.get(key)})
-                    except QueueError:
+                    except QueueError as exc:
+                        if key == "KEY_WEIGHTS":
+                            self.add("E013", f'{at}["{key}"]: {exc.message}', hint)
+                            continue
                         expected = RATE if key.endswith("RATE_LIMIT") else COUNT_1
                         message = f'{at}["{key}"] is {entry[key]!r}; expected {expected} or None'
                         self.add("E013", message, hint)

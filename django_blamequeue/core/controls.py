@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from fnmatch import fnmatchcase
 
 RateLimit = tuple[int, float]
+#: ``(pattern, weight)`` pairs: a concurrency key's share weight is that of the first
+#: pattern (``fnmatch`` glob, case-sensitive) it matches, else ``DEFAULT_WEIGHT``.
+KeyWeights = tuple[tuple[str, int], ...]
+DEFAULT_WEIGHT = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,6 +27,9 @@ class QueueLimits:
     ``@job(rate_limit=...)``; a window per name, shared by every queue of the backend. They
     are the code's, not the control plane's: a worker passes them with each claim, and live
     limits (``set_limits``) leave them in force.
+
+    ``key_weights``: weighted shares between concurrency keys (docs/weighted-shares.md): a
+    claim serves first the waiting key with the fewest jobs in flight per unit of weight.
     """
 
     concurrency: int | None = None
@@ -29,6 +37,7 @@ class QueueLimits:
     rate_limit: RateLimit | None = None
     key_rate_limit: RateLimit | None = None
     name_rate_limits: tuple[tuple[str, int, float], ...] = ()
+    key_weights: KeyWeights = ()
 
     @property
     def empty(self) -> bool:
@@ -38,6 +47,7 @@ class QueueLimits:
             and self.rate_limit is None
             and self.key_rate_limit is None
             and not self.name_rate_limits
+            and not self.key_weights
         )
 
     @property
@@ -48,7 +58,20 @@ class QueueLimits:
     @property
     def keyed(self) -> bool:
         """Does a claim need to know each job's key (a per-key limit is set)?"""
-        return self.key_concurrency is not None or self.key_rate_limit is not None
+        return (
+            self.key_concurrency is not None
+            or self.key_rate_limit is not None
+            or bool(self.key_weights)
+        )
+
+    def weight_of(self, key: str | None) -> int:
+        """A key's share weight: its first matching pattern's, else 1 (jobs without a key
+        share one weight-1 slot of their own)."""
+        if key is not None:
+            for pattern, weight in self.key_weights:
+                if fnmatchcase(key, pattern):
+                    return weight
+        return DEFAULT_WEIGHT
 
     def describe(self) -> str:
         """``concurrency 3 · per key 1 · 20/1 s · per key 5/1 s``, or ``none``."""
@@ -61,6 +84,8 @@ class QueueLimits:
             parts.append(f"rate {rate_text(self.rate_limit)}")
         if self.key_rate_limit is not None:
             parts.append(f"rate per key {rate_text(self.key_rate_limit)}")
+        if self.key_weights:
+            parts.append("weights " + weights_text(self.key_weights))
         for name, most, per in self.name_rate_limits:
             parts.append(f"{name} {rate_text((most, per))}")
         return " · ".join(parts) or "none"
@@ -68,6 +93,11 @@ class QueueLimits:
 
 def rate_text(rate: RateLimit) -> str:
     return f"{rate[0]}/{rate[1]:g} s"
+
+
+def weights_text(weights: KeyWeights) -> str:
+    """``enterprise:*=5, free:*=1``."""
+    return ", ".join(f"{pattern}={weight}" for pattern, weight in weights)
 
 
 #: ``ControlState.source``: where the limits in force come from.

@@ -8,6 +8,7 @@ claim script carries a copy (``limits.lua``). Nothing here touches storage.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -65,8 +66,11 @@ def claimable(
     At most ``room`` jobs; a job whose key is at its ``key_concurrency`` (in flight plus taken
     by this claim), whose key's window holds ``key_rate_limit`` starts, or whose job name's
     window holds its ``name_rate_limits`` starts is **skipped**, never a reason to stop: the
-    jobs behind it are still taken.
+    jobs behind it are still taken. With ``key_weights`` the candidates are first put in
+    weighted-share order (``by_share``).
     """
+    if limits.key_weights:
+        candidates = by_share(candidates, limits, counted)
     left = room(limit, limits, counted)
     taken: list[str] = []
     per_key: dict[str, int] = {}
@@ -105,6 +109,36 @@ def claimable(
     return taken
 
 
+def by_share(
+    candidates: Iterable[tuple[str, str | None]], limits: QueueLimits, counted: InFlight
+) -> list[tuple[str, str | None]]:
+    """rule: shares — ``candidates`` reordered so that each next job is of the key with the
+    fewest jobs in flight per unit of weight (``limits.weight_of``), the jobs before it
+    counted as in flight; ties go to the heavier key, then to the key seen first. Within a
+    key, claim order is kept. Jobs without a key are one weight-1 key of their own.
+
+    Stride scheduling over what the engine counted: with two keys backlogged, their jobs in
+    flight (and so their drain rates) approach the ratio of their weights; a lone key takes
+    every slot. The redis claim script carries a copy (``limits.lua``)."""
+    by_key = counted.by_key or {}
+    waiting: dict[str | None, deque[tuple[str, str | None]]] = {}
+    for c in candidates:
+        waiting.setdefault(c[1], deque()).append(c)
+    keyless = max(counted.jobs - sum(by_key.values()), 0)
+    load = {k: by_key.get(k, 0) if k is not None else keyless for k in waiting}
+    weight = {k: limits.weight_of(k) for k in waiting}
+    rank = {k: i for i, k in enumerate(waiting)}
+    ordered: list[tuple[str, str | None]] = []
+    while waiting:
+        best = min(waiting, key=lambda k: (load[k] / weight[k], -weight[k], rank[k]))
+        jobs = waiting[best]
+        ordered.append(jobs.popleft())
+        load[best] += 1
+        if not jobs:
+            del waiting[best]
+    return ordered
+
+
 def saturated(limits: QueueLimits, counted: InFlight, keys: Iterable[str]) -> set[str]:
     """The keys among ``keys`` that may start nothing now (for a claim's search of other keys)."""
     by_key = counted.by_key or {}
@@ -131,6 +165,11 @@ def window_scan(room_left: int) -> int:
     """How many candidates a limited claim reads in claim order before it looks key by key
     for other keys' jobs: enough that interleaved keys rarely need the second look."""
     return 2 * room_left + 16
+
+
+#: How many waiting keys a claim under key weights compares at most (taking turns through
+#: the rest): the engines read each one's first jobs.
+SHARE_KEYS = 64
 
 
 # -- jobs no worker here can run -------------------------------------------------------------

@@ -89,6 +89,13 @@ RULES: tuple[Rule, ...] = (
         "core.limits.claimable",
     ),
     Rule(
+        "shares",
+        "Under key_weights a claim serves first the waiting key with the fewest jobs in "
+        "flight per unit of its weight (the jobs it took before counted), ties to the heavier "
+        "key; within a key, claim order.",
+        "core.limits.by_share",
+    ),
+    Rule(
         "effects-once",
         "An atomic job's writes commit only together with its completion: in the transaction "
         "of its fenced done ack, or, where the engine's ack cannot join that transaction, with "

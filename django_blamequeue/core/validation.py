@@ -11,6 +11,7 @@ docs/design.md ("Limits") lists them for users.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -402,21 +403,91 @@ def _limit_rate(value: object, what: str) -> tuple[int, float] | None:
     return most, window
 
 
+#: Bounds of ``key_weights``: a weight is an int from 1 to MAX_WEIGHT; at most MAX_PATTERNS
+#: patterns of at most MAX_PATTERN characters (a concurrency key's own bound).
+MAX_WEIGHT = 1000
+MAX_PATTERNS = 100
+MAX_PATTERN = 255
+
+
+def key_weight_pairs(value: object) -> tuple[tuple[str, int], ...]:
+    """``key_weights`` as ``(pattern, weight)`` pairs in the order given (the first pattern a
+    key matches gives its weight): a dict or pairs of non-empty glob → int from 1 to 1,000;
+    anything else is ``BAD_KEY_WEIGHT``."""
+    if value is None:
+        return ()
+    if isinstance(value, Mapping):
+        pairs: list[object] = list(value.items())
+    elif isinstance(value, list | tuple):
+        pairs = list(value)
+    else:
+        raise QueueError(
+            ErrorCode.BAD_KEY_WEIGHT,
+            f"key_weights must be a dict of pattern → weight, not {shown(value)}",
+        )
+    if len(pairs) > MAX_PATTERNS:
+        raise QueueError(
+            ErrorCode.BAD_KEY_WEIGHT, f"key_weights has more than {MAX_PATTERNS} patterns"
+        )
+    out: list[tuple[str, int]] = []
+    for pair in pairs:
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise QueueError(
+                ErrorCode.BAD_KEY_WEIGHT, f"a key weight is (pattern, weight), not {shown(pair)}"
+            )
+        pattern, weight = pair
+        if (
+            not isinstance(pattern, str)
+            or not pattern
+            or len(pattern) > MAX_PATTERN
+            or not storable(pattern)
+        ):
+            raise QueueError(
+                ErrorCode.BAD_KEY_WEIGHT,
+                f"a key pattern must be a non-empty str of at most {MAX_PATTERN} characters "
+                f"without NUL or a lone surrogate, not {shown(pattern)}",
+            )
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
+            raise QueueError(
+                ErrorCode.BAD_KEY_WEIGHT,
+                f"the weight of {pattern!r} must be an int from 1 to {MAX_WEIGHT:,}, "
+                f"not {shown(weight)}",
+            )
+        if any(p == pattern for p, _ in out):
+            raise QueueError(ErrorCode.BAD_KEY_WEIGHT, f"key pattern {pattern!r} given twice")
+        out.append((pattern, weight))
+    return tuple(out)
+
+
+def parse_key_weight(text: str) -> tuple[str, int]:
+    """``"PATTERN=WEIGHT"`` for the ``limits`` command; ``BAD_KEY_WEIGHT`` otherwise."""
+    pattern, sep, weight = text.rpartition("=")
+    try:
+        parsed = key_weight_pairs([(pattern, int(weight))]) if sep else None
+    except ValueError:
+        parsed = None
+    if not parsed:
+        raise QueueError(ErrorCode.BAD_KEY_WEIGHT, f"expected PATTERN=WEIGHT, not {shown(text)}")
+    return parsed[0]
+
+
 def limits(
     *,
     concurrency: object = None,
     key_concurrency: object = None,
     rate_limit: object = None,
     key_rate_limit: object = None,
+    key_weights: object = None,
 ) -> QueueLimits:
     """``QueueLimits`` from ``set_limits``' arguments (or a ``QUEUES`` entry): counts are
     None or an int from 1 to 2**31-1, rates None or ``(max, per_seconds)``; anything else is
-    ``BAD_LIMIT``."""
+    ``BAD_LIMIT`` (``BAD_KEY_WEIGHT`` for the weights)."""
     return QueueLimits(
         concurrency=_limit_count(concurrency, "concurrency"),
         key_concurrency=_limit_count(key_concurrency, "key_concurrency"),
         rate_limit=_limit_rate(rate_limit, "rate_limit"),
         key_rate_limit=_limit_rate(key_rate_limit, "key_rate_limit"),
+        key_weights=key_weight_pairs(key_weights),
     )
 
 

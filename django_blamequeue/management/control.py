@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 from django_blamequeue.api import queue
 from django_blamequeue.backends import all_backends, get_backend
 from django_blamequeue.backends.base import Backend
-from django_blamequeue.core.validation import parse_limit_rate
+from django_blamequeue.core.validation import parse_key_weight, parse_limit_rate
 from django_blamequeue.exceptions import QueueError
 from django_blamequeue.management.render import (
     render_controls,
@@ -47,6 +47,15 @@ def _rate(text: str) -> tuple[int, float] | str:
         raise ArgumentTypeError(exc.message) from None
 
 
+def _weight(text: str) -> tuple[str, int] | str:
+    if text.lower() == NONE:
+        return NONE
+    try:
+        return parse_key_weight(text)
+    except QueueError as exc:
+        raise ArgumentTypeError(exc.message) from None
+
+
 def add_arguments(sub: Any) -> None:
     pause = sub.add_parser("pause", help="stop every worker claiming from a queue")
     pause.add_argument("queue")
@@ -66,6 +75,14 @@ def add_arguments(sub: Any) -> None:
     limits.add_argument("--key-concurrency", type=_count, metavar="N")
     limits.add_argument("--rate-limit", type=_rate, metavar="MAX/SECONDS")
     limits.add_argument("--key-rate-limit", type=_rate, metavar="MAX/SECONDS")
+    limits.add_argument(
+        "--key-weight",
+        type=_weight,
+        action="append",
+        metavar="PATTERN=WEIGHT",
+        help="a weighted share for the concurrency keys matching PATTERN (repeat it; the "
+        "ones given replace the stored weights; 'none' removes them)",
+    )
     limits.add_argument(
         "--clear", action="store_true", help="drop the live limits (settings defaults apply)"
     )
@@ -106,14 +123,18 @@ class ControlCommands:
     def do_limits(self, options: dict[str, Any]) -> None:
         name, alias = options["queue"], options["backend"]
         fields = ("concurrency", "key_concurrency", "rate_limit", "key_rate_limit")
-        given = {f: options[f] for f in fields if options[f] is not None}
+        given: dict[str, Any] = {f: options[f] for f in fields if options[f] is not None}
+        if options.get("key_weight"):
+            pairs = [w for w in options["key_weight"] if w != NONE]
+            given["key_weights"] = dict(pairs) if pairs else NONE
         if options["clear"] and given:
             raise CommandError("--clear drops every live limit: give it alone")
         if options["clear"]:
             queue.clear_limits(name, backend=alias, user=_user())
         elif given:
             current = queue.get_limits(name, backend=alias)
-            merged = {f: getattr(current, f) for f in fields}
+            merged: dict[str, Any] = {f: getattr(current, f) for f in fields}
+            merged["key_weights"] = dict(current.key_weights) or None
             merged.update({f: None if v == NONE else v for f, v in given.items()})
             queue.set_limits(name, backend=alias, user=_user(), **merged)
         for line in render_limits(queue.control(name, backend=alias)):

@@ -13,7 +13,13 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from django_blamequeue.core.controls import HandlerWait, QueueControl, WorkerInfo, rate_text
+from django_blamequeue.core.controls import (
+    HandlerWait,
+    QueueControl,
+    WorkerInfo,
+    rate_text,
+    weights_text,
+)
 from django_blamequeue.core.records import JobInfo, QueueStats
 from django_blamequeue.core.states import reason_note
 
@@ -306,6 +312,10 @@ def render_limits(c: QueueControl) -> list[str]:
         ("key concurrency", "-" if lim.key_concurrency is None else str(lim.key_concurrency)),
         ("rate limit", "-" if lim.rate_limit is None else rate_text(lim.rate_limit)),
         ("key rate limit", "-" if lim.key_rate_limit is None else rate_text(lim.key_rate_limit)),
+        (
+            "key weights",
+            weights_text(lim.key_weights) + " (others 1)" if lim.key_weights else "-",
+        ),
         (
             "source",
             {"live": "live (set_limits)", "settings": 'BLAMEQUEUE["QUEUES"]'}.get(

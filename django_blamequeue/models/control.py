@@ -75,6 +75,8 @@ class QueueControl(models.Model):
     key_rate_max = models.PositiveIntegerField(null=True, blank=True)
     key_rate_per = models.FloatField(null=True, blank=True)
     key_cursor = models.CharField(max_length=255, null=True, blank=True)  # round robin of keys
+    # [[pattern, weight], ...]: weighted shares between keys (docs/weighted-shares.md).
+    key_weights = models.JSONField(null=True, blank=True)
     version = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(null=True, blank=True)
 

@@ -196,7 +196,14 @@ def control() -> None:
     from django_blamequeue.models import Job, WorkerRecord
 
     queue.pause("webhooks", reason="hooks.example.com returns 503", user=USER)
-    queue.set_limits("emails", concurrency=20, key_concurrency=2, rate_limit=(600, 60), user=USER)
+    queue.set_limits(
+        "emails",
+        concurrency=20,
+        key_concurrency=2,
+        rate_limit=(600, 60),
+        key_weights={"enterprise:*": 5},
+        user=USER,
+    )
     queue.set_limits("imports", key_rate_limit=(5, 1), user=USER)
     now = timezone.now()
     running = list(

@@ -118,6 +118,20 @@ def test_the_limits_page_shows_and_saves_limits_with_its_permission(
     assert queue.control("emails").source == "settings"
 
 
+def test_the_limits_page_saves_key_weights_and_shows_them_in_its_form(
+    admin_client_: Client,
+) -> None:
+    response = admin_client_.post(
+        LIMITS_URL, {"queue": "emails", "concurrency": "6", "key_weights": "vip:*=5, team:*=2"}
+    )
+    assert response.status_code == 302
+    assert queue.get_limits("emails") == QueueLimits(
+        concurrency=6, key_weights=(("vip:*", 5), ("team:*", 2))
+    )
+    body = text(admin_client_.get(LIMITS_URL + "?queue=emails"))
+    assert 'value="vip:*=5, team:*=2"' in body
+
+
 @pytest.mark.parametrize(
     "form",
     [
@@ -125,6 +139,8 @@ def test_the_limits_page_shows_and_saves_limits_with_its_permission(
         {"concurrency": "many"},
         {"rate_max": "5"},
         {"rate_max": "5", "rate_per": "-1"},
+        {"key_weights": "vip:*=0"},
+        {"key_weights": "vip:*"},
     ],
 )
 def test_bad_limits_are_shown_on_the_page_and_nothing_is_written(

@@ -77,12 +77,30 @@ def test_limits_prints_the_limits_in_force_and_changes_only_those_given(
         ["--concurrency", "x"],
         ["--rate-limit", "5"],
         ["--rate-limit", "0/1"],
+        ["--key-weight", "enterprise:*"],
+        ["--key-weight", "enterprise:*=0"],
+        ["--key-weight", "=5"],
     ],
 )
 def test_limits_refuses_bad_values_and_changes_nothing(mailer: Any, args: list[str]) -> None:
     with pytest.raises(CommandError):
         call_command("blamequeue", "limits", "ctl-mail", *args, stderr=io.StringIO())
     assert queue.control("ctl-mail").version == 0
+
+
+def test_limits_sets_key_weights_keeping_the_other_limits_and_none_removes_them(
+    mailer: Any,
+) -> None:
+    run("blamequeue", "limits", "ctl-mail", "--concurrency", "8")
+    out = run(
+        "blamequeue", "limits", "ctl-mail", "--key-weight", "vip:*=5", "--key-weight", "team:*=2"
+    )
+    assert "key weights      vip:*=5, team:*=2 (others 1)" in out
+    assert queue.get_limits("ctl-mail") == QueueLimits(
+        concurrency=8, key_weights=(("vip:*", 5), ("team:*", 2))
+    )
+    run("blamequeue", "limits", "ctl-mail", "--key-weight", "none")
+    assert queue.get_limits("ctl-mail") == QueueLimits(concurrency=8)
 
 
 def test_limits_clear_goes_alone(mailer: Any) -> None:

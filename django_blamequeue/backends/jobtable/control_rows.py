@@ -11,6 +11,7 @@ limited claim reads the row under its lock.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -39,6 +40,7 @@ def state_of(row: QueueControl) -> ControlState:
             key_rate_limit=(row.key_rate_max, float(row.key_rate_per))
             if row.key_rate_max is not None and row.key_rate_per is not None
             else None,
+            key_weights=weights_from(row.key_weights),
         )
     return ControlState(
         queue=row.queue,
@@ -64,7 +66,16 @@ def limit_fields(limits: QueueLimits | None) -> dict[str, Any]:
         "rate_per": rate[1] if rate else None,
         "key_rate_max": key_rate[0] if key_rate else None,
         "key_rate_per": key_rate[1] if key_rate else None,
+        "key_weights": [list(pair) for pair in lim.key_weights] or None,
     }
+
+
+def weights_from(stored: Any) -> tuple[tuple[str, int], ...]:
+    """The ``key_weights`` column (JSON pairs, or NULL; text where a raw cursor read it) as
+    ``QueueLimits.key_weights``."""
+    if isinstance(stored, str):
+        stored = json.loads(stored)
+    return tuple((str(p), int(w)) for p, w in stored or ())
 
 
 class ControlRows:

@@ -16,6 +16,10 @@ Per-key limits skip a key that is full and go on: the claim reads candidates in 
 (priority, then ``available_at``, then id); if that window is all full keys, it walks the
 queue's other keys (``bq_job_key_claim``, one index probe per key, round robin from the last
 key it served) and takes their first jobs, so one tenant's backlog never starves another.
+
+Under key weights (rule: shares) the claim always reads the first jobs of up to ``SHARE_KEYS``
+waiting keys besides the window, and ``core.limits.by_share`` orders them: the key with the
+fewest jobs in flight per unit of weight first (docs/weighted-shares.md).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 from django.utils import timezone
 
 from django_blamequeue.backends.jobtable import sql
+from django_blamequeue.backends.jobtable.control_rows import weights_from
 from django_blamequeue.backends.jobtable.name_rates import NameRates
 from django_blamequeue.backends.jobtable.rows import claimed_from_row
 from django_blamequeue.backends.jobtable.table import JobTable
@@ -41,7 +46,7 @@ CONTROL = "blamequeue_queue_control"
 RATE = "blamequeue_rate_start"
 _CONTROL_COLUMNS = (
     "paused, has_limits, concurrency, key_concurrency, rate_max, rate_per, key_rate_max, "
-    "key_rate_per, key_cursor"
+    "key_rate_per, key_cursor, key_weights"
 )
 
 
@@ -105,7 +110,8 @@ class LimitedClaims:
         With ``scan``, also the first ``scan`` candidates in claim order (on PostgreSQL in
         the same statement as the clock and the count, unless job names are limited). Take
         the names' locks first (``lock_names``)."""
-        paused, has_limits, c, kc, rmax, rper, krmax, krper, cursor = self._lock_control(queue)
+        row = self._lock_control(queue)
+        paused, has_limits, c, kc, rmax, rper, krmax, krper, cursor, weights = row
         if not claims_from(paused=bool(paused)):
             return None
         live = None
@@ -117,6 +123,7 @@ class LimitedClaims:
                 key_rate_limit=(krmax, float(krper))
                 if krmax is not None and krper is not None
                 else None,
+                key_weights=weights_from(weights),
             )
         limits = rule.in_force(live, defaults)
         if self.table.is_postgres and scan and not limits.name_rate_limits:
@@ -190,7 +197,9 @@ class LimitedClaims:
         a = self.table.adapt
         with self.table.connection.cursor() as cur:
             if inflight is None and (
-                limits.concurrency is not None or limits.key_concurrency is not None
+                limits.concurrency is not None
+                or limits.key_concurrency is not None
+                or limits.key_weights
             ):
                 cur.execute(
                     f"SELECT concurrency_key, count(*) FROM {self.table.name} "
@@ -275,9 +284,13 @@ class LimitedClaims:
         room = rule.room(limit, gate.limits, gate.counted)
         if room <= 0:
             return []
+        if gate.limits.key_weights:  # rule: shares — every waiting key's first jobs compete
+            candidates = [*candidates, *self.waiting_keys(gate, room, candidates)]
         ids = rule.claimable(
             candidates, limit=limit, limits=gate.limits, counted=gate.counted, names=gate.names
         )
+        if gate.limits.key_weights:
+            return ids
         if gate.limits.keyed and len(ids) < room and len(candidates) >= rule.window_scan(limit):
             ids += self._other_keys(gate, limit, ids, candidates)
         return ids
@@ -341,6 +354,20 @@ class LimitedClaims:
         return rule.claimable(
             heads, limit=limit - len(taken), limits=gate.limits, counted=counted, names=gate.names
         )
+
+    def waiting_keys(
+        self, gate: Gate, room: int, seen: Sequence[tuple[str, str | None]]
+    ) -> Candidates:
+        """Under key weights: the first ``room`` jobs of up to ``SHARE_KEYS`` keys with due
+        work (not full, taking turns from the queue's cursor), beyond those in ``seen``."""
+        full = rule.saturated(gate.limits, gate.counted, gate.counted.by_key or {})
+        keys = self._walk_keys(gate, sorted(full), rule.SHARE_KEYS)
+        if not keys:
+            return []
+        known = {job_id for job_id, _ in seen}
+        per_key = min(room, gate.limits.key_concurrency or room)
+        heads = self._heads(gate.queue, gate.now, keys, per_key, gate.names)
+        return [c for c in heads if c[0] not in known]
 
     def _walk_keys(self, gate: Gate, full: Sequence[str], wanted: int) -> list[str]:
         """Up to ``wanted`` keys with pending jobs, none of ``full``, in key order after the

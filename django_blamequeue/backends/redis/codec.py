@@ -17,7 +17,7 @@ from typing import Any
 from django_blamequeue.backends.readback import FieldReader
 from django_blamequeue.backends.redis.keys import from_us, to_us
 from django_blamequeue.core import checkpoints, wire
-from django_blamequeue.core.controls import ControlState, QueueLimits
+from django_blamequeue.core.controls import ControlState, KeyWeights, QueueLimits
 from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.records import (
     Ack,
@@ -321,7 +321,39 @@ def limits_spec(limits: QueueLimits | None) -> list[Any] | bool:
         repr(float(key_rate[1])) if key_rate else None,
     ]
     names = [[name, most, repr(float(per))] for name, most, per in limits.name_rate_limits]
-    return [False if v is None else v for v in values] + [names or False]
+    return [False if v is None else v for v in values] + [
+        names or False,
+        weights_spec(limits.key_weights),
+    ]
+
+
+def weights_spec(weights: KeyWeights) -> list[list[Any]] | bool:
+    """``key_weights`` as the scripts read them: [[glob, weight, Lua pattern], ...]."""
+    return [[glob, weight, lua_pattern(glob)] for glob, weight in weights] or False
+
+
+def lua_pattern(glob: str) -> str:
+    """An ``fnmatch`` glob as an anchored Lua pattern (``*``, ``?``, ``[seq]``, ``[!seq]``)."""
+    out, i = ["^"], 0
+    while i < len(glob):
+        ch = glob[i]
+        end = glob.find("]", i + 2) if ch == "[" else -1
+        if ch == "*":
+            out.append(".*")
+        elif ch == "?":
+            out.append(".")
+        elif end != -1:
+            inner = glob[i + 1 : end]
+            if inner.startswith("!"):
+                inner = "^" + inner[1:]
+            out.append("[" + inner.replace("%", "%%") + "]")
+            i = end
+        elif ch in "^$()%.[]*+-?":
+            out.append("%" + ch)
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out) + "$"
 
 
 def control_from(queue: str, raw: Sequence[Any]) -> ControlState:
@@ -345,6 +377,7 @@ def control_from(queue: str, raw: Sequence[Any]) -> ControlState:
             key_concurrency=count("kc"),
             rate_limit=rate("rm", "rp"),
             key_rate_limit=rate("krm", "krp"),
+            key_weights=tuple((str(g), int(w)) for g, w, _ in json.loads(h.get("kw") or "[]")),
         )
     return ControlState(
         queue=queue,

@@ -21,7 +21,7 @@ from typing import Any
 
 from django_blamequeue import audit
 from django_blamequeue.backends.redis.keys import to_us
-from django_blamequeue.core import rules
+from django_blamequeue.core import limits, rules
 from django_blamequeue.core.states import Reason
 
 NAMES = (
@@ -79,6 +79,7 @@ def constants() -> str:
             f"local STALLED_MESSAGE = {_lua_string(rules.STALLED_MESSAGE)}",
             f"local CONTINUE = {_lua_string(rules.CONTINUE)}",
             f"local NO_HANDLER = {_lua_string(Reason.NO_HANDLER.value)}",
+            f"local SHARE_KEYS = {limits.SHARE_KEYS}",
         ]
     )
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import secrets
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from itertools import count
@@ -40,7 +41,7 @@ from django.db.models import Q
 from django_blamequeue import audit
 from django_blamequeue.backends.jobtable.expiry import Expiry
 from django_blamequeue.backends.jobtable.leases import Leases
-from django_blamequeue.backends.jobtable.limited import LimitedClaims
+from django_blamequeue.backends.jobtable.limited import Candidates, Gate, LimitedClaims
 from django_blamequeue.backends.jobtable.rows import claimed_from_row, to_dt
 from django_blamequeue.backends.jobtable.sql import CLAIM_COLUMNS, CONTROL, not_expired
 from django_blamequeue.backends.jobtable.table import JobTable
@@ -298,19 +299,49 @@ class Receiver:
         if gate is None or not due:
             return [], [m for m in received if gate is None or m.job_id in due]
         candidates = [(m.job_id or "", due[m.job_id]) for m in received if m.job_id in due]
-        ids = set(
-            rule.claimable(
-                candidates,
-                limit=len(candidates),
-                limits=gate.limits,
-                counted=gate.counted,
-                names={job_id: name for job_id, _, name in rows},
+        names = {job_id: name for job_id, _, name in rows}
+        if gate.limits.key_weights:
+            ids = self._shares(gate, candidates, names)
+        else:
+            ids = set(
+                rule.claimable(
+                    candidates,
+                    limit=len(candidates),
+                    limits=gate.limits,
+                    counted=gate.counted,
+                    names=names,
+                )
             )
-        )
         picked = [m for m in received if m.job_id in ids]
         claimed = self._claim_messages(picked, lease_s, gate.now, unlimited=False) if picked else []
         self.limited.record_starts(gate, claimed)
         return claimed, [m for m in received if m.job_id in due and m.job_id not in ids]
+
+    def _shares(self, gate: Gate, received: Candidates, names: dict[str, str]) -> set[str]:
+        """rule: shares — SQS delivers what it will, so the weighted pick runs on the ledger:
+        the received jobs plus every waiting key's first ones compete (``by_share``), and of
+        the received jobs each key gets as many as that pick gave it; the rest are held until
+        a later receive brings the keys whose turn it is."""
+        room = rule.room(len(received), gate.limits, gate.counted)
+        if room <= 0:
+            return set()
+        gate.names.update(names)
+        waiting = self.limited.waiting_keys(gate, room, received)
+        picks = rule.claimable(
+            [*received, *waiting],
+            limit=len(received),
+            limits=gate.limits,
+            counted=gate.counted,
+            names=gate.names,
+        )
+        key_of = dict([*received, *waiting])
+        turns = Counter(key_of[job_id] for job_id in picks)
+        ids: set[str] = set()
+        for job_id, key in received:
+            if turns[key] > 0:
+                turns[key] -= 1
+                ids.add(job_id)
+        return ids
 
     def _claim_messages(
         self,

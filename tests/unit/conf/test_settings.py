@@ -576,3 +576,14 @@ def test_the_setting_wins_over_the_environment(
     monkeypatch.setenv("BLAMEQUEUE_PROTOCOL", "amqp")
     settings.BLAMEQUEUE = {}
     assert conf.get_settings().backends["default"].protocol == "local"
+
+
+@pytest.mark.parametrize("weights", [{"enterprise:*": 0}, "enterprise:*=5", {"": 2}])
+def test_bad_key_weights_of_a_queue_are_e013_with_the_reason(weights: object) -> None:
+    problem = only({"QUEUES": {"reports": {"KEY_WEIGHTS": weights}}}, "E013")
+    assert problem.message.startswith('BLAMEQUEUE["QUEUES"]["reports"]["KEY_WEIGHTS"]: ')
+
+
+def test_key_weights_of_a_queue_reach_its_limits(settings: SettingsWrapper) -> None:
+    settings.BLAMEQUEUE = {"QUEUES": {"reports": {"KEY_WEIGHTS": {"enterprise:*": 5}}}}
+    assert conf.get_settings().queues["reports"].key_weights == (("enterprise:*", 5),)

@@ -51,6 +51,11 @@ COPIES = {
         "backends/sqs/receive.py",
         "backends/redis/scripts/limits.lua",
     ],
+    "shares": [
+        "backends/jobtable/limited.py",
+        "backends/sqs/receive.py",
+        "backends/redis/scripts/limits.lua",
+    ],
     # The in-transaction ack (local backend, SQS ledger) and the completion mark (redis):
     # both SQL in a Django database, the redis backend's Lua cannot join that transaction.
     "effects-once": ["backends/jobtable/effects.py", "backends/marks.py", "worker/atomic.py"],

@@ -1,5 +1,6 @@
 -- ARGS: [op, queue, ...]: ["pause", q, reason, by], ["resume", q], ["limits", q, limits or false]
--- with limits [c, kc, rm, rp, krm, krp] (false for none). Changes the queue's control hash
+-- with limits [c, kc, rm, rp, krm, krp, names, kw] (false for none; kw: the key weights,
+-- [[glob, weight, Lua pattern], ...], stored as JSON). Changes the queue's control hash
 -- (limits.lua), bumps its version and tells listening workers (P:ctlwake); a resume also wakes
 -- idle ones. Reply: the hash after the change, as a flat list.
 local op, q = ARGS[1], ARGS[2]
@@ -14,12 +15,13 @@ elseif op == 'resume' then
   WAKE[q] = true
 else
   local limits = ARGS[3]
-  redis.call('HDEL', key, 'ov', unpack(FIELDS))
+  redis.call('HDEL', key, 'ov', 'kw', unpack(FIELDS))
   if limits then
     redis.call('HSET', key, 'ov', '1')
     for i, field in ipairs(FIELDS) do
       if limits[i] then redis.call('HSET', key, field, tostring(limits[i])) end
     end
+    if limits[8] then redis.call('HSET', key, 'kw', cjson.encode(limits[8])) end
   end
 end
 redis.call('HINCRBY', key, 'v', 1)

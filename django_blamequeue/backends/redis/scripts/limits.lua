@@ -1,7 +1,8 @@
 -- limits.lua: a claim's view of a queue's control state (pause, limits), included by the claim
 -- scripts before leasing.lua. Keys of a queue Q (P:q:Q:...):
 --   ctl        hash: paused 1/0, reason, at, by; ov 1 when live limits are set, then c, kc,
---              rm, rp, krm, krp (counts; rp, krp in seconds); v (version)
+--              rm, rp, krm, krp (counts; rp, krp in seconds), kw (key weights, JSON
+--              [[glob, weight, Lua pattern], ...]); v (version)
 --   kin        hash: concurrency key -> jobs of that key in flight (moved at claim / unindex)
 --   rate       zset: lease token -> start time, the queue's rate window
 --   krate:KEY  zset: the same per key
@@ -21,11 +22,12 @@ local function us(seconds) return math.floor(tonumber(seconds) * 1000000 + 0.5) 
 -- per], ...], the job names' rate limits, which hold either way); PAUSED; nil when unlimited.
 -- rule: paused (core.rules.claims_from)
 local function gate_of(q, defaults)
-  local h = redis.call('HMGET', qk(q, 'ctl'), 'paused', 'ov', 'c', 'kc', 'rm', 'rp', 'krm', 'krp')
+  local h = redis.call('HMGET', qk(q, 'ctl'), 'paused', 'ov', 'c', 'kc', 'rm', 'rp', 'krm', 'krp',
+                      'kw')
   if h[1] == '1' then return PAUSED end
   local v
   if h[2] == '1' then
-    v = {h[3], h[4], h[5], h[6], h[7], h[8]}
+    v = {h[3], h[4], h[5], h[6], h[7], h[8], false, h[9] and cjson.decode(h[9]) or false}
   elseif defaults then
     v = defaults
   else
@@ -38,7 +40,8 @@ local function gate_of(q, defaults)
     g.nr = {}
     for _, n in ipairs(defaults[7]) do g.nr[n[1]] = {tonumber(n[2]), us(n[3])} end
   end
-  if not (g.c or g.kc or g.rm or g.krm or g.nr) then return nil end
+  if v[8] and #v[8] > 0 then g.kw = v[8] end
+  if not (g.c or g.kc or g.rm or g.krm or g.nr or g.kw) then return nil end
   g.inflight = num(redis.call('HGET', P .. ':leased', q), 0) + (LEASED[q] or 0)
   if g.rm then
     redis.call('ZREMRANGEBYSCORE', qk(q, 'rate'), '-inf', fmt(NOW - g.rp))
@@ -81,6 +84,71 @@ local function name_room(g, name)
   return rate[1] - NSTARTS[name] - (NTAKEN[name] or 0)
 end
 
+-- A key's share weight: the first pattern of g.kw it matches, else 1 (and 1 for no key).
+local function weight_of(g, key)
+  if key ~= '' then
+    for _, kw in ipairs(g.kw) do
+      if string.find(key, kw[3]) then return tonumber(kw[2]) end
+    end
+  end
+  return 1
+end
+
+-- rule: shares (core.limits.by_share) — the window's jobs and the first `room` jobs of up to
+-- SHARE_KEYS waiting keys (served least recently first) compete; each next one tried is of
+-- the key with the fewest jobs in flight per unit of weight, the ones taken counted; ties go
+-- to the heavier key, then the key seen first. Jobs without a key are one weight-1 key ('').
+local function by_share(q, g, room, items, try, taken, full)
+  local heads, order, seen = {}, {}, {}
+  local function add(key, m, score)
+    if seen[m] then return end
+    seen[m] = true
+    if not heads[key] then
+      heads[key] = {i = 1}
+      order[#order + 1] = key
+    end
+    local list = heads[key]
+    list[#list + 1] = {m, score}
+  end
+  for j = 1, #items, 2 do
+    local key = redis.call('HGET', jk(string.sub(items[j], 17)), 'ckey') or ''
+    add(key, items[j], items[j + 1])
+  end
+  for _, key in ipairs(redis.call('ZRANGE', qk(q, 'keyring'), 0, SHARE_KEYS - 1)) do
+    local got = redis.call('ZRANGE', qk(q, 'kr:' .. key), 0, math.min(room, g.kc or room) - 1,
+                           'WITHSCORES')
+    for j = 1, #got, 2 do add(key, got[j], got[j + 1]) end
+  end
+  local load, weight = {}, {}
+  for _, key in ipairs(order) do
+    weight[key] = weight_of(g, key)
+    if key ~= '' then load[key] = num(redis.call('HGET', qk(q, 'kin'), key), 0) end
+  end
+  if heads[''] then
+    local all = 0
+    for _, n in ipairs(redis.call('HVALS', qk(q, 'kin'))) do all = all + tonumber(n) end
+    load[''] = math.max(g.inflight - all, 0)
+  end
+  while taken() < room do
+    local best, bkey
+    for _, key in ipairs(order) do  -- in order seen: a tie keeps the first
+      local list = heads[key]
+      if list.i <= #list and not full[key] then
+        local pass = load[key] / weight[key]
+        if not best or pass < best[1] or (pass == best[1] and weight[key] > best[2]) then
+          best, bkey = {pass, weight[key]}, key
+        end
+      end
+    end
+    if not bkey then return end
+    local list = heads[bkey]
+    local before = taken()
+    try(list[list.i][1], list[list.i][2])
+    list.i = list.i + 1
+    if taken() > before then load[bkey] = load[bkey] + 1 end
+  end
+end
+
 -- rule: limits (core.limits.claimable) — at most `room` jobs; a job whose key or job name is
 -- full is skipped, never a reason to stop. Candidates go to `out` as the claim's other
 -- candidates do.
@@ -89,7 +157,7 @@ local function limited_candidates(q, limit, g, out)
   if g.c then room = math.min(room, g.c - g.inflight) end
   if g.rm then room = math.min(room, g.rm - g.starts) end
   if room <= 0 then return end
-  local keyed = g.kc or g.krm
+  local keyed = g.kc or g.krm or g.kw
   local taken, per_key, full, picked = 0, {}, {}, {}
   local function try(m, score)
     if taken >= room or picked[m] or tonumber(string.sub(m, 1, 16)) > NOW then return end
@@ -111,6 +179,7 @@ local function limited_candidates(q, limit, g, out)
   end
   local scan = (keyed or g.nr) and 4 * room + 64 or room + 8
   local items = redis.call('ZRANGE', qk(q, 'ready'), 0, scan - 1, 'WITHSCORES')
+  if g.kw then return by_share(q, g, room, items, try, function() return taken end, full) end
   for j = 1, #items, 2 do
     if taken >= room then return end
     try(items[j], items[j + 1])
