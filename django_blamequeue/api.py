@@ -307,11 +307,20 @@ class Queue:
         q = validation.queue_name(queue_name)
         return _call(b, lambda: b.size(q), idempotent=True)
 
-    def purge(self, queue_name: str, backend: str | None = None) -> int:
-        """Delete the queue's waiting jobs (pending, blocked); answer the count."""
+    def purge(
+        self,
+        queue_name: str,
+        backend: str | None = None,
+        *,
+        created_before: datetime | None = None,
+    ) -> int:
+        """Delete the queue's waiting jobs (pending, blocked); answer the count. With
+        ``created_before`` (say, the backend's ``now()`` when the operator confirmed), only
+        jobs created at or before it: jobs that arrived since are kept."""
         b = get_backend(backend)
         q = validation.queue_name(queue_name)
-        return _call(b, lambda: b.purge(q))
+        bound = validation.created_before(created_before)
+        return _call(b, lambda: b.purge(q, bound))
 
     def cancel(self, job_id: str, backend: str | None = None) -> bool:
         """Waiting jobs are cancelled at once, running ones interrupted; terminal: False."""

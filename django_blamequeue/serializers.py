@@ -98,6 +98,7 @@ def _encode(obj: Any, name: str, configured: int, max_bytes: int | None) -> Enco
     if content_type == _JSON:
         _refuse_non_json_numbers(encoded.body, type(obj).__name__)
         _refuse_deep_nesting(encoded.body, obj)
+        _refuse_codec_markers(encoded.body, obj)
     _check_size(encoded, configured, max_bytes)
     return encoded
 
@@ -123,6 +124,35 @@ def _refuse_non_json_numbers(body: bytes, kind: str) -> None:
         json.loads(body, parse_constant=refuse)
     except (ValueError, RecursionError) as exc:  # pragma: no cover - the encoder wrote it
         raise QueueError(ErrorCode.BAD_PAYLOAD, f"payload is not JSON: {exc}") from exc
+
+
+#: The keys of kombu's JSON marker for a tagged value (``{"__type__": "bytes", "__value__":
+#: ...}``: bytes, datetimes, decimals, UUIDs): its decoder turns any dict with exactly these keys
+#: into the tagged type, or fails on a type it does not know.
+_MARKER_KEYS = frozenset({"__type__", "__value__"})
+
+
+def _refuse_codec_markers(body: bytes, obj: Any) -> None:
+    """A plain dict of the payload with exactly the marker's keys would not come back as
+    itself (it would reach the handler as bytes, or fail to decode on the worker): refuse it
+    at enqueue, so what is enqueued is what runs. Values kombu tags itself are not dicts of
+    ``obj``; only a body that holds both keys is walked."""
+    if b'"__value__"' not in body or b'"__type__"' not in body:
+        return
+    stack: list[tuple[Any, str]] = [(obj, "payload")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            if value.keys() == _MARKER_KEYS:
+                raise QueueError(
+                    ErrorCode.BAD_PAYLOAD,
+                    f"{where} is a dict with exactly the keys '__type__' and '__value__', "
+                    "the JSON codec's marker for a tagged value (bytes, datetime...): it would "
+                    "not reach the handler as sent; rename or add a key",
+                )
+            stack.extend((v, f"{where}[{k!r}]") for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(value))
 
 
 def _refuse_deep_nesting(body: bytes, obj: Any) -> None:

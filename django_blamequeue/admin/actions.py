@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.urls import reverse
+from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -51,6 +52,11 @@ def stats_of(backend: Backend) -> list[QueueStats]:
 
 def breaker_of(backend: Backend) -> str:
     return backend.resilience.breaker.state
+
+
+def _waiting(backend: Backend, q: str) -> int:
+    counts = next((st.counts for st in stats_of(backend) if st.queue == q), {})
+    return counts.get("pending", 0) + counts.get("blocked", 0)
 
 
 def _int(value: str | None, default: int = 0) -> int:
@@ -155,10 +161,17 @@ def purge(request: HttpRequest, console: Console) -> HttpResponse:
     backend, q = target
     if request.method == "POST":
         confirmed = _int(request.POST.get("count"))
-        n = operations.purge(request, backend, q, confirmed)
-        note = "" if n == confirmed else f" (the confirmation said {confirmed})"
-        messages.success(request, f"Purged {n} waiting job(s) from {q}{note}.")
+        before = parse_datetime(request.POST.get("before") or "")
+        if before is None or before.tzinfo is None:
+            return HttpResponseBadRequest("no time bound: open the purge page again")
+        n = operations.purge(request, backend, q, confirmed, before)
+        left = _waiting(backend, q)
+        newer = (
+            f"; {left} newer job(s) arrived after the confirmation and were kept" if left else ""
+        )
+        messages.success(request, f"Purged {n} waiting job(s) from {q}{newer}.")
         return HttpResponseRedirect(_url("overview"))
+    before = backend.now()  # read first: every job counted below was created by then
     counts = next((st.counts for st in stats_of(backend) if st.queue == q), {})
     pending, blocked = counts.get("pending", 0), counts.get("blocked", 0)
     count = pending + blocked
@@ -171,10 +184,11 @@ def purge(request: HttpRequest, console: Console) -> HttpResponse:
         noun="waiting job",
         backend=backend.alias,
         queue=q,
+        before=before.isoformat(),
         question=f"Delete all {count:,} waiting job(s) of queue “{q}” on backend "
         f"“{backend.alias}” ({pending:,} pending, {blocked:,} blocked)? Running and finished "
-        "jobs are kept. Jobs that arrive before you confirm are waiting too, and are deleted "
-        "with them: the count after the purge says how many went. This cannot be undone.",
+        "jobs are kept, and so are jobs enqueued after this page was shown. This cannot be "
+        "undone.",
         action_url=_url("purge"),
         button=f"Yes, delete {count:,} job(s)",
         cancel_url=_url("overview"),

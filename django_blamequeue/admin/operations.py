@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -120,10 +121,13 @@ def retry_all(request: HttpRequest, backend: Backend, queue_name: str, confirmed
     return n
 
 
-def purge(request: HttpRequest, backend: Backend, queue_name: str, confirmed: int) -> int:
-    """Delete the queue's waiting jobs; ``confirmed`` is the count the operator was shown."""
+def purge(
+    request: HttpRequest, backend: Backend, queue_name: str, confirmed: int, before: datetime
+) -> int:
+    """Delete the queue's waiting jobs created by ``before`` (when the operator was shown
+    ``confirmed`` of them): a job enqueued since is kept."""
     with _atomic(backend):
-        n = queue.purge(queue_name, backend=backend.alias)
+        n = queue.purge(queue_name, backend=backend.alias, created_before=before)
         _write(
             backend,
             [

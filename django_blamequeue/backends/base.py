@@ -253,8 +253,10 @@ class Backend(metaclass=ABCMeta):
         """Cancel every non-terminal job of a flow; answer how many."""
 
     @abstractmethod
-    def purge(self, queue: str) -> int:
-        """Delete the queue's waiting (pending, blocked) jobs; answer the count."""
+    def purge(self, queue: str, created_before: datetime | None = None) -> int:
+        """Delete the queue's waiting (pending, blocked) jobs; answer the count. With
+        ``created_before``, only those created at or before it (by the engine's clock): a
+        purge deletes at most what its confirmation counted."""
 
     @abstractmethod
     def get(self, job_id: str) -> JobInfo | None: ...

@@ -74,10 +74,22 @@ class FieldReader:
         self._bad(field, value, "bytes")
         return b""
 
-    def time(self, field: str, value: Any, convert: Callable[[Any], datetime | None]) -> Any:
-        """``convert(value)`` (the engine's own reading of a time), None if it fails."""
+    def time(
+        self,
+        field: str,
+        value: Any,
+        convert: Callable[[Any], datetime | None],
+        *,
+        required: bool = False,
+    ) -> Any:
+        """``convert(value)`` (the engine's own reading of a time), None if it fails. A
+        ``required`` time (a NOT NULL column) that reads as None is noted too: SQLite's own
+        reading of a declared datetime column answers None for text that is no time."""
         try:
-            return convert(value)
+            when = convert(value)
         except (TypeError, ValueError, OverflowError, OSError):
             self._bad(field, value, "a time")
             return None
+        if when is None and required:
+            self._bad(field, value, "a time")
+        return when

@@ -35,6 +35,11 @@ MIN_INTERVAL = 0.001
 #: The deepest nesting of a JSON payload or schedule payload: a reader decodes it whatever
 #: its own stack depth (Python's parser recurses per level, up to ~1,000 from the top).
 MAX_JSON_DEPTH = 100
+#: The most jobs one ``enqueue_many`` stores: all or none means one transaction, which holds
+#: every job (its payload encoded, its row built) in memory at once: about 2 KB a small job,
+#: so 100,000 is some 200 MB at most. Larger batches are split by the caller (each call all
+#: or none); the payloads past the bound are never read.
+MAX_ENQUEUE_MANY = 100_000
 #: How much of a refused value a message quotes.
 SHOWN = 60
 
@@ -181,6 +186,15 @@ def run_at(value: object) -> datetime | None:
             f"run_at must be between {EARLIEST:%Y-%m-%d} and 100 years from now, not {value!r}",
         )
     # The same instant in UTC: PostgreSQL refuses offsets past ±15:59, Python has up to ±23:59.
+    return value.astimezone(UTC)
+
+
+def created_before(value: object) -> datetime | None:
+    """A purge's bound: an aware datetime, in UTC."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise QueueError(ErrorCode.BAD_ARGUMENT, "created_before must be a timezone-aware datetime")
     return value.astimezone(UTC)
 
 

@@ -11,6 +11,7 @@ applied once. Everything is checked and every payload encoded before a backend i
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -251,7 +252,14 @@ def enqueue_many(
     per payload instead of the options' one for all."""
     if isinstance(payloads, str | bytes | Mapping) or not isinstance(payloads, Iterable):
         raise QueueError(ErrorCode.BAD_PAYLOAD, "enqueue_many takes an iterable of payloads")
-    items = list(payloads)
+    items = list(itertools.islice(payloads, validation.MAX_ENQUEUE_MANY + 1))
+    if len(items) > validation.MAX_ENQUEUE_MANY:
+        raise QueueError(
+            ErrorCode.BAD_ARGUMENT,
+            f"enqueue_many stores at most {validation.MAX_ENQUEUE_MANY:,} jobs in one call (one "
+            "transaction, held in memory): split the payloads into calls of that many or "
+            "fewer. Nothing was stored.",
+        )
     if dedupe_keys is not None and len(dedupe_keys) != len(items):
         raise QueueError(ErrorCode.BAD_ARGUMENT, "dedupe_keys must match payloads in length")
     if concurrency_keys is not None and (

@@ -4,6 +4,7 @@ acting user in the change's transaction."""
 
 from __future__ import annotations
 
+import io
 import re
 import threading
 from collections.abc import Callable
@@ -11,10 +12,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.test import Client
+from pytest_django import Settings as SettingsWrapper
 
 from django_blamequeue import QueueLimits, queue
 from django_blamequeue.audit import LIMITS, PAUSE, RESUME
+from django_blamequeue.backends import get_backend
+from django_blamequeue.exceptions import ErrorCode, QueueError
 from django_blamequeue.models import AuditEvent, WorkerRecord
 from django_blamequeue.testing import wait_until
 from django_blamequeue.worker import fleet
@@ -171,3 +176,34 @@ def test_a_pause_reason_is_escaped(admin_client_: Client) -> None:
     admin_client_.post(PAUSE_URL, {"queue": "emails", "reason": XSS})
     body = text(admin_client_.get(OVERVIEW))
     assert XSS not in body and "&lt;script&gt;" in body
+
+
+def test_a_stalled_worker_is_shown_stalled_on_the_workers_page_and_by_blamequeue_workers(
+    admin_client_: Client, monkeypatch: pytest.MonkeyPatch, settings: SettingsWrapper
+) -> None:
+    settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, "WORKER_STALLED_AFTER": 0.5}
+    monkeypatch.setattr(fleet, "HEARTBEAT", 0.1)
+    engine = get_backend("default")  # the instance the worker gets, under these settings
+
+    def down(*args: Any, **kwargs: Any) -> Any:  # the engine refuses every claim
+        raise QueueError(ErrorCode.BACKEND_UNAVAILABLE, "the engine is down (test)")
+
+    for verb in ("claim", "apply_and_claim"):
+        monkeypatch.setattr(engine, verb, down)
+    make_jobs("emails", 2)  # due, and nothing claims them
+    consumer = queue.consume("emails", lambda job, ctx: None, poll_interval=0.1)
+    try:
+        me = consumer.registration.worker_id
+        assert wait_until(
+            lambda: [w.state for w in queue.workers() if w.worker_id == me] == ["stalled"], 15
+        )
+        body = text(admin_client_.get(WORKERS))
+        assert f'data-worker="{me}" data-state="stalled"' in body
+        assert '<span class="bq-worker-state">stalled</span>' in body
+        out = io.StringIO()
+        call_command("blamequeue", "workers", stdout=out)
+        (line,) = [x for x in out.getvalue().splitlines() if "stalled" in x]
+        assert line.lstrip().startswith("⚠"), line
+    finally:
+        consumer.cancel()
+        assert consumer.join(10)

@@ -73,11 +73,13 @@ def test_purge_confirms_the_remote_count_and_deletes_the_waiting_jobs(
     make_jobs("remote-q", 4, backend=remote)
     body = text(admin_client_.get(f"{JOB}purge/?backend={remote}&queue=remote-q"))
     assert "Delete all 4 waiting job(s)" in body
-    response = admin_client_.post(
-        f"{JOB}purge/", {"backend": remote, "queue": "remote-q", "count": "4"}
-    )
+    before = re.search(r'name="before" value="([^"]+)"', body)
+    assert before, "the confirmation carries no time bound"
+    make_jobs("remote-q", 3, backend=remote)  # after the confirmation: kept
+    form = {"backend": remote, "queue": "remote-q", "count": "4", "before": before.group(1)}
+    response = admin_client_.post(f"{JOB}purge/", form)
     assert response.status_code == 302
-    assert queue.size("remote-q", backend=remote) == 0
+    assert queue.size("remote-q", backend=remote) == 3
     event = AuditEvent.objects.get(action=operations.ADMIN_PURGE)
     assert (event.user, event.backend, event.data["count"]) == ("root", remote, 4)
 

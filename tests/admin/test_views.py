@@ -345,6 +345,13 @@ def test_dlq_pages_through_a_long_dlq(
 
 
 # -- purge ---------------------------------------------------------------------------------
+def confirmed(body: str, **fields: Any) -> dict[str, Any]:
+    """The purge form as the confirmation page filled it in (its time bound), plus ``fields``."""
+    match = re.search(r'name="before" value="([^"]+)"', body)
+    assert match, "the confirmation carries no time bound"
+    return {"before": html.unescape(match.group(1)), **fields}
+
+
 def test_purge_confirms_with_the_count_and_deletes_only_waiting_jobs(client_as: Login) -> None:
     waiting = make_jobs("q", 5)
     settle("q", ["done", "inflight"])
@@ -353,7 +360,8 @@ def test_purge_confirms_with_the_count_and_deletes_only_waiting_jobs(client_as: 
     assert 'id="bq-confirm-count">3 waiting jobs<' in body
     assert "3 pending, 0 blocked" in body
     assert len([i for i in waiting if queue.get_job(i)]) == 5  # the GET changed nothing
-    response = purger.post(PURGE, {"backend": "default", "queue": "q", "count": 3}, follow=True)
+    form = confirmed(body, backend="default", queue="q", count=3)
+    response = purger.post(PURGE, form, follow=True)
     assert "Purged 3 waiting job(s) from q." in text(response)
     assert [queue.get_job(i) is not None for i in waiting] == [True, True, False, False, False]
     (event,) = admin_events(operations.ADMIN_PURGE)
@@ -364,13 +372,29 @@ def test_purge_confirms_with_the_count_and_deletes_only_waiting_jobs(client_as: 
     )
 
 
-def test_purge_reports_a_count_that_changed_since_the_confirmation(client_as: Login) -> None:
-    make_jobs("q", 2)
+def test_purge_deletes_what_it_confirmed_and_keeps_jobs_enqueued_since(
+    client_as: Login,
+) -> None:
+    shown = make_jobs("q", 8)
     purger = client_as(staff("purger", "view_job", "purge_queue"))
-    purger.get(f"{PURGE}?queue=q")
-    make_jobs("q", 1)
-    response = purger.post(PURGE, {"queue": "q", "count": 2}, follow=True)
-    assert "Purged 3 waiting job(s) from q (the confirmation said 2)." in text(response)
+    body = text(purger.get(f"{PURGE}?queue=q"))
+    newer = make_jobs("q", 7)
+    response = purger.post(PURGE, confirmed(body, queue="q", count=8), follow=True)
+    assert (
+        "Purged 8 waiting job(s) from q; 7 newer job(s) arrived after the confirmation and "
+        "were kept." in text(response)
+    )
+    assert not any(queue.get_job(i) for i in shown)
+    assert all(queue.get_job(i) for i in newer)
+
+
+def test_a_purge_without_the_confirmations_bound_deletes_nothing(client_as: Login) -> None:
+    ids = make_jobs("q", 2)
+    purger = client_as(staff("purger", "view_job", "purge_queue"))
+    for before in ["", "yesterday", "2026-01-01T00:00:00"]:  # none, no time, no time zone
+        response = purger.post(PURGE, {"queue": "q", "count": 2, "before": before})
+        assert response.status_code == 400, before
+    assert all(queue.get_job(i) for i in ids)
 
 
 def test_purge_needs_its_permission(client_as: Login) -> None:
@@ -388,13 +412,14 @@ def test_purge_and_its_audit_row_commit_together(
 ) -> None:
     ids = make_jobs("q", 2)
     purger = client_as(staff("purger", "view_job", "purge_queue"))
+    body = text(purger.get(f"{PURGE}?queue=q"))
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("audit table unavailable")
 
     monkeypatch.setattr(operations, "_write", broken)
     with pytest.raises(RuntimeError):
-        purger.post(PURGE, {"queue": "q", "count": 2})
+        purger.post(PURGE, confirmed(body, queue="q", count=2))
     assert all(queue.get_job(i) for i in ids)  # rolled back with the failed audit row
     assert not AuditEvent.objects.filter(action="system.queue.purge").exists()
 

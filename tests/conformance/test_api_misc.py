@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -52,6 +53,28 @@ def test_purge_deletes_waiting_jobs_and_answers_the_count(backend: str, engine: 
     assert jobs_in(engine, "ops") == 4  # inflight, done, failed, cancelled stay
     assert [(e.action, e.data["count"]) for e in events.events] == [(PURGE, 4)]
     assert queue.purge("ops", backend=backend) == 0
+
+
+def test_purge_with_a_bound_keeps_the_jobs_created_after_it(backend: str, engine: Backend) -> None:
+    shown = queue.enqueue_many("ops", range(3), backend=backend)
+    bound = engine.now()  # what a confirmation counted: the jobs created by then
+    newer = queue.enqueue_many("ops", range(2), backend=backend)
+    with capture_events() as events:
+        assert queue.purge("ops", backend=backend, created_before=bound) == 3
+    assert [queue.get_job(j.job_id, backend=backend) for j in shown] == [None] * 3
+    assert all(queue.get_job(j.job_id, backend=backend) for j in newer)
+    assert [(e.action, e.data["count"]) for e in events.events] == [(PURGE, 3)]
+    assert queue.purge("ops", backend=backend, created_before=bound) == 0
+    assert queue.size("ops", backend=backend) == 2
+
+
+def test_purge_refuses_a_bound_that_is_not_an_aware_datetime(backend: str) -> None:
+    queue.enqueue("ops", {}, backend=backend)
+    for bound in ["2026-01-01", datetime(2026, 1, 1)]:
+        with pytest.raises(QueueError) as caught:
+            queue.purge("ops", backend=backend, created_before=bound)  # type: ignore[arg-type]
+        assert caught.value.code == ErrorCode.BAD_ARGUMENT
+    assert queue.size("ops", backend=backend) == 1
 
 
 def test_purge_touches_only_its_queue(backend: str, engine: Backend) -> None:

@@ -11,6 +11,8 @@ import pytest
 
 from django_blamequeue import EnqueuedJob, ErrorCode, JobInfo, QueueError, queue
 from django_blamequeue.backends.base import Backend
+from django_blamequeue.core.validation import MAX_ENQUEUE_MANY
+from django_blamequeue.serializers import decode
 
 from .support import claim_one, jobs_in, later, nothing_written
 
@@ -283,3 +285,61 @@ def test_stats_count_delayed_jobs_apart_and_say_when_the_first_comes_due(
     queue.enqueue("due", {}, backend=backend)
     [due] = [s for s in engine.stats() if s.queue == "due"]
     assert (due.delayed, due.next_delayed_in) == (0, None)
+
+
+#: Plain payloads that hold the JSON codec's ``__type__`` key but are not its marker.
+TYPE_KEYED: list[Any] = [
+    {"__type__": "bytes", "note": "not bytes"},
+    {"__type__": "os.system"},
+    {"__value__": "x"},
+    {"outer": [{"__type__": "datetime", "__value__": "2026-01-01", "by": "user"}]},
+]
+
+
+def test_a_plain_payload_with_a_type_key_runs_as_it_was_enqueued(
+    backend: str, engine: Backend
+) -> None:
+    got = queue.enqueue_many("typed", TYPE_KEYED, backend=backend)
+    infos = [queue.get_job(e.job_id, backend=backend) for e in got]
+    assert [i.payload for i in infos if i] == TYPE_KEYED
+    ran = {}
+    for _ in TYPE_KEYED:
+        c = claim_one(engine, "typed")
+        p = c.payload
+        ran[c.job_id] = decode(p.content_type, p.content_encoding, p.body)
+    assert [ran[e.job_id] for e in got] == TYPE_KEYED
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"__type__": "bytes", "__value__": "hello"},
+        {"args": [1, {"__type__": "os.system", "__value__": "true"}]},
+    ],
+    ids=["top-level", "nested"],
+)
+def test_a_dict_that_is_the_codecs_marker_is_refused_and_nothing_written(
+    backend: str, engine: Backend, payload: Any
+) -> None:
+    caught = refused(queue.enqueue_many, "typed", [{"i": 0}, payload], backend=backend)
+    assert caught.code == ErrorCode.BAD_PAYLOAD
+    assert "'__type__' and '__value__'" in caught.message
+    assert nothing_written(engine)
+
+
+def test_enqueue_many_past_its_bound_is_refused_without_reading_the_rest(
+    backend: str, engine: Backend
+) -> None:
+    read = 0
+
+    def payloads() -> Any:
+        nonlocal read
+        while True:  # endless: the call must stop reading one past the bound
+            read += 1
+            yield None
+
+    caught = refused(queue.enqueue_many, "batch", payloads(), backend=backend)
+    assert caught.code == ErrorCode.BAD_ARGUMENT
+    assert f"at most {MAX_ENQUEUE_MANY:,} jobs in one call" in caught.message
+    assert read == MAX_ENQUEUE_MANY + 1
+    assert nothing_written(engine)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
 from django_blamequeue import queue
 from django_blamequeue.models import Job
 from tests.procapp.jobs import QUEUE
-from tests.procapp.models import SideEffect
+from tests.procapp.models import SideEffect, Write
 
 from .conftest import Processes, Report, count, effects, engine, redeliveries, wait_for
 
@@ -92,3 +93,39 @@ def test_a_second_signal_stops_at_once(backend: str, processes: Processes, repor
     )
     assert exited_in <= 2.0  # "at once": far below the 30 s grace (teardown alone is ~0.4 s)
     assert released.count() == 4 and effects(backend) == 0
+
+
+@pytest.mark.parametrize("backend", ["default"], indirect=True, ids=["sqlite"])
+def test_on_sqlite_a_second_signal_interrupts_a_running_atomic_job_and_exits_0(
+    backend: str, processes: Processes, report: Report, tmp_path: Path
+) -> None:
+    """As the exit-status table says: the atomic handler (working in short steps) is
+    interrupted like any other, its transaction rolls back, and the write lock it held is
+    free for the release of every job."""
+    worker = processes.worker(backend, "--concurrency", "2", "--grace", "30", "--no-sweep")
+    worker.wait_started()
+    queue.enqueue(QUEUE, {"sleep": 30}, name="procapp.effect", backend=backend)
+    wait_for(lambda: count(backend, "inflight") == 1, 30, "the plain job in flight")
+    mark = tmp_path / "written"  # the handler's write is done: its transaction holds the lock
+    queue.enqueue(
+        QUEUE, {"sleep": 30, "mark": str(mark)}, name="procapp.atomic_write", backend=backend
+    )
+    wait_for(mark.exists, 30, "the atomic job's write")
+    worker.signal(signal.SIGTERM)
+    wait_for(lambda: "signal again to stop now" in worker.stderr(), 10, "the first signal")
+    sent = time.monotonic()
+    worker.signal(signal.SIGINT)
+    code = worker.wait(15)
+    exited_in = time.monotonic() - sent
+    assert code == 0, worker.tail()
+    released = Job.objects.using(backend).filter(queue=QUEUE, state="pending", attempts=0)
+    writes = Write.objects.using(backend).filter(tag="atomic").count()
+    report(
+        "second-signal, atomic job running[sqlite]",
+        exited_in=f"{exited_in:.1f} s after the second signal",
+        released=released.count(),
+        atomic_writes_kept=writes,
+    )
+    assert released.count() == 2 and effects(backend) == 0
+    assert writes == 0  # the interrupted atomic attempt's write rolled back with it
+    assert exited_in <= 2.0  # at once: far below the 30 s grace and the 30 s handlers

@@ -8,11 +8,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min, Q, TextField
 
 from django_blamequeue import audit
 from django_blamequeue.backends.jobtable.manifests import Manifests
-from django_blamequeue.backends.jobtable.rows import info_from_model
+from django_blamequeue.backends.jobtable.rows import info_from_model, to_dt
 from django_blamequeue.backends.jobtable.table import JobTable, Released
 from django_blamequeue.core.records import Backlog, JobInfo, PruneReport, QueueStats
 from django_blamequeue.core.rules import DLQ_RETRY_RESETS
@@ -20,6 +20,41 @@ from django_blamequeue.core.states import ACTIVE, WAITING, Reason, State
 from django_blamequeue.models import FlowDependency, OutboxEntry
 
 _ACTIVE = [s.value for s in ACTIVE]
+
+#: A pending SQLite row whose ``available_at`` no reading parses (text written past the API),
+#: among the rows the claim takes for later. Its value gets a leading space: text that sorts
+#: before every time, so the next claim takes it and fails it alone as ``bad_job`` (the
+#: claim reads each field on its own). Left as it was, it would wait for ever and keep a
+#: ``--burst`` worker from exiting.
+_SURFACE_UNREADABLE = (
+    "UPDATE {table} SET available_at = ' ' || CAST(available_at AS TEXT) "
+    "WHERE state = 'pending' AND queue IN ({queues}) AND available_at > %s "
+    "AND (julianday(available_at) IS NULL "
+    "OR available_at NOT GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*')"
+)
+
+
+def _earliest() -> Min:
+    """The earliest ``available_at`` as stored: Django's own reading of an SQLite time
+    fails on text that is no time (``'NoneType' object has no attribute 'utcoffset'``), so
+    the value is read as text and through :func:`_time`."""
+    return Min("available_at", output_field=TextField())
+
+
+def _until(when: datetime | None, now: datetime) -> float | None:
+    return None if when is None else (when - now).total_seconds()
+
+
+def _age(since: datetime | None, now: datetime) -> float | None:
+    return None if since is None else max(0.0, (now - since).total_seconds())
+
+
+def _time(value: Any) -> datetime | None:
+    """An aggregate's time, None where the stored value is no time (see ``_earliest``)."""
+    try:
+        return to_dt(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 class Listing:
@@ -30,13 +65,12 @@ class Listing:
         self.manifests = manifests  # a parent's look-up shows its children's tally
         self.released = released  # a DLQ retry makes failed jobs pending
 
-    def purge(self, queue: str) -> int:
+    def purge(self, queue: str, created_before: datetime | None = None) -> int:
+        waiting = Q(queue=queue, state__in=[s.value for s in WAITING])
+        if created_before is not None:
+            waiting &= Q(created_at__lte=created_before)
         with transaction.atomic(using=self.table.db):
-            ids = list(
-                self.table.jobs()
-                .filter(queue=queue, state__in=[s.value for s in WAITING])
-                .values_list("id", flat=True)
-            )
+            ids = list(self.table.jobs().filter(waiting).values_list("id", flat=True))
             for start in range(0, len(ids), 5000):
                 chunk = ids[start : start + 5000]
                 FlowDependency.objects.using(self.table.db).filter(job_id__in=chunk).delete()
@@ -137,6 +171,7 @@ class Listing:
         """One aggregate over the queues' live rows, and the unsent outbox rows (flow reports
         on their way count as due work: they may release or settle jobs here)."""
         t = self.table.clock(None)
+        self._surface_unreadable(queues, t)
         later = Q(state=State.PENDING, available_at__gt=t)
         # A pending job past its expiry is neither: no claim leases it, the sweeper cancels it.
         gone = Q(state=State.PENDING, expires_at__lte=t)
@@ -148,13 +183,23 @@ class Listing:
             )
             .aggregate(
                 due=Count("id", filter=~later & ~gone), delayed=Count("id", filter=later & ~gone),
-                first=Min("available_at", filter=later & ~gone),
+                first=Min("available_at", filter=later & ~gone, output_field=TextField()),
             )
         )  # fmt: skip
         unsent: int = OutboxEntry.objects.using(self.table.db).filter(sent_at__isnull=True).count()
         return Backlog(
-            due=found["due"] + unsent, delayed=found["delayed"], next_due_at=found["first"]
+            due=found["due"] + unsent, delayed=found["delayed"], next_due_at=_time(found["first"])
         )
+
+    def _surface_unreadable(self, queues: Sequence[str], now: datetime) -> None:
+        """See ``_SURFACE_UNREADABLE``; PostgreSQL's typed column holds no such value."""
+        if self.table.is_postgres or not queues:
+            return
+        statement = _SURFACE_UNREADABLE.format(
+            table=self.table.name, queues=", ".join(["%s"] * len(queues))
+        )
+        with self.table.connection.cursor() as cur:
+            cur.execute(statement, [*queues, self.table.adapt(now)])
 
     def stats(self) -> list[QueueStats]:
         counts: dict[str, dict[str, int]] = {}
@@ -162,22 +207,23 @@ class Listing:
             self.table.jobs().order_by().values_list("queue", "state").annotate(n=Count("id"))
         ):
             counts.setdefault(queue, {s.value: 0 for s in State})[state] = n
-        oldest = dict(
-            self.table.jobs()
+        oldest = {
+            q: _time(m)
+            for q, m in self.table.jobs()
             .filter(state=State.PENDING)
             .order_by()
             .values_list("queue")
-            .annotate(m=Min("available_at"))
+            .annotate(m=_earliest())
             .values_list("queue", "m")
-        )
+        }
         now = self.table.now()
         later = {
-            q: (n, first)
+            q: (n, _time(first))
             for q, n, first in self.table.jobs()
             .filter(state=State.PENDING, available_at__gt=now)
             .order_by()
             .values_list("queue")
-            .annotate(n=Count("id"), first=Min("available_at"))
+            .annotate(n=Count("id"), first=_earliest())
             .values_list("queue", "n", "first")
         }
         finished = Q(state__in=[State.DONE, State.FAILED]) | Q(
@@ -196,14 +242,12 @@ class Listing:
                 backend=self.table.alias,
                 queue=q,
                 counts=c,
-                oldest_pending_age=max(0.0, (now - oldest[q]).total_seconds())
-                if oldest.get(q)
-                else None,
+                oldest_pending_age=_age(oldest.get(q), now),
                 done_last_hour=recent.get((q, State.DONE), 0),
                 failed_last_hour=recent.get((q, State.FAILED), 0),
                 expired_last_hour=recent.get((q, State.CANCELLED), 0),
                 delayed=later[q][0] if q in later else 0,
-                next_delayed_in=(later[q][1] - now).total_seconds() if q in later else None,
+                next_delayed_in=_until(later[q][1], now) if q in later else None,
             )
             for q, c in sorted(counts.items())
         ]

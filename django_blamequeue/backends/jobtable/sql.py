@@ -241,11 +241,19 @@ _PG_CASTS = (
 
 
 @cache
-def _ack_set(table: str) -> str:
+def _ack_set(table: str, vendor: str = "postgresql") -> str:
     """The SET of every ack; its state CASE is rule: cancel-wins (a cancel request turns a
     yielding transition, column 11, into cancelled). A done job keeps no error: its error,
     traceback, error type and reason are cleared (the audit trail keeps each attempt's); any
-    other ack that writes an error writes its type and traceback with it."""
+    other ack that writes an error writes its type and traceback with it. On SQLite an
+    ``available_at`` that is no time (a row written past the API, failed as ``bad_job``) is
+    replaced by the ack's clock, so the finished row reads back."""
+    kept = f"{table}.available_at"
+    if vendor != "postgresql":
+        kept = (
+            f"CASE WHEN typeof({kept}) = 'text' AND {kept} GLOB '[0-9][0-9][0-9][0-9]-*' "
+            f"THEN {kept} ELSE v.column9 END"
+        )
     return f"""
 SET state = CASE WHEN v.column11 = 1 AND {table}.cancel_requested THEN 'cancelled'
                  ELSE v.column3 END,
@@ -259,7 +267,7 @@ SET state = CASE WHEN v.column11 = 1 AND {table}.cancel_requested THEN 'cancelle
     reason = CASE WHEN v.column11 = 1 AND {table}.cancel_requested THEN 'cancelled'
                   WHEN v.column3 = 'done' THEN NULL
                   ELSE COALESCE(v.column7, {table}.reason) END,
-    available_at = COALESCE(v.column8, {table}.available_at),
+    available_at = COALESCE(v.column8, {kept}),
     finished_at = CASE WHEN v.column3 = 'pending'
                             AND NOT (v.column11 = 1 AND {table}.cancel_requested)
                        THEN NULL ELSE v.column9 END,
@@ -310,7 +318,7 @@ def ack_many(vendor: str, n: int, table: str = JOB) -> str:
         alias = "v"
     values = ", ".join([row] * n)
     return (
-        f"UPDATE {table} {_ack_set(table)} FROM (VALUES {values}) AS {alias} "
+        f"UPDATE {table} {_ack_set(table, vendor)} FROM (VALUES {values}) AS {alias} "
         f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
         f"AND {table}.state = 'inflight' "
         f"RETURNING {ACK_RETURNING}"

@@ -332,17 +332,35 @@ class RedisBackend(Backend):
             state=State(state.decode()),
         )
 
+    def _waiting_ids(self, queue: str) -> list[str]:
+        """The ids in the queue's ready, delayed and blocked indexes (ready members carry
+        16 digits of ``available_at`` before the id)."""
+        c, k = self.client, self.keys
+        ready = [m.decode()[16:] for m, _ in c.zscan_iter(k.queue(queue, "ready"), count=1000)]
+        delayed = [m.decode() for m, _ in c.zscan_iter(k.queue(queue, "delayed"), count=1000)]
+        blocked = [m.decode() for m in c.sscan_iter(k.queue(queue, "blocked"), count=1000)]
+        return list(dict.fromkeys([*ready, *delayed, *blocked]))
+
     def cancel_flow(self, flow_id: str, now: datetime | None = None) -> int:
         return int(self.scripts.run("cancel_flow", [flow_id], now=now).result)
 
-    def purge(self, queue: str) -> int:
-        """Waiting jobs are deleted ``PURGE_CHUNK`` per script call (each call atomic)."""
+    def purge(self, queue: str, created_before: datetime | None = None) -> int:
+        """Waiting jobs are deleted ``PURGE_CHUNK`` per script call (each call atomic). With
+        ``created_before``, the waiting ids are read first (a page at a time, outside the
+        scripts) and each script call deletes those of a chunk still waiting and created by
+        then; a job enqueued since is kept."""
         total = 0
-        while True:
-            n = int(self.scripts.run("purge", [queue, PURGE_CHUNK]).result)
-            total += n
-            if n < PURGE_CHUNK:
-                break
+        if created_before is not None:
+            ids = self._waiting_ids(queue)
+            for start in range(0, len(ids), PURGE_CHUNK):
+                spec = [queue, PURGE_CHUNK, to_us(created_before), ids[start : start + PURGE_CHUNK]]
+                total += int(self.scripts.run("purge", spec).result)
+        else:
+            while True:
+                n = int(self.scripts.run("purge", [queue, PURGE_CHUNK]).result)
+                total += n
+                if n < PURGE_CHUNK:
+                    break
         event = audit.Event(
             action=audit.PURGE, queue=queue, backend=self.alias, data={"count": total}
         )

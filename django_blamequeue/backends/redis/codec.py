@@ -253,6 +253,12 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         except ValueError:
             return default
 
+    def t(name: str) -> datetime | None:
+        try:  # likewise: a time that is no number of microseconds reads as none
+            return from_us(h.get(name))
+        except (ValueError, OverflowError):
+            return None
+
     ctype, cenc = s("ctype") or "application/json", s("cenc") or "utf-8"
     children = None
     if h.get("flow_phase") is not None:
@@ -279,15 +285,15 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         dedupe_key=s("dedupe_key"),
         flow_id=s("flow_id"),
         parent_id=s("parent_id"),
-        available_at=from_us(h.get("avail")),
-        created_at=from_us(h.get("created")),
-        started_at=from_us(h.get("started")),
-        finished_at=from_us(h.get("finished")),
+        available_at=t("avail"),
+        created_at=t("created"),
+        started_at=t("started"),
+        finished_at=t("finished"),
         reason=s("reason"),
         stalls=n("stalls"),
         cancel_requested=h.get("cancel_req") == b"1",
         timeout=FieldReader().seconds("timeout", s("timeout")),
-        lease_expires_at=from_us(h.get("expires")) if h.get("state") == b"inflight" else None,
+        lease_expires_at=t("expires") if h.get("state") == b"inflight" else None,
         depends_on=tuple((s("depends_on") or "").split()),
         flow_key=s("flow_key"),
         flow_phase=s("flow_phase"),
@@ -299,7 +305,7 @@ def info_from(raw: Mapping[bytes, bytes], alias: str) -> JobInfo:
         checkpoint=_checkpoint(s("checkpoint")),
         unique_key=s("ukey"),
         unique_calls=n("ucalls"),
-        expires_at=from_us(h.get("exp")),
+        expires_at=t("exp"),
     )
 
 

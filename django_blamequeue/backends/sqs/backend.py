@@ -330,8 +330,8 @@ class SqsBackend(Backend):
     def cancel_flow(self, flow_id: str, now: datetime | None = None) -> int:
         return self.flows.cancel_flow(flow_id, now)
 
-    def purge(self, queue: str) -> int:
-        return self.listing.purge(queue)
+    def purge(self, queue: str, created_before: datetime | None = None) -> int:
+        return self.listing.purge(queue, created_before)
 
     def get(self, job_id: str) -> JobInfo | None:
         return self.listing.get(job_id)

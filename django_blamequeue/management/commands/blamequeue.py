@@ -168,7 +168,9 @@ class Command(ControlCommands, WorkflowCommands, KeyCommands, BaseCommand):
 
     def do_purge(self, options: dict[str, Any]) -> None:
         name = options["queue"]
+        bound = None
         if not options["yes"]:
+            bound = get_backend(options["backend"]).now()  # a job enqueued while asked is kept
             if not sys.stdin.isatty():
                 raise CommandError(
                     f"purge deletes every waiting job of {name!r}: stdin is not a terminal, so "
@@ -179,7 +181,7 @@ class Command(ControlCommands, WorkflowCommands, KeyCommands, BaseCommand):
             )
             if answer.strip() != name:
                 raise CommandError("not confirmed; nothing deleted")
-        n = queue.purge(name, backend=options["backend"])
+        n = queue.purge(name, backend=options["backend"], created_before=bound)
         self.stdout.write(f"purged {n} waiting job(s) from {name!r}")
 
     def do_cancel(self, options: dict[str, Any]) -> None:
