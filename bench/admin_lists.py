@@ -31,7 +31,7 @@ JOBS_SQL = """
 INSERT INTO blamequeue_job (id, queue, name, state, payload, content_type, content_encoding,
     priority, available_at, attempts, max_attempts, stalls, cancel_requested, progress,
     flow_depth, snoozes, created_at, updated_at, started_at, finished_at, error, traceback,
-    reason, classification, trace_id, dedupe_key)
+    reason, classification, trace_id, dedupe_key, unique_calls)
 SELECT 'B' || lpad(i::text, 25, '0'),
        (%(queues)s::text[])[1 + i %% 8],
        'app.jobs.task_' || (i %% 40),
@@ -48,7 +48,8 @@ SELECT 'B' || lpad(i::text, 25, '0'),
        CASE WHEN s.state = 'failed' THEN 'error' END,
        (ARRAY['bulk', 'transactional', 'newsletter', NULL, NULL])[1 + i %% 5],
        md5(i::text),
-       CASE WHEN i %% 10 = 0 THEN 'order-' || i END
+       CASE WHEN i %% 10 = 0 THEN 'order-' || i END,
+       0
 FROM generate_series(1, %(n)s) AS i,
      LATERAL (SELECT now() - (%(n)s - i) * interval '250 milliseconds' AS created) AS t,
      LATERAL (SELECT CASE WHEN i %% 100 < 80 THEN 'done' WHEN i %% 100 < 88 THEN 'pending'
@@ -60,10 +61,10 @@ FROM generate_series(1, %(n)s) AS i,
 RARE_SQL = """
 INSERT INTO blamequeue_job (id, queue, name, state, payload, content_type, content_encoding,
     priority, available_at, attempts, max_attempts, stalls, cancel_requested, progress,
-    flow_depth, snoozes, created_at, updated_at, classification)
+    flow_depth, snoozes, created_at, updated_at, classification, unique_calls)
 SELECT 'A' || lpad(i::text, 25, '0'), 'emails', 'app.jobs.rare', 'done', '\\x7b7d'::bytea,
        'application/json', 'utf-8', 0, now() - interval '30 days', 1, 3, 0, false, 100, 0, 0,
-       now() - interval '30 days', now() - interval '30 days', 'rare'
+       now() - interval '30 days', now() - interval '30 days', 'rare', 0
 FROM generate_series(1, 10) AS i
 """
 

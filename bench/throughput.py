@@ -399,10 +399,10 @@ class Child:
                 INSERT INTO blamequeue_job (
                     id, queue, name, state, payload, content_type, content_encoding, priority,
                     available_at, attempts, max_attempts, stalls, cancel_requested, progress,
-                    trace_id, flow_depth, snoozes, created_at, updated_at)
+                    trace_id, flow_depth, snoozes, created_at, updated_at, unique_calls)
                 SELECT 'BENCH' || lpad(g::text, 21, '0'), %s, %s, 'pending',
                        convert_to('{"i": ' || g || '}', 'UTF8'), 'application/json', 'utf-8', 0,
-                       s.t, 0, 3, 0, false, 0, md5(g::text), 0, 0, s.t, s.t
+                       s.t, 0, 3, 0, false, 0, md5(g::text), 0, 0, s.t, s.t, 0
                 FROM generate_series(1, %s) AS g,
                      (SELECT statement_timestamp() - interval '1 minute' AS t) AS s
                 """,
