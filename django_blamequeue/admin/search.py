@@ -106,11 +106,25 @@ class SearchFilter(ValueFilter):
 
     placeholder = ""
     suggestions: list[str]
+    #: A filter that is one field lookup names it here; ``lookup_value`` shapes the typed
+    #: text, ``empty_matches`` says whether an empty value still filters.
+    lookup = ""
+    empty_matches = False
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         self.suggestions = self.choices_for(request, model_admin)
         current = self.value()
         return [(current, current)] if current else []
+
+    def lookup_value(self, value: str) -> str:
+        return value
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value is None or not (value or self.empty_matches):
+            return queryset
+        found: QuerySet[Any] = matching(queryset, **{self.lookup: self.lookup_value(value)})
+        return found
 
 
 class ArgumentFilter(SearchFilter):
@@ -150,6 +164,8 @@ class ErrorClassFilter(SearchFilter):
     title = "error class"
     parameter_name = "error_class"
     placeholder = "TimeoutError"
+    lookup = "error__startswith"
+    empty_matches = True
 
     def choices_for(self, request: HttpRequest, model_admin: Any) -> list[str]:
         rows = (
@@ -164,12 +180,8 @@ class ErrorClassFilter(SearchFilter):
         }
         return sorted(c for c in found if c.isidentifier())[:MAX_SUGGESTIONS]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        if value is None:
-            return queryset
-        found: QuerySet[Any] = matching(queryset, error__startswith=f"{value.strip()}:")
-        return found
+    def lookup_value(self, value: str) -> str:
+        return f"{value.strip()}:"
 
 
 class ErrorTextFilter(SearchFilter):
@@ -178,13 +190,7 @@ class ErrorTextFilter(SearchFilter):
     title = "error text"
     parameter_name = "error"
     placeholder = "text in the error"
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        if not value:
-            return queryset
-        found: QuerySet[Any] = matching(queryset, error__icontains=value)
-        return found
+    lookup = "error__icontains"
 
 
 class OriginUserFilter(SearchFilter):
@@ -193,6 +199,8 @@ class OriginUserFilter(SearchFilter):
     title = "user"
     parameter_name = "user"
     placeholder = "username"
+    lookup = "origin__user"
+    empty_matches = True
 
     def choices_for(self, request: HttpRequest, model_admin: Any) -> list[str]:
         rows = (
@@ -203,13 +211,6 @@ class OriginUserFilter(SearchFilter):
         users = {o.get("user") for o in rows if isinstance(o, dict)}
         return sorted(str(u) for u in users if u)[:MAX_SUGGESTIONS]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        if value is None:
-            return queryset
-        found: QuerySet[Any] = matching(queryset, origin__user=value)
-        return found
-
 
 class RequestPathFilter(SearchFilter):
     """``path=/orders/``: jobs enqueued while serving a request whose line contains it."""
@@ -217,13 +218,7 @@ class RequestPathFilter(SearchFilter):
     title = "request path"
     parameter_name = "path"
     placeholder = "/orders/"
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        if not value:
-            return queryset
-        found: QuerySet[Any] = matching(queryset, origin__request__icontains=value)
-        return found
+    lookup = "origin__request__icontains"
 
 
 def parse_when(text: str, *, end: bool) -> datetime:
