@@ -23,8 +23,8 @@ from django.test.utils import CaptureQueriesContext
 from django_blamequeue import queue
 from django_blamequeue.backends import get_backend
 from django_blamequeue.models import Job
-from tests.conftest import need_server
 from tests.conformance.support import claim_one, succeed
+from tests.conftest import need_server
 
 pytestmark = pytest.mark.django_db(databases="__all__")
 

@@ -447,9 +447,11 @@ class Command(BaseCommand):
             ("sweeper", "on" if sweeping else "off (--no-sweep)"),
             ("mode", _mode(opts)),
         ]
-        for c in consumers:
-            named = [(f"{k} ({c.backend.alias})" if several else k, v) for k, v in _control_rows(c)]
-            rows += named
+        control = [_control_rows(c) for c in consumers]
+        shared = set.intersection(*(set(found) for found in control))  # said once
+        rows += [row for row in control[0] if row in shared]
+        for c, found in zip(consumers, control, strict=True):
+            rows += [(f"{k} ({c.backend.alias})", v) for k, v in found if (k, v) not in shared]
             rows += [("warning", text) for text in c.backend.deployment_warnings()]
         for warning in unused:
             rows.append(("warning", f"{warning.msg}. {warning.hint} ({warning.id})"))
