@@ -465,7 +465,7 @@ def _aliases(given: list[str] | None) -> list[str]:
 
 
 def _database_of(b: Backend) -> str:
-    """ ", database ALIAS" for a backend that keeps its jobs (or ledger) in a Django database."""
+    """The banner's words for the Django database that holds a backend's jobs (or ledger)."""
     return f", database {b.database}" if b.database is not None else ""
 
 
