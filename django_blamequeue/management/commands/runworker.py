@@ -7,7 +7,6 @@ import signal
 import sys
 import threading
 from argparse import ArgumentParser, ArgumentTypeError
-from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
@@ -18,13 +17,11 @@ from django_blamequeue.api import queue
 from django_blamequeue.backends import Backend, get_backend
 from django_blamequeue.checks import check_queues_known
 from django_blamequeue.conf import get_settings
-from django_blamequeue.core.records import Backlog
 from django_blamequeue.core.validation import MAX_SECONDS, parse_rate_limit
 from django_blamequeue.exceptions import QueueError
 from django_blamequeue.jobs import registry
-from django_blamequeue.management import supervisor
+from django_blamequeue.management import banner, supervisor
 from django_blamequeue.management.preflight import require_migrated
-from django_blamequeue.management.render import span
 from django_blamequeue.management.sizing import (
     DEFAULT_CONCURRENCY,
     Concurrency,
@@ -34,10 +31,10 @@ from django_blamequeue.management.sizing import (
 )
 from django_blamequeue.observability import metrics
 from django_blamequeue.sweeper import Sweeper, services_for
-from django_blamequeue.worker import atomic_turns, fleet
+from django_blamequeue.worker import progress
 from django_blamequeue.worker.consumer import Consumer
 from django_blamequeue.worker.counters import Counters
-from django_blamequeue.worker.progress import ProgressLine, banner, worker_identity
+from django_blamequeue.worker.progress import ProgressLine
 
 
 def positive_int(text: str) -> int:
@@ -85,24 +82,6 @@ def rate_limit(text: str) -> tuple[int, float]:
 
 #: The exit status of a worker whose main loop died (EX_SOFTWARE): restart it.
 EXIT_DIED = 70
-
-
-def _mode(options: Any) -> str:
-    if not options.burst:
-        return "run until signalled"
-    if options.wait_delayed:
-        return "burst (exit when empty, delayed jobs included)"
-    return "burst (exit when nothing is due)"
-
-
-def _delayed_left(left: Backlog) -> str:
-    """What a burst leaves behind: the delayed jobs, and when the next one is due."""
-    when = ""
-    if left.next_due_at is not None:
-        seconds = max(0.0, (left.next_due_at - datetime.now(UTC)).total_seconds())
-        soon = f"{seconds:.1f} s" if seconds < 10 else span(seconds)
-        when = f"; the next is due in {soon} ({left.next_due_at:%Y-%m-%d %H:%M:%S} UTC)"
-    return f"{left.delayed:,} delayed job(s) left{when}; --wait-delayed waits for them"
 
 
 class Command(BaseCommand):
@@ -241,7 +220,15 @@ class Command(BaseCommand):
         sweeper = (
             None if options["no_sweep"] else Sweeper(services_for([c.backend for c in consumers]))
         )
-        self._print_banner(consumers, queues, grace, sweeper is not None, unused)
+        rows = banner.worker_rows(
+            consumers,
+            queues,
+            concurrency=self._concurrency_row(consumers[0].options.concurrency),
+            grace=grace,
+            sweeping=sweeper is not None,
+            unused=unused,
+        )
+        self.stdout.write(progress.banner(f"django-blamequeue {_version()} · runworker", rows))
         if metrics_server is not None:
             host, bound = metrics_server.server_address[:2]
             self.stdout.write(f"  metrics  http://{host}:{bound}/metrics")
@@ -275,7 +262,7 @@ class Command(BaseCommand):
             self.stdout._out,  # type: ignore[arg-type]  # the real stream, so a TTY is detected
             lambda: Counters.total([c.counters for c in consumers]),
             lambda: f"{sum(c.in_flight for c in consumers)}/{slots}",
-            notes=lambda: [n for c in consumers for n in _notes(c, len(consumers) > 1)],
+            notes=lambda: [n for c in consumers for n in banner.notes(c, len(consumers) > 1)],
             **({"log_interval": interval} if interval else {}),
         )
         recycling: str | None = None
@@ -324,7 +311,7 @@ class Command(BaseCommand):
             for c in consumers:
                 if c.left is not None and c.left.delayed:
                     prefix = f"{c.backend.alias}: " if len(consumers) > 1 else ""
-                    self.stdout.write(prefix + _delayed_left(c.left))
+                    self.stdout.write(prefix + banner.delayed_left(c.left))
         sys.stdout.flush()
 
     def _supervise(self, queues: list[str], options: dict[str, Any]) -> None:
@@ -358,7 +345,7 @@ class Command(BaseCommand):
         ]
         for b, slots, bound in bounds:
             if len(bounds) > 1:
-                rows.append(("backend", f"{b.alias} ({b.protocol}{_database_of(b)})"))
+                rows.append(("backend", f"{b.alias} ({b.protocol}{banner.database_of(b)})"))
             rows += [
                 ("concurrency", f"{slots} slots per process, {n * slots} in all"),
                 (
@@ -374,7 +361,7 @@ class Command(BaseCommand):
                 or "never (--max-jobs-per-process, --max-memory-per-process)",
             ),
         ]
-        self.stdout.write(banner("django-blamequeue · runworker supervisor", rows))
+        self.stdout.write(progress.banner("django-blamequeue · runworker supervisor", rows))
         sys.stdout.flush()
         boss = supervisor.Supervisor(
             _worker_command(options), n, out=sys.stdout, burst=options["burst"]
@@ -396,97 +383,20 @@ class Command(BaseCommand):
         except (ImproperlyConfigured, OSError) as exc:
             raise CommandError(f"--metrics-port {port}: {exc}") from exc
 
-    def _print_banner(
-        self,
-        consumers: list[Consumer],
-        queues: list[str],
-        grace: float,
-        sweeping: bool,
-        unused: list[CheckMessage],
-    ) -> None:
-        """One banner for the process: with several backends, a block of rows for each (its
-        database, connections, wake-up) and the options they share once."""
-        from importlib.metadata import PackageNotFoundError, version
 
-        try:
-            ver = version("django-blamequeue")
-        except PackageNotFoundError:  # running from a source tree
-            ver = "dev"
-        opts = consumers[0].options
-        served = [_serving(c, queues, sweeping) for c in consumers]
-        several = len(consumers) > 1
-        concurrency = self._concurrency_row(opts.concurrency)
-        rows = [("worker", worker_identity())]
-        if several:
-            for s in served:
-                rows.append(("backend", s.pop("backend")))
-                rows += [(f"  {k}", v) for k, v in s.items()]
-            rows += [
-                ("queues", f"{', '.join(queues)} (on each backend)"),
-                ("concurrency", f"{concurrency}, on each backend"),
-            ]
-        else:
-            s = served[0]
-            rows += [
-                ("backend", s["backend"]),
-                ("queues", ", ".join(queues)),
-                ("concurrency", concurrency),
-                ("db connections", s["db connections"]),
-            ]
-        rows.append(("lease", f"{opts.lease:g} s (renewed every {opts.lease / 2:g} s)"))
-        if not several:
-            rows.append(("wake-up", served[0]["wake-up"]))
-        rows += [
-            ("rate limit", "{} per {:g} s".format(*opts.rate_limit) if opts.rate_limit else "none"),
-            ("async jobs", _async_row(queues, opts.concurrency)),
-        ]
-        if not several and "atomic jobs" in served[0]:
-            rows.append(("atomic jobs", served[0]["atomic jobs"]))
-        rows += [
-            ("shutdown grace", f"{grace:g} s"),
-            ("sweeper", "on" if sweeping else "off (--no-sweep)"),
-            ("mode", _mode(opts)),
-        ]
-        control = [_control_rows(c) for c in consumers]
-        shared = set.intersection(*(set(found) for found in control))  # said once
-        rows += [row for row in control[0] if row in shared]
-        for c, found in zip(consumers, control, strict=True):
-            rows += [(f"{k} ({c.backend.alias})", v) for k, v in found if (k, v) not in shared]
-            rows += [("warning", text) for text in c.backend.deployment_warnings()]
-        for warning in unused:
-            rows.append(("warning", f"{warning.msg}. {warning.hint} ({warning.id})"))
-        self.stdout.write(banner(f"django-blamequeue {ver} · runworker", rows))
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("django-blamequeue")
+    except PackageNotFoundError:  # running from a source tree
+        return "dev"
 
 
 def _aliases(given: list[str] | None) -> list[str]:
     """The backends to serve, each once, in the order ``--backend`` named them."""
     default = get_settings().default_backend
     return list(dict.fromkeys(given or [default]))
-
-
-def _database_of(b: Backend) -> str:
-    """The banner's words for the Django database that holds a backend's jobs (or ledger)."""
-    return f", database {b.database}" if b.database is not None else ""
-
-
-def _serving(c: Consumer, queues: list[str], sweeping: bool) -> dict[str, str]:
-    """The banner's rows about one backend a worker serves."""
-    b = c.backend
-    table = getattr(b, "jobtable", None)  # the local backend's jobs, the SQS ledger
-    vendor = table.connection.vendor if table is not None else b.protocol
-    opts = c.options
-    poll = opts.fast_poll if b.cheap_polling else opts.poll_interval
-    rows = {
-        "backend": f"{b.alias} ({b.protocol}, {vendor}{_database_of(b)})",
-        "db connections": connection_bound(
-            b, queues, opts.concurrency, sweeping=sweeping
-        ).describe(),
-        "wake-up": b.wake_up if b.supports_listen else f"polling every {poll:g} s",
-    }
-    atomic = atomic_turns.describe(b, queues)
-    if atomic:
-        rows["atomic jobs"] = atomic
-    return rows
 
 
 def _unused_queues(aliases: list[str], queues: list[str]) -> list[CheckMessage]:
@@ -531,52 +441,3 @@ def _worker_command(options: dict[str, Any]) -> list[str]:
     flags = {"--burst": "burst", "--wait-delayed": "wait_delayed", "--no-sweep": "no_sweep"}
     args += [flag for flag, key in flags.items() if options[key]]
     return args
-
-
-def _notes(consumer: Any, named: bool = False) -> list[str]:
-    """The progress line's words about the control plane: paused queues, jobs this worker
-    has no handler for (by name); ``named`` says on which backend."""
-    notes = []
-    paused = consumer.control.paused()
-    if paused:
-        where = f" on {consumer.backend.alias}" if named else ""
-        notes.append("paused " + ", ".join(paused) + where)
-    if consumer.no_handler:
-        names = sorted(consumer.no_handler, key=lambda n: -consumer.no_handler[n])
-        shown = ", ".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "")
-        notes.append(f"waiting for a handler: {shown}")
-    return notes
-
-
-def _control_rows(consumer: Any) -> list[tuple[str, str]]:
-    """Banner rows: paused and limited queues, jobs no running worker has a handler for."""
-    try:
-        consumer.control.refresh(force=True)
-        rows: list[tuple[str, str]] = consumer.control.describe()
-        queues = set(consumer.options.queues)
-        waits = [w for w in fleet.unhandled(consumer.backend) if w.queue in queues]
-    except QueueError as exc:
-        return [("control", f"could not be read ({exc})")]
-    rows.append(("handlers", f"{len(registry.registered())} job names registered"))
-    total = sum(w.count for w in waits)
-    if total:
-        names = ", ".join(f"{w.name} ({w.count:,})" for w in waits[:3])
-        rows.append(
-            ("waiting", f"{total:,} job(s) wait for a handler no running worker has: {names}")
-        )
-    return rows
-
-
-def _async_row(queues: list[str], concurrency: int) -> str:
-    """What the banner says of ``async def`` handlers: they run on an event loop thread,
-    inside the same ``--concurrency`` slots as threaded ones."""
-    names = sorted(
-        d.name for d in registry.registered().values() if d.queue in queues and d.is_async
-    )
-    if not names:
-        return "none registered here (an event loop starts with the first one)"
-    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    return (
-        f"{len(names)} async def job{'s' if len(names) != 1 else ''} ({shown}) run on one "
-        f"event loop, sharing the {concurrency} slots"
-    )
