@@ -10,6 +10,9 @@ by the receive rules (docs/backends/sqs.md):
 - blocked or waiting for children: delete it (the job is sent afresh when it is released);
 - pending but not due: hide it until it is (or delete it when the job is parked past SQS's
   15-minute delay: the send step sends it then);
+- pending with an ``available_at`` no reader parses (SQLite keeps any text): surface it
+  (``_surface``) and show the message again, so the next claim leases it and the worker
+  fails it alone as ``bad_job``;
 - pending (or blocked) and past its ``expires_at``: cancel the job as expired in the ledger
   and delete the message (rule: expiry);
 - inflight under a live lease (a duplicate, or the holder's message back early): hide it for
@@ -429,15 +432,36 @@ class Receiver:
             )
             return {r[0] for r in cur.fetchall()}
 
-    @staticmethod
-    def _pending_message(m: Received, row: tuple[Any, ...], t: datetime, owed: FollowUps) -> None:
-        available = to_dt(row[3]) or t
+    def _pending_message(
+        self, m: Received, row: tuple[Any, ...], t: datetime, owed: FollowUps
+    ) -> None:
+        try:
+            available = to_dt(row[3])
+        except ValueError:
+            available = None
+        if available is None:  # the column is NOT NULL: stored text no reader parses
+            self._surface(row[0])
+            owed.hold(m.queue, m.receipt, 0)  # the next receive leases it, to fail as bad_job
+            return
         if available <= t:  # pending and due, changed under our UPDATE: receive it again
             owed.hold(m.queue, m.receipt, 0)
         elif (available - t).total_seconds() > MAX_DELAY and row[5] is None:
             owed.remove(m.queue, m.receipt)  # parked: the send step sends it when due
         else:
             owed.hold(m.queue, m.receipt, _seconds(available, t))
+
+    def _surface(self, job_id: str) -> None:
+        """Give an unreadable ``available_at`` a leading space, which sorts before every
+        time: the claim's ``available_at <= now`` then leases the job, and the worker, which
+        reads each field on its own, fails it alone as ``bad_job`` (as the job table's
+        backlog does for its own rows). Left as it was, it would wait for ever."""
+        table = self.table
+        with table.connection.cursor() as cur:
+            cur.execute(
+                f"UPDATE {table.name} SET available_at = ' ' || CAST(available_at AS TEXT) "
+                "WHERE id = %s AND state = 'pending' AND available_at NOT LIKE ' %%'",
+                [job_id],
+            )
 
     def _take_over(
         self,

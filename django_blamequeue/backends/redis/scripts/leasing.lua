@@ -24,8 +24,11 @@ local function lease(c, id, h, token, expires, started, gate)
   local k = jk(id)
   redis.call('ZREM', qk(c[3], 'ready'), c[2])
   h[6] = fmt((tonumber(h[6]) or 0) + 1)  -- a field HSET past the API never fails a claim
+  -- The queue whose index held the job is its queue: a `queue` field HSET past the API to
+  -- another one is mended here, or the ack would settle the job in a queue it was never in.
+  h[2] = c[3]
   redis.call('HSET', k, 'state', 'inflight', 'attempts', h[6], 'token', token,
-             'expires', expires, 'started', started, 'updated', started)
+             'expires', expires, 'started', started, 'updated', started, 'queue', c[3])
   redis.call('ZADD', P .. ':inflight', expires, id)
   leased(c[3], 1)
   local key = h[CKEY]
