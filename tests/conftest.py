@@ -25,11 +25,26 @@ for _name in list(os.environ):
         del os.environ[_name]
 
 LOCAL_BACKENDS = ["default", "postgres"]  # default = SQLite
-REMOTE_BACKENDS = [name for name in AVAILABLE if name != "local"]
+#: Every other protocol on its own server, and the redis protocol again on a Redis Cluster
+#: (3 primaries + 3 replicas: tests/servers.py ``RedisClusterServer``).
+REMOTE_BACKENDS = [
+    *(name for name in AVAILABLE if name != "local"),
+    *(["redis-cluster"] if "redis" in AVAILABLE else []),
+]
 ALL_BACKENDS = [*LOCAL_BACKENDS, *REMOTE_BACKENDS]
+
+
+def _variable(name: str) -> str:
+    return name.upper().replace("-", "_")
+
+
 #: Backend alias → the server it needs: (test id, env var of its URL, env var that requires it).
 SERVERS = {
-    name: (name, f"BLAMEQUEUE_TEST_{name.upper()}_URL", f"BLAMEQUEUE_TEST_REQUIRE_{name.upper()}")
+    name: (
+        name,
+        f"BLAMEQUEUE_TEST_{_variable(name)}_URL",
+        f"BLAMEQUEUE_TEST_REQUIRE_{_variable(name)}",
+    )
     for name in ["postgres", *REMOTE_BACKENDS]
 }
 #: Engines from elsewhere as ``BACKENDS`` entries by alias, in JSON: set by --blamequeue-engine,
