@@ -854,7 +854,15 @@ class RedisClusterServer(Server):
         return rows
 
     def primaries(self) -> list[dict[str, Any]]:
-        return [n for n in self.topology() if n["role"] == "master" and not n["failing"]]
+        """The live primaries that serve slots."""
+        return [
+            n
+            for n in self.topology()
+            if n["role"] == "master" and n["slots"] and not n["failing"]
+        ]
+
+    def _replicas(self) -> int:
+        return sum(1 for n in self.topology() if n["role"] == "replica")
 
     def replica_of(self, primary_port: int) -> int:
         rows = self.topology()
@@ -898,6 +906,10 @@ class RedisClusterServer(Server):
                 if done.returncode != 0:
                     raise ServerError(f"redis-cli --cluster create failed\n{done.stdout}")
             self.wait_healthy(timeout)
+            if fresh:  # the replicas are told their primary last: wait until all know it
+                replicas = len(self.nodes) // 2
+                if not _poll(lambda: self._replicas() == replicas, timeout, interval=0.1):
+                    raise ServerError(f"the replicas of {self!r} never attached")
         except BaseException:
             self.stop(kill=True)
             raise
