@@ -70,8 +70,9 @@ def drain(
     per = args.jobs // shards
     for s in range(shards):
         for start in range(0, per, 1000):
-            queue.enqueue_many("bench", [None] * min(1000, per - start), name="bench.noop",
-                               backend=f"shard{s}")
+            queue.enqueue_many(
+                "bench", [None] * min(1000, per - start), name="bench.noop", backend=f"shard{s}"
+            )
     total = per * shards
     backends = [get_backend(f"shard{s}") for s in range(shards)]
 
@@ -84,14 +85,31 @@ def drain(
         return n
 
     base = done()
-    command = [sys.executable, str(MANAGE), "runworker", "bench", "--no-sweep", "--burst",
-               "--concurrency", str(args.concurrency), "--progress-interval", "3600"]
+    command = [
+        sys.executable,
+        str(MANAGE),
+        "runworker",
+        "bench",
+        "--no-sweep",
+        "--burst",
+        "--concurrency",
+        str(args.concurrency),
+        "--progress-interval",
+        "3600",
+    ]
     cpu_before = {port: _proc_cpu(pid, False) for port, pid in env_pids(env).items()}
     procs = []
     for w in range(args.workers):
         out = (log / f"shards{shards}-worker{w}.log").open("wb")
-        procs.append(subprocess.Popen([*command, "--backend", f"shard{w % shards}"],
-                                      stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT))
+        procs.append(
+            subprocess.Popen(
+                [*command, "--backend", f"shard{w % shards}"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=ROOT,
+            )
+        )
     first = last = None
     shown = 0.0
     deadline = time.monotonic() + 600
@@ -111,11 +129,18 @@ def drain(
         time.sleep(0.1)
     for p in procs:
         p.wait(timeout=120)
-    cpu = {port: round(_proc_cpu(pid, False) - cpu_before[port], 2)
-           for port, pid in env_pids(env).items()}
+    cpu = {
+        port: round(_proc_cpu(pid, False) - cpu_before[port], 2)
+        for port, pid in env_pids(env).items()
+    }
     assert first is not None and last is not None
-    return {"shards": shards, "jobs": total, "seconds": round(last - first, 2),
-            "jobs_per_s": round(total / (last - first)), "primary_cpu_s": cpu}
+    return {
+        "shards": shards,
+        "jobs": total,
+        "seconds": round(last - first, 2),
+        "jobs_per_s": round(total / (last - first)),
+        "primary_cpu_s": cpu,
+    }
 
 
 def env_pids(env: dict[str, str]) -> dict[int, int]:

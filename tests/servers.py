@@ -1,4 +1,4 @@
-"""Throwaway PostgreSQL, Redis, Redis Cluster and moto (SQS) servers for the test suite and the benchmarks.
+"""Throwaway PostgreSQL, Redis, Redis Cluster and moto (SQS) servers for the tests and benchmarks.
 
 Every server listens on 127.0.0.1 only, on a free high port, keeps all of its files under one
 base directory and is stopped by pid. Readiness is polled with a deadline, never a fixed sleep.
@@ -17,7 +17,7 @@ writes ``DIR/server.json``; ``stop`` reads it and stops that pid::
     python -m tests.servers postgres stop --dir .tmp/pg
     python -m tests.servers redis start --dir .tmp/redis [--appendonly everysec]
     python -m tests.servers sqs start --dir .tmp/sqs
-    python -m tests.servers redis_cluster start --dir .tmp/redis_cluster   # 3 primaries + 3 replicas
+    python -m tests.servers redis_cluster start --dir .tmp/rc    # 3 primaries + 3 replicas
     python -m tests.servers redis available    # exit 0 if redis-server is installed
     python -c 'from tests.servers import KINDS; print(*KINDS)'   # the Makefile's list
 
@@ -856,9 +856,7 @@ class RedisClusterServer(Server):
     def primaries(self) -> list[dict[str, Any]]:
         """The live primaries that serve slots."""
         return [
-            n
-            for n in self.topology()
-            if n["role"] == "master" and n["slots"] and not n["failing"]
+            n for n in self.topology() if n["role"] == "master" and n["slots"] and not n["failing"]
         ]
 
     def _replicas(self) -> int:
@@ -895,9 +893,9 @@ class RedisClusterServer(Server):
                 node.start(timeout)
             if fresh:
                 addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
+                options = ["--cluster-replicas", "1", "--cluster-yes"]
                 done = subprocess.run(
-                    [self._cli, "--cluster", "create", *addresses]
-                    + ["--cluster-replicas", "1", "--cluster-yes"],
+                    [self._cli, "--cluster", "create", *addresses, *options],
                     capture_output=True,
                     text=True,
                     timeout=timeout,

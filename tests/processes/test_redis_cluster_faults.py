@@ -102,9 +102,7 @@ def test_a_primary_failing_over_mid_drain_loses_no_enqueued_job_and_workers_reco
         ]
         wait_for(lambda: done(b) >= n_jobs * 0.3, 60, "30 % done")
         primary = next(
-            n["port"]
-            for n in cluster.primaries()
-            if any(_covers(r, slot) for r in n["slots"])
+            n["port"] for n in cluster.primaries() if any(_covers(r, slot) for r in n["slots"])
         )
         replica = cluster.replica_of(primary)
         at = done(b)
