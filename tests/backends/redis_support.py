@@ -82,6 +82,13 @@ def own_cluster(appendonly: str = "no") -> Iterator[Any]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def lose_outbox(b: RedisBackend) -> int:
+    """The Redis outbox vanishes (as if never written): entries, index and per-job counts."""
+    keys = [f"{b.keys.prefix}:ob:{e.decode()}" for e in b.client.zrange(b.keys.outbox, 0, -1)]
+    keys += [b.keys.outbox, b.keys.unsent("enqueue"), b.keys.unsent("report")]
+    return int(b.client.delete(*keys))
+
+
 def forget(backend: Backend) -> None:
     """Delete every key of the backend's prefix (tests on the shared server clean up)."""
     client = backend.client  # type: ignore[attr-defined]
