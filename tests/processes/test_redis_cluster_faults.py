@@ -136,8 +136,8 @@ def test_a_primary_failing_over_mid_drain_loses_no_enqueued_job_and_workers_reco
         assert problems == [], problems[:10]
         if how == "failover":  # the replica caught up before it took over: no ack was lost
             assert again == 0
-        else:  # only acks answered in the replication lag can be lost: a handful at most
-            assert again <= 16 * 2, f"{again} jobs ran twice"
+        else:  # only acks answered in the replication lag: one round per worker at most
+            assert again <= 8 * 2, f"{again} jobs ran twice"
         assert all(w.alive() for w in workers), processes.tails()
         assert all(w.stop() == 0 for w in workers)
 
