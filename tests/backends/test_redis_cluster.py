@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -16,13 +18,14 @@ from pytest_django import Settings as SettingsWrapper
 from django_blamequeue import queue
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.redis import RedisBackend
+from django_blamequeue.backends.redis.listen import RedisListener
 from django_blamequeue.core import ids
 from django_blamequeue.jobs import registry
 from tests.conftest import need_server
 from tests.flows import conftest as flow_fixtures
 from tests.flows.steps import relay, repair, work
 
-from .redis_support import forget, lose_outbox, unique_prefix
+from .redis_support import forget, lose_outbox, new_job, unique_prefix
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases="__all__"),
@@ -138,3 +141,32 @@ def test_the_deployment_check_reads_every_primary_of_the_cluster(
     assert len(primaries) == 3
     # the test cluster runs without an append-only file: every primary risks its jobs
     assert [m.id for m in north.check()] == ["blamequeue.W005"]
+
+
+def test_an_enqueue_wakes_a_listener_subscribed_through_the_cluster(
+    shards: tuple[RedisBackend, RedisBackend],
+) -> None:
+    north, _ = shards
+    listener = RedisListener(north, ["wake"])
+    woken = threading.Event()
+    listener.start(woken)
+    try:
+        deadline = time.monotonic() + 5
+        while not listener.listening:
+            assert time.monotonic() < deadline, "the listener did not subscribe"
+            time.sleep(0.01)
+        woken.clear()
+        other = RedisBackend(north.config)  # another process would be: no in-process wake-up
+        other.enqueue_many([new_job("wake", {"a": 1})])  # published on the primary of its slot
+        assert woken.wait(5)
+        other.close()
+    finally:
+        listener.stop()
+
+
+def test_the_worker_banner_names_the_slot_that_holds_the_backend(
+    shards: tuple[RedisBackend, RedisBackend],
+) -> None:
+    north, _ = shards
+    slot = north.client.keyslot(north.keys.prefix)
+    assert north.engine_label == f"Redis Cluster, slot {slot}"

@@ -369,7 +369,11 @@ class Command(BaseCommand):
             ver = "dev"
         b = consumer.backend
         table = getattr(b, "jobtable", None)  # the local backend's jobs, the SQS ledger
-        vendor = table.connection.vendor if table is not None else b.protocol
+        vendor = (
+            table.connection.vendor
+            if table is not None
+            else str(getattr(b, "engine_label", b.protocol))
+        )
         opts = consumer.options
         poll = opts.fast_poll if b.cheap_polling else opts.poll_interval
         wake = b.wake_up if b.supports_listen else f"polling every {poll:g} s"
