@@ -63,8 +63,8 @@ __all__ = [
 ]
 
 #: The servers, by the name ``make test`` starts them under (PostgreSQL first: it always runs).
-#: A backend's test server bears its protocol's name (tests/conftest.py); its ``start`` prints
-#: ``BLAMEQUEUE_TEST_<KIND>_URL=…``.
+#: A backend's test server bears its protocol's name (tests/conftest.py), and ``redis_cluster``
+#: serves the ``redis-cluster`` backend; its ``start`` prints ``BLAMEQUEUE_TEST_<KIND>_URL=…``.
 KINDS = ("postgres", "redis", "redis_cluster", "sqs")
 
 PG_USER = "blamequeue-pg"
