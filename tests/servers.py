@@ -793,6 +793,7 @@ class RedisClusterServer(Server):
                     "cluster-enabled yes",
                     "cluster-config-file nodes.conf",
                     f"cluster-node-timeout {node_timeout_ms}",
+                    "repl-diskless-sync-delay 0",  # a replica's first sync at once, not in 5 s
                     f"cluster-port {find_free_port()}",
                     # a replica may always be promoted, however long it was cut off
                     "cluster-replica-validity-factor 0",
@@ -862,6 +863,13 @@ class RedisClusterServer(Server):
     def _replicas(self) -> int:
         return sum(1 for n in self.topology() if n["role"] == "replica")
 
+    def _replicas_synced(self) -> bool:
+        ports = [n["port"] for n in self.topology() if n["role"] == "replica"]
+        return all(
+            "master_link_status:up" in self.cli(port, "info", "replication", timeout=2.0)
+            for port in ports
+        )
+
     def replica_of(self, primary_port: int) -> int:
         rows = self.topology()
         primary = next(n["id"] for n in rows if n["port"] == primary_port)
@@ -908,6 +916,10 @@ class RedisClusterServer(Server):
                 replicas = len(self.nodes) // 2
                 if not _poll(lambda: self._replicas() == replicas, timeout, interval=0.1):
                     raise ServerError(f"the replicas of {self!r} never attached")
+            # A replica is a copy only once its first sync is done: until then a failover
+            # would promote an empty node.
+            if not _poll(self._replicas_synced, timeout, interval=0.1):
+                raise ServerError(f"the replicas of {self!r} never finished their first sync")
         except BaseException:
             self.stop(kill=True)
             raise
