@@ -20,10 +20,12 @@ PYTEST_ARGS ?=
 # The whole suite also builds the wheel and sdist and runs the quickstart against the wheel in a
 # fresh virtualenv (tests/dist_check.py, ~30 s); a run with PYTEST_ARGS skips it unless asked.
 DIST_CHECK ?= $(if $(strip $(PYTEST_ARGS)),no,yes)
-# The test servers tests/servers.py knows (postgres redis sqs), read when a recipe needs them.
+# The test servers tests/servers.py knows (postgres redis redis_cluster sqs), read when a recipe
+# needs them.
 SERVER_KINDS = $(shell $(PY) -c 'from tests.servers import KINDS; print(*KINDS)' 2>/dev/null)
-# PostgreSQL is always started; the others (redis, sqs: moto_server) only where installed. A
-# server that was started must have its tests run (BLAMEQUEUE_TEST_REQUIRE_*): they cannot skip.
+# PostgreSQL is always started; the others (redis, redis_cluster: six redis-servers, sqs:
+# moto_server) only where installed. A server that was started must have its tests run
+# (BLAMEQUEUE_TEST_REQUIRE_*): they cannot skip.
 TEST_SERVERS ?= $(SERVER_KINDS)
 
 LINT_PATHS := $(wildcard django_blamequeue tests bench testproject)
@@ -47,7 +49,7 @@ $(RUNTIME_STAMP): pyproject.toml | $(PY)
 	$(PIP) install --quiet --progress-bar off -e .
 	@touch $@
 
-# Servers live under .tmp/{pg,redis,sqs} and are stopped by pid from the EXIT trap, whatever pytest
+# Servers live under .tmp/{pg,redis,redis_cluster,sqs} and are stopped by pid from the EXIT trap, whatever pytest
 # does (failure, Ctrl-C). The recipe exits with pytest's code (make reports "Error 5" when no
 # tests were collected, then exits 2). With PostgreSQL started, its tests must not be skipped.
 test: $(DEV_STAMP)

@@ -27,10 +27,23 @@ for _name in list(os.environ):
 LOCAL_BACKENDS = ["default", "postgres"]  # default = SQLite
 REMOTE_BACKENDS = [name for name in AVAILABLE if name != "local"]
 ALL_BACKENDS = [*LOCAL_BACKENDS, *REMOTE_BACKENDS]
+#: The redis protocol again, on a Redis Cluster (3 primaries + 3 replicas: tests/servers.py
+#: ``RedisClusterServer``): the conformance suite's fifth backend, not every test's.
+CLUSTER_BACKENDS = ["redis-cluster"] if "redis" in AVAILABLE else []
+
+
+def _variable(name: str) -> str:
+    return name.upper().replace("-", "_")
+
+
 #: Backend alias → the server it needs: (test id, env var of its URL, env var that requires it).
 SERVERS = {
-    name: (name, f"BLAMEQUEUE_TEST_{name.upper()}_URL", f"BLAMEQUEUE_TEST_REQUIRE_{name.upper()}")
-    for name in ["postgres", *REMOTE_BACKENDS]
+    name: (
+        name,
+        f"BLAMEQUEUE_TEST_{_variable(name)}_URL",
+        f"BLAMEQUEUE_TEST_REQUIRE_{_variable(name)}",
+    )
+    for name in ["postgres", *REMOTE_BACKENDS, *CLUSTER_BACKENDS]
 }
 #: Engines from elsewhere as ``BACKENDS`` entries by alias, in JSON: set by --blamequeue-engine,
 #: read by tests/settings.py (worker subprocesses too) and the conformance suite's parameters.

@@ -1,4 +1,4 @@
-"""Throwaway PostgreSQL, Redis and moto (SQS) servers for the test suite and the benchmarks.
+"""Throwaway PostgreSQL, Redis, Redis Cluster and moto (SQS) servers for the tests and benchmarks.
 
 Every server listens on 127.0.0.1 only, on a free high port, keeps all of its files under one
 base directory and is stopped by pid. Readiness is polled with a deadline, never a fixed sleep.
@@ -17,6 +17,7 @@ writes ``DIR/server.json``; ``stop`` reads it and stops that pid::
     python -m tests.servers postgres stop --dir .tmp/pg
     python -m tests.servers redis start --dir .tmp/redis [--appendonly everysec]
     python -m tests.servers sqs start --dir .tmp/sqs
+    python -m tests.servers redis_cluster start --dir .tmp/rc    # 3 primaries + 3 replicas
     python -m tests.servers redis available    # exit 0 if redis-server is installed
     python -c 'from tests.servers import KINDS; print(*KINDS)'   # the Makefile's list
 
@@ -53,6 +54,7 @@ __all__ = [
     "PG_USER",
     "MotoServer",
     "PostgresServer",
+    "RedisClusterServer",
     "RedisServer",
     "Server",
     "ServerError",
@@ -61,9 +63,9 @@ __all__ = [
 ]
 
 #: The servers, by the name ``make test`` starts them under (PostgreSQL first: it always runs).
-#: A backend's test server bears its protocol's name (tests/conftest.py); its ``start`` prints
-#: ``BLAMEQUEUE_TEST_<KIND>_URL=…``.
-KINDS = ("postgres", "redis", "sqs")
+#: A backend's test server bears its protocol's name (tests/conftest.py), and ``redis_cluster``
+#: serves the ``redis-cluster`` backend; its ``start`` prints ``BLAMEQUEUE_TEST_<KIND>_URL=…``.
+KINDS = ("postgres", "redis", "redis_cluster", "sqs")
 
 PG_USER = "blamequeue-pg"
 """System user that owns the PostgreSQL data directory when the tests run as root."""
@@ -755,6 +757,185 @@ class RedisServer(Server):
         return {**super().info(), "appendonly": self.appendonly}
 
 
+class RedisClusterServer(Server):
+    """A Redis Cluster on 127.0.0.1: ``masters`` primaries with one replica each (6 nodes by
+    default), every node a ``RedisServer`` under ``base_dir/nodeN`` with its own port and bus
+    port, joined by ``redis-cli --cluster create … --cluster-replicas 1``.
+
+    Ready once every node answers ``CLUSTER INFO`` with ``cluster_state:ok`` and knows all the
+    others. ``node_timeout_ms`` is how long a silent primary takes to be failed over (kept short
+    for the fault tests). ``url`` is the first node's: a cluster client discovers the rest.
+    """
+
+    kind = "redis_cluster"
+    env_var = "BLAMEQUEUE_TEST_REDIS_CLUSTER_URL"
+
+    def __init__(
+        self,
+        base_dir: str | os.PathLike[str],
+        *,
+        port: int | None = None,
+        masters: int = 3,
+        appendonly: AppendOnly = "no",
+        node_timeout_ms: int = 2000,
+        ports: Sequence[int] = (),
+    ) -> None:
+        super().__init__(base_dir, port=port)
+        count = masters * 2
+        chosen = list(ports) or [self.port, *(find_free_port() for _ in range(count - 1))]
+        self.port = chosen[0]
+        self.nodes = [
+            RedisServer(
+                self.base_dir / f"node{i}",
+                port=node_port,
+                appendonly=appendonly,
+                extra_config=(
+                    "cluster-enabled yes",
+                    "cluster-config-file nodes.conf",
+                    f"cluster-node-timeout {node_timeout_ms}",
+                    "repl-diskless-sync-delay 0",  # a replica's first sync at once, not in 5 s
+                    f"cluster-port {find_free_port()}",
+                    # a replica may always be promoted, however long it was cut off
+                    "cluster-replica-validity-factor 0",
+                ),
+            )
+            for i, node_port in enumerate(chosen[:count])
+        ]
+        cli = _which("redis-cli")
+        if cli is None:
+            raise ServerError("redis-cli not found on PATH (apt-get install redis-tools)")
+        self._cli = cli
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return self.nodes[0].pid
+
+    @property
+    def running(self) -> bool:
+        return any(node.running for node in self.nodes)
+
+    def cli(self, port: int, *args: str, timeout: float = 10.0) -> str:
+        """``redis-cli -p PORT ARGS…`` against one node: its output, or "" when it failed."""
+        done = subprocess.run(
+            [self._cli, "-h", "127.0.0.1", "-p", str(port), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        return done.stdout if done.returncode == 0 else ""
+
+    def topology(self) -> list[dict[str, Any]]:
+        """``CLUSTER NODES`` as one dict per node: id, port, role, primary id, slot ranges,
+        whether it is failing. Read from the first node that answers."""
+        for node in self.nodes:
+            text = self.cli(node.port, "cluster", "nodes") if node.running else ""
+            if text:
+                break
+        else:
+            return []
+        rows = []
+        for line in text.splitlines():
+            fields = line.split()
+            flags = fields[2].split(",")
+            rows.append(
+                {
+                    "id": fields[0],
+                    "port": int(fields[1].split("@")[0].rsplit(":", 1)[1]),
+                    "role": "master" if "master" in flags else "replica",
+                    "primary": None if fields[3] == "-" else fields[3],
+                    "failing": "fail" in flags or "fail?" in flags,
+                    "slots": fields[8:],
+                }
+            )
+        return rows
+
+    def primaries(self) -> list[dict[str, Any]]:
+        """The live primaries that serve slots."""
+        return [
+            n for n in self.topology() if n["role"] == "master" and n["slots"] and not n["failing"]
+        ]
+
+    def _replicas(self) -> int:
+        return sum(1 for n in self.topology() if n["role"] == "replica")
+
+    def _replicas_synced(self) -> bool:
+        ports = [n["port"] for n in self.topology() if n["role"] == "replica"]
+        return all(
+            "master_link_status:up" in self.cli(port, "info", "replication", timeout=2.0)
+            for port in ports
+        )
+
+    def replica_of(self, primary_port: int) -> int:
+        rows = self.topology()
+        primary = next(n["id"] for n in rows if n["port"] == primary_port)
+        return int(next(n["port"] for n in rows if n["primary"] == primary))
+
+    def node(self, port: int) -> RedisServer:
+        return next(n for n in self.nodes if n.port == port)
+
+    def _healthy(self, node: RedisServer) -> bool:
+        text = self.cli(node.port, "cluster", "info", timeout=2.0)
+        return "cluster_state:ok" in text and f"cluster_known_nodes:{len(self.nodes)}" in text
+
+    def wait_healthy(self, timeout: float = START_TIMEOUT) -> None:
+        """Until every running node says ``cluster_state:ok`` (slots covered, nodes known)."""
+        live = [n for n in self.nodes if n.running]
+        if not _poll(lambda: all(self._healthy(n) for n in live), timeout, interval=0.1):
+            raise ServerError(
+                f"redis cluster on {[n.port for n in live]} not ok after {timeout:.0f}s\n"
+                + self.cli(live[0].port, "cluster", "info")
+            )
+
+    def start(self, timeout: float = START_TIMEOUT) -> None:
+        """Start every node; on a first start, create the cluster. Return once it is ok."""
+        if self.running:
+            raise ServerError(f"{self!r} is already running")
+        fresh = not (self.nodes[0].base_dir / "nodes.conf").exists()
+        try:
+            for node in self.nodes:
+                node.start(timeout)
+            if fresh:
+                addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
+                options = ["--cluster-replicas", "1", "--cluster-yes"]
+                done = subprocess.run(
+                    [self._cli, "--cluster", "create", *addresses, *options],
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                    check=False,
+                )
+                if done.returncode != 0:
+                    raise ServerError(f"redis-cli --cluster create failed\n{done.stdout}")
+            self.wait_healthy(timeout)
+            if fresh:  # the replicas are told their primary last: wait until all know it
+                replicas = len(self.nodes) // 2
+                if not _poll(lambda: self._replicas() == replicas, timeout, interval=0.1):
+                    raise ServerError(f"the replicas of {self!r} never attached")
+            # A replica is a copy only once its first sync is done: until then a failover
+            # would promote an empty node.
+            if not _poll(self._replicas_synced, timeout, interval=0.1):
+                raise ServerError(f"the replicas of {self!r} never finished their first sync")
+        except BaseException:
+            self.stop(kill=True)
+            raise
+
+    def stop(self, kill: bool = False, timeout: float = STOP_TIMEOUT) -> None:
+        for node in self.nodes:
+            node.stop(kill=kill, timeout=timeout)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            **super().info(),
+            "pids": [n.pid for n in self.nodes],
+            "ports": [n.port for n in self.nodes],
+        }
+
+
 # --------------------------------------------------------------------------- moto (SQS)
 
 
@@ -894,9 +1075,17 @@ def _stop_from_state(kind: str, directory: Path, state: dict[str, Any]) -> None:
             pg.stop()
     elif kind == "redis" and isinstance(port, int) and shutil.which("redis-server"):
         RedisServer(directory, port=port).stop()
+    elif kind == "redis_cluster" and shutil.which("redis-server") and shutil.which("redis-cli"):
+        RedisClusterServer(directory, ports=state.get("ports") or ()).stop()
+    # Whatever the server-specific path did, the recorded pids must be gone afterwards.
+    for other in state.get("pids") or ():
+        if isinstance(other, int):
+            terminate_pid(other, signal.SIGTERM, expect="redis")
     # Whatever the server-specific path did, the recorded pid must be gone afterwards.
     if isinstance(pid, int):
-        expect = {"postgres": "postgres", "redis": "redis", "sqs": "moto"}[kind]
+        expect = {"postgres": "postgres", "redis": "redis", "redis_cluster": "redis"}.get(
+            kind, "moto"
+        )
         sig = signal.SIGINT if kind == "postgres" else signal.SIGTERM
         terminate_pid(pid, sig, expect=expect)
 
@@ -934,6 +1123,10 @@ def _cli_start(kind: str, directory: Path, args: argparse.Namespace) -> int:
             else:
                 target.unlink(missing_ok=True)
         server = RedisServer(directory, port=args.port, appendonly=args.appendonly)
+    elif kind == "redis_cluster":
+        shutil.rmtree(directory, ignore_errors=True)  # nodes.conf included: a fresh cluster
+        directory.mkdir(parents=True)
+        server = RedisClusterServer(directory, port=args.port, appendonly=args.appendonly)
     else:
         (directory / "moto.log").unlink(missing_ok=True)
         server = MotoServer(directory, port=args.port)
@@ -951,6 +1144,9 @@ def _cli_available(kind: str) -> int:
         elif kind == "redis":
             if _which("redis-server") is None:
                 raise ServerError("redis-server not found on PATH")
+        elif kind == "redis_cluster":
+            if _which("redis-server") is None or _which("redis-cli") is None:
+                raise ServerError("redis-server or redis-cli not found on PATH")
         else:
             MotoServer._find_command()
     except ServerError as exc:

@@ -49,6 +49,7 @@ if POSTGRES_URL:
 
 # Redis and SQS (moto_server) exist only when `make test` started them.
 REDIS_URL = os.environ.get("BLAMEQUEUE_TEST_REDIS_URL", "")
+REDIS_CLUSTER_URL = os.environ.get("BLAMEQUEUE_TEST_REDIS_CLUSTER_URL", "")
 SQS_URL = os.environ.get("BLAMEQUEUE_TEST_SQS_URL", "")
 # Each test process (and its workers) gets its own key prefix / queue prefix, so two runs on one
 # server never meet.
@@ -63,6 +64,13 @@ if REDIS_URL:
         },
     }
     BACKENDS["redis"] = {"PROTOCOL": "redis", "CONNECTION": "redis", "KEY_PREFIX": f"bq-{_RUN}"}
+if REDIS_CLUSTER_URL:
+    BACKENDS["redis-cluster"] = {
+        "PROTOCOL": "redis",
+        "URL": REDIS_CLUSTER_URL,
+        "CLUSTER": True,
+        "KEY_PREFIX": f"bqc-{_RUN}",
+    }
 if SQS_URL:
     BACKENDS["sqs"] = {
         "PROTOCOL": "sqs",

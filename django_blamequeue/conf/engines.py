@@ -116,12 +116,19 @@ def _redis(found: Findings, at: tuple[str, str], options: Mapping[str, Any]) -> 
     if connection is not None and url is not None:
         message = f"{where(*at)} sets both CONNECTION and URL; it is unclear which to use"
         found.add("E006", message, "Keep one of them.")
+    elif connection is not None and options.get("CLUSTER"):
+        message = f"{where(*at, 'CLUSTER')} is set with CONNECTION; a cluster is reached by URL"
+        hint = 'Give "URL" (any node of the cluster: the client finds the rest) instead.'
+        found.add("E006", message, hint)
     elif connection is not None:
         backend = str((found.caches.get(connection) or {}).get("BACKEND", ""))
         if connection not in found.caches or "redis" not in backend.lower():
             what = "no entry" if connection not in found.caches else f"a non-Redis {backend}"
             message = f"{where(*at, 'CONNECTION')} is {connection!r}: {what} of CACHES"
             found.add("E006", message, "Name a django-redis entry of CACHES, or give a URL.")
+    elif options.get("CLUSTER") and url is not None and url.startswith("unix://"):
+        message = f"{where(*at, 'URL')} is {url!r}; a cluster's nodes are reached over TCP"
+        found.add("E006", message, "Give a redis:// or rediss:// URL of any node.")
     elif url is None or not re.match(r"(redis|rediss|unix)://", url):
         what = "is missing" if url is None else f"is {url!r}, not a redis:// URL"
         message = f"{where(*at, 'URL')} {what}; a redis backend needs a URL or a CONNECTION"
@@ -173,12 +180,14 @@ _ROWS = (
             "PASSWORD": None,
             "USERNAME": None,
             "TLS": False,
+            "CLUSTER": False,  # URL is one node of a Redis Cluster (redis-py's RedisCluster)
             "KEY_PREFIX": "blamequeue",
             "DATABASE": "default",  # the Django database of its outbox and audit rows
         },
-        flags=frozenset({"TLS"}),
+        flags=frozenset({"TLS", "CLUSTER"}),
         environment={
             "BLAMEQUEUE_REDIS_URL": "URL",
+            "BLAMEQUEUE_REDIS_CLUSTER": "CLUSTER",
             "BLAMEQUEUE_REDIS_PASSWORD": "PASSWORD",
             "BLAMEQUEUE_REDIS_USERNAME": "USERNAME",
             "BLAMEQUEUE_REDIS_TLS": "TLS",

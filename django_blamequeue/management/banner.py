@@ -103,7 +103,11 @@ def serving(c: Consumer, queues: Sequence[str], sweeping: bool) -> dict[str, str
     """The banner's rows about one backend a worker serves."""
     b = c.backend
     table = getattr(b, "jobtable", None)  # the local backend's jobs, the SQS ledger
-    vendor = table.connection.vendor if table is not None else b.protocol
+    vendor = (
+        table.connection.vendor
+        if table is not None
+        else str(getattr(b, "engine_label", b.protocol))  # e.g. "Redis Cluster, slot N"
+    )
     opts = c.options
     poll = opts.fast_poll if b.cheap_polling else opts.poll_interval
     rows = {

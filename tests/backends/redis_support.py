@@ -64,6 +64,31 @@ def own_redis(appendonly: str = "no", extra_config: Sequence[str] = ()) -> Itera
         shutil.rmtree(base, ignore_errors=True)
 
 
+@contextmanager
+def own_cluster(appendonly: str = "no") -> Iterator[Any]:
+    """A Redis Cluster of the test's own, 3 primaries + 3 replicas (so a primary may be failed
+    over or killed)."""
+    from tests.servers import RedisClusterServer
+    from tests.settings import TMP
+
+    need_server("redis-cluster")  # where the shared cluster runs, its programs are installed
+    base = Path(tempfile.mkdtemp(prefix="cluster-", dir=TMP))
+    server = RedisClusterServer(base, appendonly=appendonly)  # type: ignore[arg-type]
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(kill=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def lose_outbox(b: RedisBackend) -> int:
+    """The Redis outbox vanishes (as if never written): entries, index and per-job counts."""
+    keys = [f"{b.keys.prefix}:ob:{e.decode()}" for e in b.client.zrange(b.keys.outbox, 0, -1)]
+    keys += [b.keys.outbox, b.keys.unsent("enqueue"), b.keys.unsent("report")]
+    return int(b.client.delete(*keys))
+
+
 def forget(backend: Backend) -> None:
     """Delete every key of the backend's prefix (tests on the shared server clean up)."""
     client = backend.client  # type: ignore[attr-defined]

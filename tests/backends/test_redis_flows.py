@@ -26,7 +26,7 @@ from django_blamequeue.relay.outbox import Relay
 from tests.flows import conftest as flow_fixtures
 from tests.flows.steps import outcome_of, relay, repair, work
 
-from .redis_support import forget, invariant_problems, shared_url, unique_prefix
+from .redis_support import forget, invariant_problems, lose_outbox, shared_url, unique_prefix
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases="__all__"),  # the relay visits each
@@ -78,13 +78,6 @@ def outbox_entries(b: RedisBackend) -> list[dict[str, Any]]:
         {k.decode(): v for k, v in b.client.hgetall(f"{b.keys.prefix}:ob:{e.decode()}").items()}
         for e in eids
     ]
-
-
-def lose_outbox(b: RedisBackend) -> int:
-    """The Redis outbox vanishes (as if never written): entries, index and per-job counts."""
-    keys = [f"{b.keys.prefix}:ob:{e.decode()}" for e in b.client.zrange(b.keys.outbox, 0, -1)]
-    keys += [b.keys.outbox, b.keys.unsent("enqueue"), b.keys.unsent("report")]
-    return int(b.client.delete(*keys))
 
 
 def test_a_local_parent_collects_the_reports_of_its_children_on_redis(

@@ -116,6 +116,16 @@ class RedisBackend(Backend):
     def client(self) -> Any:
         return self.scripts.client
 
+    @property
+    def engine_label(self) -> str:
+        """What the worker's banner calls the engine: on a cluster, with the one hash slot
+        that holds every key of this backend (``redis-cli cluster shards`` names its primary)."""
+        if not self.config.options.get("CLUSTER"):
+            return "redis"
+        from redis.crc import key_slot
+
+        return f"Redis Cluster, slot {key_slot(self.keys.prefix.encode())}"
+
     # -- enqueue ---------------------------------------------------------------------------
     def enqueue_many(
         self,

@@ -2,10 +2,14 @@
 and the deployment warnings (eviction, persistence).
 
 With ``CONNECTION`` the client is django-redis's for that cache alias (its pool, its
-Sentinel/Cluster setup, its timeouts). With ``URL`` this backend object owns one redis-py pool
+Sentinel setup, its timeouts). With ``URL`` this backend object owns one redis-py pool
 built from the URL plus ``USERNAME``/``PASSWORD`` (an ACL user) and ``TLS`` (``rediss://``);
 its client never retries on its own: the resilience layer decides, and a command whose answer
-was lost is not sent twice behind its back (a retried claim would lease jobs twice).
+was lost is not sent twice behind its back (a retried claim would lease jobs twice). With
+``CLUSTER`` the URL names one node of a Redis Cluster and the client is redis-py's
+``RedisCluster``: it follows ``MOVED``/``ASK`` redirections (the command did not run) and, after
+a connection error, refreshes the slot map on the next call, but it does not resend the
+failed command either.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ def connect(alias: str, options: Mapping[str, Any]) -> Any:
         from django_redis import get_redis_connection
 
         return get_redis_connection(options["CONNECTION"])
-    from redis import Redis
+    from redis import Redis, RedisCluster
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
@@ -56,14 +60,16 @@ def connect(alias: str, options: Mapping[str, Any]) -> Any:
         kwargs["username"] = options["USERNAME"]
     if options.get("PASSWORD"):
         kwargs["password"] = options["PASSWORD"]
+    if options.get("CLUSTER"):
+        del kwargs["health_check_interval"]  # per node connection, checked as it is taken
+        return RedisCluster.from_url(url, **kwargs)
     return Redis.from_url(url, **kwargs)
 
 
 def warnings(client: Any, alias: str) -> list[checks.CheckMessage]:
     """What the server's configuration risks: jobs evicted, or acknowledged writes lost."""
     found: list[checks.CheckMessage] = []
-    memory = client.info("memory")
-    persistence = client.info("persistence")
+    memory, persistence = _worst_info(client)
     policy = _text(memory.get("maxmemory_policy", "noeviction"))
     if policy != "noeviction":
         found.append(
@@ -86,6 +92,23 @@ def warnings(client: Any, alias: str) -> list[checks.CheckMessage]:
             )
         )
     return found
+
+
+def _worst_info(client: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``INFO memory`` and ``INFO persistence``; on a cluster, of the first primary that risks
+    something (every primary holds some queues' jobs), else of any primary."""
+    from redis import RedisCluster
+
+    if not isinstance(client, RedisCluster):
+        return client.info("memory"), client.info("persistence")
+    memories = client.info("memory", target_nodes=RedisCluster.PRIMARIES)
+    persistences = client.info("persistence", target_nodes=RedisCluster.PRIMARIES)
+    pairs = [(memories[name], persistences[name]) for name in sorted(memories)]
+    for memory, persistence in pairs:
+        policy = _text(memory.get("maxmemory_policy", "noeviction"))
+        if policy != "noeviction" or not int(persistence.get("aof_enabled", 0)):
+            return memory, persistence
+    return pairs[0]
 
 
 def _text(value: Any) -> str:

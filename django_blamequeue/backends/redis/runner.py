@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from django_blamequeue import audit
 from django_blamequeue.backends import wakeup
 from django_blamequeue.backends.hooks import current_hooks
@@ -99,6 +101,18 @@ class ScriptRunner:
         if len(calls) == 1:
             return [self.run(name, *calls[0], now, after=False)]
         script = self.script(name)
+        try:
+            return self._transaction(script, calls, now)
+        except NoScriptError:
+            # A cluster pipeline sends EVALSHA without loading the script first (a fresh or a
+            # just promoted primary lacks it). Every call of the block is that script, so every
+            # one failed alike and nothing ran: load it and send the block again.
+            self.client.script_load(script.script)
+            return self._transaction(script, calls, now)
+
+    def _transaction(
+        self, script: Any, calls: Sequence[tuple[Any, Sequence[bytes]]], now: datetime | None
+    ) -> list[lua.Reply]:
         pipe = self.client.pipeline(transaction=True)
         for spec, blobs in calls:
             script(keys=[self.keys.prefix], args=self._args(now, spec, blobs), client=pipe)

@@ -221,6 +221,8 @@ def test_local_database_alias_missing_from_databases_is_e005() -> None:
         ({"CONNECTION": "mem"}, "non-Redis"),
         ({"URL": "http://h:6379"}, "not a redis:// URL"),
         ({"URL": "redis://h", "CONNECTION": "redis"}, "both CONNECTION and URL"),
+        ({"CONNECTION": "redis", "CLUSTER": True}, "a cluster is reached by URL"),
+        ({"URL": "unix:///run/redis.sock", "CLUSTER": True}, "nodes are reached over TCP"),
     ],
 )
 def test_redis_needs_a_cache_connection_or_a_url_e006(entry: dict[str, str], says: str) -> None:
