@@ -69,12 +69,13 @@ class KeyCommands:
             )
 
     def _rotate(self, backend: Backend, batch: int) -> None:
-        seen = rewritten = 0
+        seen = rewritten = left_old = 0
         after = ""
         while True:
             step = backend.rotate_keys(_payload, _text, after=after, limit=batch)
             seen += step.seen
             rewritten += step.rewritten
+            left_old += step.left_old
             if step.last_id is None:
                 break
             after = step.last_id
@@ -91,3 +92,9 @@ class KeyCommands:
         self.stdout.write(
             f"backend {backend.alias}: {rewritten:,} job(s) re-encrypted with the first key{note}"
         )
+        if left_old:
+            self.stdout.write(
+                f"backend {backend.alias}: {left_old:,} of them still have a message in the "
+                "queue sealed with an older key (a sent message cannot change; nothing reads "
+                "its copy: the job's own row is re-encrypted); it goes when the job finishes"
+            )
