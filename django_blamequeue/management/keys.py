@@ -94,7 +94,7 @@ class KeyCommands:
         )
         if left_old:
             self.stdout.write(
-                f"backend {backend.alias}: {left_old:,} of them still have a message in the "
-                "queue sealed with an older key (a sent message cannot change; nothing reads "
-                "its copy: the job's own row is re-encrypted); it goes when the job finishes"
+                f"backend {backend.alias}: {left_old:,} unfinished job(s) keep a sent message "
+                "sealed with an older key (a sent message cannot change, and nothing reads it: "
+                "the worker opens the job's re-encrypted row); each goes when its job finishes"
             )

@@ -15,6 +15,8 @@ from django_blamequeue.backends.base import Backend
 from django_blamequeue.core import lifecycle
 from django_blamequeue.core.payload import Encoded
 from django_blamequeue.encryption import PREFIX, open_text
+from django_blamequeue.exceptions import WaitTimeout
+from django_blamequeue.models import WorkflowEvent
 
 from .support import ack, claim_one, fail, outcome, row
 
@@ -144,6 +146,8 @@ def test_after_rotate_keys_nothing_stored_needs_the_removed_key(
     configure(ENCRYPTION_KEYS=[NEW_KEY, OLD_KEY], BACKOFF_BASE=3600, BACKOFF_MAX=3600)
     out = _rotate(backend)
     assert "4 job(s) re-encrypted with the first key" in out
+    # SQS: the waiting job's sent message keeps its old body (nothing reads it), and says so
+    assert ("1 unfinished job(s) keep a sent message" in out) == (engine.protocol == "sqs")
     configure(ENCRYPTION_KEYS=[NEW_KEY])  # the old key is gone
     declined = "ValueError: card 4111-1111-1111-1111 declined"
     got = {j: row(engine, j) for j in (done, failed, retried, waiting)}
@@ -247,3 +251,33 @@ def test_an_encrypted_workflow_keeps_its_step_results_encrypted_too(
     steps = queue.workflow_steps(job_id, backend)
     assert [s.status for s in steps] == ["done", "done"]
     assert all(s.preview.startswith("fernet:") and "4111" not in s.preview for s in steps)
+
+
+def test_events_are_sealed_where_encrypt_is_on_and_an_encrypted_workflow_keeps_them_sealed(
+    backend: str, engine: Backend, register: Callable[..., Any], configure: Callable[..., None]
+) -> None:
+    configure(ENCRYPTION_KEYS=[OLD_KEY], ENCRYPT=["billing"])  # this deployment encrypts
+
+    def ship(payload: Any) -> Any:
+        ctx = current_job()
+        try:
+            ctx.wait_for_event("never", key="o-0", timeout=0.001)
+        except WaitTimeout as exc:
+            late = str(exc)
+        return [ctx.wait_for_event("paid", key="o-9", timeout=3600), late]
+
+    events = WorkflowEvent.objects.using(engine.effects_database)
+    sealed = queue.send_event("paid", key="o-9", payload=CARD, backend=backend)
+    plain = queue.send_event("paid", key="o-8", payload=CARD, backend=backend, encrypted=False)
+    assert events.get(id=sealed).payload.startswith("fernet:")
+    assert "4111" not in events.get(id=sealed).payload
+    assert events.get(id=plain).payload == '{"card":"4111-1111-1111-1111"}'
+    job = register(ship, durable=True, encrypted=True)
+    job_id = job.enqueue({}, backend=backend).job_id
+    drain_until_done(backend, job.options.queue, job_id)
+    paid, late = row(engine, job_id)["result"]
+    assert paid == CARD and "WaitTimeout: no event 'never'" in late
+    steps = queue.workflow_steps(job_id, backend)
+    assert [s.status for s in steps] == ["timed_out", "done"]
+    assert steps[0].error is not None and steps[0].error.startswith("fernet:")  # timeout text
+    assert steps[1].preview.startswith("fernet:") and "4111" not in steps[1].preview
