@@ -204,3 +204,26 @@ def test_rotate_keys_names_a_backend_that_cannot_and_changes_nothing(
         call_command("blamequeue", "--backend", "default", "rotate-keys")
     configure(settings, ENCRYPTION_KEYS=[old], ENCRYPT=True)
     assert queue.get_job(job_id).payload == {"n": 1}  # type: ignore[union-attr]
+
+
+def test_redis_rotation_matches_only_its_prefix_and_reseals_an_attempt_entrys_errors(
+    settings: SettingsWrapper,
+) -> None:
+    import json
+
+    from django_blamequeue.backends.redis import rotation as redis_rotation
+
+    assert redis_rotation._glob("{bq[1]*}") == "{bq\\[1\\]\\*}"  # SCAN's pattern, escaped
+    old = Fernet.generate_key().decode()
+    configure(settings, ENCRYPTION_KEYS=[old])
+    error, trace = encryption.seal_text("ValueError: x"), encryption.seal_text("Traceback: x")
+    entry = json.dumps([1, "retried", False, "1", False, False, "ValueError", error, trace])
+    configure(settings, ENCRYPTION_KEYS=[KEY, old])
+    new = redis_rotation._entry(entry.encode(), keys._text)
+    assert new is not None
+    configure(settings, ENCRYPTION_KEYS=[KEY])
+    fields = json.loads(new)
+    assert fields[:7] == [1, "retried", False, "1", False, False, "ValueError"]
+    assert [encryption.open_text(f) for f in fields[7:]] == ["ValueError: x", "Traceback: x"]
+    plain = json.dumps([1, "retried", False, "1", False, False, "ValueError", "x", False])
+    assert redis_rotation._entry(plain.encode(), keys._text) is None  # nothing sealed in it

@@ -22,9 +22,9 @@ from django_blamequeue.backends.redis.runner import ScriptRunner
 from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.records import KeyRotation
 
-_FIELDS = ("state", "attempts", "ctype", "cenc", "payload", "result", "error", "traceback")
 #: The sealed text fields beside the payload and result (checkpoint: ``ctx.checkpoint``).
 _TEXTS = ("error", "traceback", "checkpoint")
+_FIELDS = ("state", "attempts", "ctype", "cenc", "payload", "result", *_TEXTS)
 #: Where an attempt entry (``keep_attempt`` in lib.lua) holds its error and traceback.
 _ENTRY_TEXTS = (7, 8)
 
@@ -43,7 +43,7 @@ def rotate(
     ids = [(k.decode() if isinstance(k, bytes) else k)[start:] for k in found]
     pipe = client.pipeline(transaction=False)
     for job_id in ids:
-        pipe.hmget(keys.job(job_id), *_FIELDS, "checkpoint")
+        pipe.hmget(keys.job(job_id), *_FIELDS)
     read = pipe.execute()
     jobs = [
         (job_id, row)
