@@ -1,8 +1,9 @@
 """Re-encrypting a job table's stored payloads, results, error text and checkpoints with the
 newest key (the local backend, the SQS ledger).
 
-Each row is rewritten only if it still holds everything that was read (compare-and-set on its
-state, attempt count and every sealed column) and is not inflight: a worker's ack, a retry or
+One batch is one read and one ``UPDATE … FROM (VALUES …)``: each row is rewritten only if it
+still holds everything that was read (compare-and-set on its state, attempt count and every
+sealed column) and is not inflight: a worker's ack, a retry or
 a replacing enqueue that lands between the read and the write wins, and the row keeps the
 ciphertext it wrote, which a listed key still opens. A kill -9 between two rows leaves each
 row either old or new, never half. The job's kept attempts (their error text) are re-sealed in
@@ -59,37 +60,50 @@ def rotate(
         .order_by("id")
         .values_list(*_FIELDS)[:limit]
     )
+    changed: list[list[Any]] = []
+    for job_id, state, attempts, body, ctype, cenc, result, error, trace, cp in rows:
+        new = payload(Encoded(ctype, cenc, bytes(body)))
+        if new.body == bytes(body):
+            continue  # no key opens it: left for its key to come back
+        old_result = None if result is None else bytes(result)
+        new_result = None if old_result is None else payload(Encoded(ctype, cenc, old_result)).body
+        as_read = [job_id, state, attempts, bytes(body), old_result, error, trace, cp]
+        changed.append([*as_read, new.body, new_result, text(error), text(trace), text(cp)])
     done: list[str] = []
     with transaction.atomic(using=table.db):
-        for job_id, state, attempts, body, ctype, cenc, result, error, trace, cp in rows:
-            new = payload(Encoded(ctype, cenc, bytes(body)))
-            if new.body == bytes(body):
-                continue  # no key opens it: left for its key to come back
-            old_result = None if result is None else bytes(result)
-            changes: dict[str, Any] = {
-                "payload": new.body,
-                "error": text(error),
-                "traceback": text(trace),
-                "checkpoint": text(cp),
-            }
-            if old_result is not None:
-                changes["result"] = payload(Encoded(ctype, cenc, old_result)).body
-            unchanged = table.jobs().filter(
-                id=job_id,
-                state=state,
-                attempts=attempts,
-                payload=bytes(body),
-                result=old_result,
-                error=error,
-                traceback=trace,
-                checkpoint=cp,
-            )
-            if unchanged.exclude(state=State.INFLIGHT).update(**changes):
-                done.append(job_id)
+        if changed:
+            with table.connection.cursor() as cur:
+                cur.execute(rewrite_many(table, len(changed)), [v for r in changed for v in r])
+                done = [r[0] for r in cur.fetchall()]
         _attempts(table, done, text)
     last = rows[-1][0] if rows else None
     left = left_old(done) if left_old is not None and done else 0
     return KeyRotation(seen=len(rows), rewritten=len(done), last_id=last, left_old=left)
+
+
+def rewrite_many(table: JobTable, n: int) -> str:
+    """One statement for ``n`` jobs, params per job: id, state, attempts, then payload,
+    result, error, traceback and checkpoint as read, then the same five re-sealed. rule: a
+    job is rewritten only if it is not inflight and holds every value as read (a NULL
+    matches a NULL); answers the ids rewritten."""
+    t = table.name
+    if table.is_postgres:
+        kinds = ["varchar", "varchar", "integer"] + ["bytea", "bytea", "text", "text", "text"] * 2
+        row = "(" + ", ".join(f"%s::{k}" for k in kinds) + ")"
+        alias = "v(" + ", ".join(f"column{i}" for i in range(1, 14)) + ")"
+        same = "IS NOT DISTINCT FROM"
+    else:
+        row, alias, same = "(" + ", ".join(["%s"] * 13) + ")", "v", "IS"
+    return (
+        f"UPDATE {t} SET payload = v.column9, result = v.column10, error = v.column11, "
+        f"traceback = v.column12, checkpoint = v.column13 "
+        f"FROM (VALUES {', '.join([row] * n)}) AS {alias} "
+        f"WHERE {t}.id = v.column1 AND {t}.state = v.column2 AND {t}.state <> 'inflight' "
+        f"AND {t}.attempts = v.column3 AND {t}.payload = v.column4 "
+        f"AND {t}.result {same} v.column5 AND {t}.error {same} v.column6 "
+        f"AND {t}.traceback {same} v.column7 AND {t}.checkpoint {same} v.column8 "
+        f"RETURNING {t}.id"
+    )
 
 
 def _attempts(table: JobTable, job_ids: Sequence[str], text: RewriteText) -> None:
