@@ -1,6 +1,7 @@
 """What the console shows of an encrypted job (docs/encryption.md#the-admin): to a user
 without the ``view_encrypted_job`` permission, "encrypted" in place of its payload, result,
-error text and checkpoint; to one with it, the opened values, each such view written to the audit log."""
+error text and checkpoint; to one with it, the opened values, each such view written to the
+audit log."""
 
 from __future__ import annotations
 
