@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from django_blamequeue.admin import display
-from django_blamequeue.admin.base import ReadOnlyAdmin, backend_database, selected_backend
+from django_blamequeue.admin.base import ReadOnlyAdmin, listing_database, selected_backend
 from django_blamequeue.admin.filters import (
     ActionFilter,
     BackendFilter,
@@ -52,7 +52,11 @@ class AuditEventAdmin(ReadOnlyAdmin):
         css = {"all": ("django_blamequeue/admin.css",)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AuditEvent]:
-        return super().get_queryset(request).using(backend_database(selected_backend(request)))
+        return (
+            super()
+            .get_queryset(request)
+            .using(listing_database(selected_backend(request), AuditEvent))
+        )
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

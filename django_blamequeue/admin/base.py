@@ -10,6 +10,7 @@ from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import Model
 from django.http import Http404, HttpRequest
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -17,6 +18,7 @@ from django.utils.safestring import SafeString
 
 from django_blamequeue.backends import all_backends, get_backend
 from django_blamequeue.backends.base import Backend
+from django_blamequeue.backends.replicas import read_database
 from django_blamequeue.conf import get_settings
 
 APP = "django_blamequeue"
@@ -54,9 +56,16 @@ def local_backends() -> list[Backend]:
 
 
 def backend_database(alias: str | None) -> str:
-    """Where a backend's jobs (local) or audit rows (any backend) live."""
+    """Where a backend's jobs (local) or audit rows (any backend) live: its primary, which
+    every action writes to."""
     backend = backend_or_404(alias)
     return backend.database or "default"
+
+
+def listing_database(alias: str | None, model: type[Model]) -> str:
+    """Where a read-only listing of ``model`` for a backend reads: the replica the project's
+    ``DATABASE_ROUTERS`` name for its database, else the database itself."""
+    return read_database(model, backend_database(alias))
 
 
 def selected_backend(request: HttpRequest) -> str:

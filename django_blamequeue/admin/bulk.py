@@ -45,6 +45,7 @@ from django_blamequeue.admin.base import (
     PURGE,
     RETRY,
     allowed,
+    backend_database,
     backend_or_404,
     local_backends,
     require,
@@ -196,7 +197,8 @@ def selection(
         qs = model_admin.get_queryset_for(alias).filter(id__in=checked)
     else:
         qs = matching(model_admin, request, params)
-    return verb.states(qs), params, checked, alias
+    # what an action applies to is read from the primary, never a replica that lags it
+    return verb.states(qs.using(backend_database(alias))), params, checked, alias
 
 
 def apply(verb: str, backend: str, ids: list[str], target: Target) -> int:

@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from django_blamequeue.admin.base import (
-    backend_database,
+    listing_database,
     local_backends,
     matching,
     selected_backend,
@@ -89,7 +89,7 @@ class ValueFilter(admin.SimpleListFilter):
 
 def database_of(request: HttpRequest, model_admin: Any) -> str:
 
-    return backend_database(selected_backend(request))
+    return listing_database(selected_backend(request), model_admin.model)
 
 
 def newest_values(request: HttpRequest, model_admin: Any, field: str) -> list[str]:

@@ -14,6 +14,7 @@ from django_blamequeue.admin import graph
 from django_blamequeue.admin.base import backend_or_404
 from django_blamequeue.admin.display import STATE_STYLES, STATES, relative, state_badge
 from django_blamequeue.backends import all_backends
+from django_blamequeue.backends.replicas import read_database
 from django_blamequeue.core.records import JobInfo
 from django_blamequeue.core.validation import identifier
 from django_blamequeue.exceptions import QueueError
@@ -124,10 +125,11 @@ def flow_nodes(flow_id: str, alias: str | None) -> list[JobInfo]:
             found += b.resilience.call(lambda b=b: b.flow_jobs(flow_id), idempotent=True)  # type: ignore[misc]
             continue
         edges: dict[str, list[str]] = defaultdict(list)
-        deps = FlowDependency.objects.using(b.database).filter(flow_id=flow_id, kind="dag")
+        db = read_database(Job, b.database)  # the replica the routers name, if any
+        deps = FlowDependency.objects.using(db).filter(flow_id=flow_id, kind="dag")
         for job_id, dep in deps.values_list("job_id", "depends_on_id"):
             edges[job_id].append(dep)
-        rows = Job.objects.using(b.database).filter(flow_id=flow_id).order_by("id")
+        rows = Job.objects.using(db).filter(flow_id=flow_id).order_by("id")
         for values in rows.values_list(*NODE_FIELDS):
             row = dict(zip(NODE_FIELDS, values, strict=True))
             job_id = row.pop("id")

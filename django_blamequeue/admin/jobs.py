@@ -38,8 +38,8 @@ from django_blamequeue.admin.base import (
     VIEW,
     ReadOnlyAdmin,
     allowed,
-    backend_database,
     backend_or_404,
+    listing_database,
     local_backends,
     matching,
     require,
@@ -126,8 +126,9 @@ class JobAdmin(ReadOnlyAdmin):
         return self.get_queryset_for(selected_backend(request))
 
     def get_queryset_for(self, alias: str) -> QuerySet[Job]:
-        """The job list's rows of one local backend (its database)."""
-        return Job.objects.using(backend_database(alias)).defer(*HEAVY_FIELDS)
+        """The job list's rows of one local backend: read from its replica when the
+        project's routers name one (docs/scaling.md), else from its database."""
+        return Job.objects.using(listing_database(alias, Job)).defer(*HEAVY_FIELDS)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
@@ -334,7 +335,7 @@ class JobAdmin(ReadOnlyAdmin):
             stored, lambda found: sealed.shown_attempts(request, stored, found)
         )
         trail = list(
-            AuditEvent.objects.using(backend_database(info.backend))
+            AuditEvent.objects.using(listing_database(info.backend, AuditEvent))
             .filter(job_id=info.job_id)
             .order_by("id")[:AUDIT_TRAIL_ROWS]
         )
@@ -436,6 +437,6 @@ def selected_backend_of(job: Job) -> str | None:
 
     db = job._state.db
     for b in local_backends():
-        if b.database == db:
+        if db in (b.database, listing_database(b.alias, Job)):
             return b.alias
     return None

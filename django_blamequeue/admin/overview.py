@@ -37,9 +37,12 @@ from django_blamequeue.admin.flows import flow_page
 from django_blamequeue.api import queue
 from django_blamequeue.backends import all_backends
 from django_blamequeue.backends.base import Backend
+from django_blamequeue.backends.replicas import read_database
 from django_blamequeue.core.controls import QueueControl
 from django_blamequeue.core.records import QueueStats
 from django_blamequeue.exceptions import QueueError
+from django_blamequeue.models import Job
+from django_blamequeue.worker import fleet
 
 if TYPE_CHECKING:
     from django_blamequeue.admin.jobs import JobAdmin
@@ -84,6 +87,14 @@ class OverviewRow:
     limits: str = ""  # the limits in force, described; "" for none
     source: str = ""  # live | settings
     limits_url: str = ""
+
+
+def _live_workers(b: Backend) -> int | None:
+    """How many workers serve ``b`` now (None: its registry could not be read)."""
+    try:
+        return sum(1 for w in fleet.workers(b) if w.live)
+    except Exception:  # an unreachable registry must not take the overview down
+        return None
 
 
 class Console:
@@ -142,6 +153,10 @@ class Console:
                 "protocol": b.protocol,
                 "breaker": breaker_of(b),
                 "error": None,
+                "database": b.database,
+                # the replica the job list reads, when the project's routers name one
+                "reads": read_database(Job, b.database) if b.database else None,
+                "workers": _live_workers(b),
             }
             backends.append(entry)
             try:
@@ -173,6 +188,7 @@ class Console:
             can_pause=allowed(request, control.PAUSE),
             pause_url=_url("pause"),
             resume_url=_url("resume"),
+            workers_url=_url("workers"),
             paused=sum(1 for r in rows if r.paused),
         )
 

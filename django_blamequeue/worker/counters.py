@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 
 from django_blamequeue.core.states import State
 
@@ -23,6 +24,18 @@ class Counters:
     snoozed: int = 0
     handed_back: int = 0  # jobs without a handler here, handed back (no attempt spent)
     started_at: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def total(cls, many: Sequence[Counters]) -> Counters:
+        """The sum of several consumers' counts: one process serving several backends shows
+        one progress line."""
+        if len(many) == 1:
+            return many[0]
+        summed = cls(started_at=min((c.started_at for c in many), default=time.monotonic()))
+        for f in fields(cls):
+            if f.name != "started_at":
+                setattr(summed, f.name, sum(getattr(c, f.name) for c in many))
+        return summed
 
     def count(
         self,

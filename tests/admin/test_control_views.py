@@ -163,12 +163,16 @@ def test_the_workers_page_lists_live_workers_with_links_to_their_jobs_and_greys_
     body = text(admin_client_.get(WORKERS))
     assert "1 live worker." in body
     assert f'href="{JOB}{job_id}/change/?backend=default"' in body
+    overview = text(admin_client_.get(OVERVIEW))
+    assert re.search(r'data-backend="default">[^·]*data-workers="1"', overview), overview
     release.set()
     consumer.cancel()
     assert consumer.join(10)
     WorkerRecord.objects.update(state="running", last_seen="2000-01-01T00:00:00Z")  # it died
     body = text(admin_client_.get(WORKERS))
     assert 'data-state="gone"' in body and "bq-gone" in body and "0 live workers." in body
+    overview = text(admin_client_.get(OVERVIEW))
+    assert re.search(r'data-backend="default">[^·]*data-workers="0"', overview), overview
 
 
 def test_a_pause_reason_is_escaped(admin_client_: Client) -> None:

@@ -19,6 +19,7 @@ from django_blamequeue import job, queue
 from django_blamequeue.backends import get_backend
 from django_blamequeue.jobs import registry
 from django_blamequeue.management.commands.runworker import EXIT_DIED
+from tests.conftest import need_server
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -113,3 +114,37 @@ def test_runworker_exits_70_when_its_main_loop_dies(
         call_command("runworker", "survive", "--backend", backend, "--no-sweep", stdout=None)
     assert caught.value.returncode == EXIT_DIED == 70
     assert "main loop died" in str(caught.value)
+
+
+def test_a_worker_of_several_backends_exits_70_when_one_loop_dies_and_stops_the_others(
+    slow_job: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One process, two backends: the default one's loop dies, the other one's (which would
+    otherwise wait for work for ever) is stopped, and the process exits 70 as a whole."""
+    need_server("postgres")
+    engine = get_backend("default")
+    monkeypatch.setattr(engine, "claim", failing(engine.claim, 1, SystemExit(3)))
+    monkeypatch.setattr(engine, "apply_and_claim", failing(engine.claim, 1, SystemExit(3)))
+    queue.enqueue("survive", {"n": 1}, name=slow_job, backend="default")
+    with pytest.raises(CommandError) as caught:
+        call_command(
+            "runworker",
+            "survive",
+            "--backend",
+            "default",
+            "--backend",
+            "postgres",
+            "--no-sweep",
+            stdout=None,
+        )
+    assert caught.value.returncode == EXIT_DIED
+    assert "main loop died" in str(caught.value)
+    assert not [w for w in queue.workers(backend="postgres") if w.live]
+
+
+def test_runworker_refuses_an_unknown_backend_among_several_and_starts_no_loop() -> None:
+    with pytest.raises(CommandError, match="nope"):
+        call_command(
+            "runworker", "survive", "--backend", "default", "--backend", "nope", stdout=None
+        )
+    assert queue.workers(backend="default") == []

@@ -7,7 +7,6 @@ import signal
 import sys
 import threading
 from argparse import ArgumentParser, ArgumentTypeError
-from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
@@ -15,26 +14,27 @@ from django.core.checks import CheckMessage
 from django.core.management.base import BaseCommand, CommandError
 
 from django_blamequeue.api import queue
-from django_blamequeue.backends import get_backend
+from django_blamequeue.backends import Backend, get_backend
 from django_blamequeue.checks import check_queues_known
 from django_blamequeue.conf import get_settings
-from django_blamequeue.core.records import Backlog
 from django_blamequeue.core.validation import MAX_SECONDS, parse_rate_limit
 from django_blamequeue.exceptions import QueueError
 from django_blamequeue.jobs import registry
-from django_blamequeue.management import supervisor
+from django_blamequeue.management import banner, supervisor
 from django_blamequeue.management.preflight import require_migrated
-from django_blamequeue.management.render import span
 from django_blamequeue.management.sizing import (
     DEFAULT_CONCURRENCY,
     Concurrency,
+    ConnectionBound,
     connection_bound,
     default_concurrency,
 )
 from django_blamequeue.observability import metrics
 from django_blamequeue.sweeper import Sweeper, services_for
-from django_blamequeue.worker import atomic_turns, fleet
-from django_blamequeue.worker.progress import ProgressLine, banner, worker_identity
+from django_blamequeue.worker import progress
+from django_blamequeue.worker.consumer import Consumer
+from django_blamequeue.worker.counters import Counters
+from django_blamequeue.worker.progress import ProgressLine
 
 
 def positive_int(text: str) -> int:
@@ -84,24 +84,6 @@ def rate_limit(text: str) -> tuple[int, float]:
 EXIT_DIED = 70
 
 
-def _mode(options: Any) -> str:
-    if not options.burst:
-        return "run until signalled"
-    if options.wait_delayed:
-        return "burst (exit when empty, delayed jobs included)"
-    return "burst (exit when nothing is due)"
-
-
-def _delayed_left(left: Backlog) -> str:
-    """What a burst leaves behind: the delayed jobs, and when the next one is due."""
-    when = ""
-    if left.next_due_at is not None:
-        seconds = max(0.0, (left.next_due_at - datetime.now(UTC)).total_seconds())
-        soon = f"{seconds:.1f} s" if seconds < 10 else span(seconds)
-        when = f"; the next is due in {soon} ({left.next_due_at:%Y-%m-%d %H:%M:%S} UTC)"
-    return f"{left.delayed:,} delayed job(s) left{when}; --wait-delayed waits for them"
-
-
 class Command(BaseCommand):
     help = (
         "Run a worker for QUEUE ... (default: every queue with a registered job). Run one per "
@@ -114,7 +96,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("queues", nargs="*", metavar="QUEUE")
         parser.add_argument(
-            "--backend", default=None, help="backend alias (default: DEFAULT_BACKEND)"
+            "--backend",
+            action="append",
+            default=None,
+            metavar="NAME",
+            help="backend alias (default: DEFAULT_BACKEND); repeat it to serve several "
+            "backends from one process, each with its own loop and slots",
         )
         parser.add_argument(
             "--concurrency",
@@ -189,6 +176,7 @@ class Command(BaseCommand):
         if options["processes"] is not None:
             self._supervise(queues, options)
             return
+        aliases = _aliases(options["backend"])
         bounds = supervisor.RecycleBounds(
             options["max_jobs_per_process"], options["max_memory_per_process"]
         )
@@ -197,34 +185,50 @@ class Command(BaseCommand):
         # process: keep it out of the cyclic collector's full passes, which otherwise walk it
         # again and again while jobs allocate.
         gc.freeze()
+        consumers: list[Consumer] = []
         try:
-            concurrency = options["concurrency"]
             # Read before the worker starts: a job it finished would no longer count as use.
-            unused = check_queues_known(get_backend(options["backend"]), options["queues"])
+            unused = _unused_queues(aliases, options["queues"])
             self._sizing = None
-            if concurrency is None:
-                self._sizing = default_concurrency(get_backend(options["backend"]), queues)
-                concurrency = self._sizing.slots
-            consumer = queue.consume(
-                queues,
-                None,
-                concurrency=concurrency,
-                lease=options["lease"],
-                poll_interval=options["poll"],
-                fast_poll=options["fast_poll"],
-                rate_limit=options["rate_limit"],
-                backend=options["backend"],
-                burst=options["burst"],
-                wait_delayed=options["wait_delayed"],
-                max_jobs=options["max_jobs_per_process"],
-            )
+            for alias in aliases:
+                concurrency = options["concurrency"]
+                if concurrency is None:
+                    self._sizing = default_concurrency(get_backend(alias), queues)
+                    concurrency = self._sizing.slots
+                consumers.append(
+                    queue.consume(
+                        queues,
+                        None,
+                        concurrency=concurrency,
+                        lease=options["lease"],
+                        poll_interval=options["poll"],
+                        fast_poll=options["fast_poll"],
+                        rate_limit=options["rate_limit"],
+                        backend=alias,
+                        burst=options["burst"],
+                        wait_delayed=options["wait_delayed"],
+                        max_jobs=options["max_jobs_per_process"],
+                    )
+                )
         except QueueError as exc:
+            for started in consumers:
+                started.abort()
             if metrics_server is not None:
                 metrics_server.shutdown()
             raise CommandError(str(exc)) from exc
         grace = settings.shutdown_grace if options["grace"] is None else options["grace"]
-        sweeper = None if options["no_sweep"] else Sweeper(services_for([consumer.backend]))
-        self._print_banner(consumer, queues, grace, sweeper is not None, unused)
+        sweeper = (
+            None if options["no_sweep"] else Sweeper(services_for([c.backend for c in consumers]))
+        )
+        rows = banner.worker_rows(
+            consumers,
+            queues,
+            concurrency=self._concurrency_row(consumers[0].options.concurrency),
+            grace=grace,
+            sweeping=sweeper is not None,
+            unused=unused,
+        )
+        self.stdout.write(progress.banner(f"django-blamequeue {_version()} · runworker", rows))
         if metrics_server is not None:
             host, bound = metrics_server.server_address[:2]
             self.stdout.write(f"  metrics  http://{host}:{bound}/metrics")
@@ -233,6 +237,10 @@ class Command(BaseCommand):
         signals = {"count": 0}
         stopped = threading.Event()
 
+        def cancel_all(seconds: float) -> None:
+            for c in consumers:
+                c.cancel(grace=seconds)
+
         def on_signal(signum: int, frame: FrameType | None) -> None:
             signals["count"] += 1
             if signals["count"] == 1:
@@ -240,36 +248,44 @@ class Command(BaseCommand):
                     f"\n{signal.Signals(signum).name}: stopping (grace {grace:g} s); "
                     "signal again to stop now"
                 )
-                consumer.cancel(grace=grace)
+                cancel_all(grace)
             else:
                 self.stderr.write("stopping now: releasing in-flight jobs")
-                consumer.abort()
+                for c in consumers:
+                    c.abort()
             stopped.set()
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         interval = options["progress_interval"]
+        slots = sum(c.options.concurrency for c in consumers)
         line = ProgressLine(
             self.stdout._out,  # type: ignore[arg-type]  # the real stream, so a TTY is detected
-            lambda: consumer.counters,
-            lambda: f"{consumer.in_flight}/{concurrency}",
-            notes=lambda: _notes(consumer),
+            lambda: Counters.total([c.counters for c in consumers]),
+            lambda: f"{sum(c.in_flight for c in consumers)}/{slots}",
+            notes=lambda: [n for c in consumers for n in banner.notes(c, len(consumers) > 1)],
             **({"log_interval": interval} if interval else {}),
         )
         recycling: str | None = None
+        failed: Consumer | None = None
         try:
             ticks = 0
-            while not consumer.join(timeout=0.2):
+            while not _joined(consumers, timeout=0.2):
                 line.tick()
                 ticks += 1
+                if failed is None and (failed := _first_failed(consumers)) is not None:
+                    # one backend's loop died: stop the others, so that the process exits
+                    # and its supervisor starts a whole one again
+                    cancel_all(grace)
                 if stopped.is_set() or recycling or ticks % 5:
                     continue  # bounds and the parent: checked once a second
+                claimed = sum(c.counters.claimed for c in consumers)
                 if supervisor.parent_gone():
                     self.stderr.write(f"the supervisor is gone: stopping (grace {grace:g} s)")
-                    consumer.cancel(grace=grace)
+                    cancel_all(grace)
                     stopped.set()
-                elif bounds and (recycling := bounds.crossed(consumer.counters.claimed)):
+                elif bounds and (recycling := bounds.crossed(claimed)):
                     self.stderr.write(f"recycling: {recycling}; letting its jobs finish")
-                    consumer.cancel(grace=MAX_SECONDS)
+                    cancel_all(MAX_SECONDS)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -278,10 +294,11 @@ class Command(BaseCommand):
             if metrics_server is not None:
                 metrics_server.shutdown()
         summary = line.close()
-        if consumer.failure is not None:  # the main loop died: a supervisor must restart us
+        failed = _first_failed(consumers)
+        if failed is not None:  # the main loop died: a supervisor must restart us
             self.stdout.write(f"died: {summary}")
             raise CommandError(
-                f"the worker's main loop died: {consumer.failure!r} (traceback above)",
+                f"the worker's main loop died: {failed.failure!r} (traceback above)",
                 returncode=EXIT_DIED,
             )
         if recycling and not stopped.is_set():
@@ -290,8 +307,11 @@ class Command(BaseCommand):
             raise SystemExit(supervisor.EXIT_RECYCLE)
         how = "burst finished" if options["burst"] and not stopped.is_set() else "stopped"
         self.stdout.write(f"{how}: {summary}")
-        if how == "burst finished" and consumer.left is not None and consumer.left.delayed:
-            self.stdout.write(_delayed_left(consumer.left))
+        if how == "burst finished":
+            for c in consumers:
+                if c.left is not None and c.left.delayed:
+                    prefix = f"{c.backend.alias}: " if len(consumers) > 1 else ""
+                    self.stdout.write(prefix + banner.delayed_left(c.left))
         sys.stdout.flush()
 
     def _supervise(self, queues: list[str], options: dict[str, Any]) -> None:
@@ -302,10 +322,13 @@ class Command(BaseCommand):
                 "each with its own port, to scrape them"
             )
         n = options["processes"]
+        bounds: list[tuple[Backend, int, ConnectionBound]] = []
         try:
-            b = get_backend(options["backend"])
-            slots = options["concurrency"] or default_concurrency(b, queues).slots
-            bound = connection_bound(b, queues, slots, sweeping=not options["no_sweep"])
+            for alias in _aliases(options["backend"]):
+                b = get_backend(alias)
+                slots = options["concurrency"] or default_concurrency(b, queues).slots
+                sweeping = not options["no_sweep"]
+                bounds.append((b, slots, connection_bound(b, queues, slots, sweeping=sweeping)))
         except QueueError as exc:
             raise CommandError(str(exc)) from exc
         recycle = [
@@ -319,19 +342,26 @@ class Command(BaseCommand):
         rows = [
             ("processes", f"{n} worker processes, each replaced when it exits"),
             ("queues", ", ".join(queues)),
-            ("concurrency", f"{slots} slots per process, {n * slots} in all"),
-            (
-                "db connections",
-                f"≤ {n * bound.total} per database in all ({n} × {bound.total}: "
-                f"{bound.slots} slots + {', '.join(bound.threads)})",
-            ),
+        ]
+        for b, slots, bound in bounds:
+            if len(bounds) > 1:
+                rows.append(("backend", f"{b.alias} ({b.protocol}{banner.database_of(b)})"))
+            rows += [
+                ("concurrency", f"{slots} slots per process, {n * slots} in all"),
+                (
+                    "db connections",
+                    f"≤ {n * bound.total} per database in all ({n} × {bound.total}: "
+                    f"{bound.slots} slots + {', '.join(bound.threads)})",
+                ),
+            ]
+        rows += [
             (
                 "recycle",
                 " or ".join(r for r in recycle if r)
                 or "never (--max-jobs-per-process, --max-memory-per-process)",
             ),
         ]
-        self.stdout.write(banner("django-blamequeue · runworker supervisor", rows))
+        self.stdout.write(progress.banner("django-blamequeue · runworker supervisor", rows))
         sys.stdout.flush()
         boss = supervisor.Supervisor(
             _worker_command(options), n, out=sys.stdout, burst=options["burst"]
@@ -353,65 +383,47 @@ class Command(BaseCommand):
         except (ImproperlyConfigured, OSError) as exc:
             raise CommandError(f"--metrics-port {port}: {exc}") from exc
 
-    def _print_banner(
-        self,
-        consumer: Any,
-        queues: list[str],
-        grace: float,
-        sweeping: bool,
-        unused: list[CheckMessage],
-    ) -> None:
-        from importlib.metadata import PackageNotFoundError, version
 
-        try:
-            ver = version("django-blamequeue")
-        except PackageNotFoundError:  # running from a source tree
-            ver = "dev"
-        b = consumer.backend
-        table = getattr(b, "jobtable", None)  # the local backend's jobs, the SQS ledger
-        vendor = table.connection.vendor if table is not None else b.protocol
-        opts = consumer.options
-        poll = opts.fast_poll if b.cheap_polling else opts.poll_interval
-        wake = b.wake_up if b.supports_listen else f"polling every {poll:g} s"
-        rows = [
-            ("worker", worker_identity()),
-            ("backend", f"{b.alias} ({b.protocol}, {vendor})"),
-            ("queues", ", ".join(queues)),
-            ("concurrency", self._concurrency_row(opts.concurrency)),
-            (
-                "db connections",
-                connection_bound(b, queues, opts.concurrency, sweeping=sweeping).describe(),
-            ),
-            (
-                "lease",
-                f"{consumer.options.lease:g} s (renewed every {consumer.options.lease / 2:g} s)",
-            ),
-            ("wake-up", wake),
-            (
-                "rate limit",
-                "{} per {:g} s".format(*consumer.options.rate_limit)
-                if consumer.options.rate_limit
-                else "none",
-            ),
-            ("async jobs", _async_row(queues, consumer.options.concurrency)),
-            *[("atomic jobs", t) for t in [atomic_turns.describe(b, queues)] if t],
-            ("shutdown grace", f"{grace:g} s"),
-            ("sweeper", "on" if sweeping else "off (--no-sweep)"),
-            ("mode", _mode(consumer.options)),
-        ]
-        rows += _control_rows(consumer)
-        rows += [("warning", text) for text in b.deployment_warnings()]
-        for warning in unused:
-            rows.append(("warning", f"{warning.msg}. {warning.hint} ({warning.id})"))
-        self.stdout.write(banner(f"django-blamequeue {ver} · runworker", rows))
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("django-blamequeue")
+    except PackageNotFoundError:  # running from a source tree
+        return "dev"
+
+
+def _aliases(given: list[str] | None) -> list[str]:
+    """The backends to serve, each once, in the order ``--backend`` named them."""
+    default = get_settings().default_backend
+    return list(dict.fromkeys(given or [default]))
+
+
+def _unused_queues(aliases: list[str], queues: list[str]) -> list[CheckMessage]:
+    """W041 for the queues no backend served here knows (a queue holding jobs on any one of
+    them is in use)."""
+    found = [check_queues_known(get_backend(alias), queues) for alias in aliases]
+    everywhere = set.intersection(*({m.msg for m in f} for f in found))
+    return [m for m in found[0] if m.msg in everywhere]
+
+
+def _joined(consumers: list[Consumer], timeout: float) -> bool:
+    """Whether every consumer's loop has ended, waiting up to ``timeout`` in all."""
+    share = timeout / len(consumers)
+    return all([c.join(timeout=share) for c in consumers])
+
+
+def _first_failed(consumers: list[Consumer]) -> Consumer | None:
+    return next((c for c in consumers if c.failure is not None), None)
 
 
 def _worker_command(options: dict[str, Any]) -> list[str]:
     """The ``runworker`` arguments of each process a supervisor starts: the same as its own
     without ``--processes``."""
     args = ["runworker", *options["queues"]]
+    for alias in options["backend"] or ():
+        args += ["--backend", alias]
     valued = {
-        "--backend": options["backend"],
         "--concurrency": options["concurrency"],
         "--lease": options["lease"],
         "--poll": options["poll"],
@@ -429,51 +441,3 @@ def _worker_command(options: dict[str, Any]) -> list[str]:
     flags = {"--burst": "burst", "--wait-delayed": "wait_delayed", "--no-sweep": "no_sweep"}
     args += [flag for flag, key in flags.items() if options[key]]
     return args
-
-
-def _notes(consumer: Any) -> list[str]:
-    """The progress line's words about the control plane: paused queues, jobs this worker
-    has no handler for (by name)."""
-    notes = []
-    paused = consumer.control.paused()
-    if paused:
-        notes.append("paused " + ", ".join(paused))
-    if consumer.no_handler:
-        names = sorted(consumer.no_handler, key=lambda n: -consumer.no_handler[n])
-        shown = ", ".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "")
-        notes.append(f"waiting for a handler: {shown}")
-    return notes
-
-
-def _control_rows(consumer: Any) -> list[tuple[str, str]]:
-    """Banner rows: paused and limited queues, jobs no running worker has a handler for."""
-    try:
-        consumer.control.refresh(force=True)
-        rows: list[tuple[str, str]] = consumer.control.describe()
-        queues = set(consumer.options.queues)
-        waits = [w for w in fleet.unhandled(consumer.backend) if w.queue in queues]
-    except QueueError as exc:
-        return [("control", f"could not be read ({exc})")]
-    rows.append(("handlers", f"{len(registry.registered())} job names registered"))
-    total = sum(w.count for w in waits)
-    if total:
-        names = ", ".join(f"{w.name} ({w.count:,})" for w in waits[:3])
-        rows.append(
-            ("waiting", f"{total:,} job(s) wait for a handler no running worker has: {names}")
-        )
-    return rows
-
-
-def _async_row(queues: list[str], concurrency: int) -> str:
-    """What the banner says of ``async def`` handlers: they run on an event loop thread,
-    inside the same ``--concurrency`` slots as threaded ones."""
-    names = sorted(
-        d.name for d in registry.registered().values() if d.queue in queues and d.is_async
-    )
-    if not names:
-        return "none registered here (an event loop starts with the first one)"
-    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    return (
-        f"{len(names)} async def job{'s' if len(names) != 1 else ''} ({shown}) run on one "
-        f"event loop, sharing the {concurrency} slots"
-    )

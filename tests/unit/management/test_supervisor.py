@@ -39,6 +39,8 @@ def test_each_worker_process_gets_every_option_of_its_supervisor_but_processes()
         "sms",
         "--backend",
         "pg",
+        "--backend",
+        "reports",
         "--concurrency",
         "4",
         "--lease",
