@@ -190,9 +190,9 @@ def test_an_ack_between_the_rotations_read_and_its_write_wins(
         step = engine.rotate_keys(rotate_after_an_ack, lambda t: t, after=after, limit=50)
         seen, rewritten, after = seen + step.seen, rewritten + step.rewritten, step.last_id
     assert raced == [job_id] and (seen, rewritten) == (1, 0)
-    after = row(engine, job_id)
-    assert (after["state"], after["attempts"]) == ("pending", 1)
-    assert after["error"] == "ValueError: declined by the bank"  # the ack's write survived
+    stored = row(engine, job_id)
+    assert (stored["state"], stored["attempts"]) == ("pending", 1)
+    assert stored["error"] == "ValueError: declined by the bank"  # the ack's write survived
     configure(ENCRYPTION_KEYS=[OLD_KEY])  # the payload is still the one the old key sealed
     assert row(engine, job_id)["payload"] == CARD
 
@@ -202,9 +202,11 @@ def test_an_encrypted_jobs_checkpoint_is_stored_sealed_and_resumed_from(
 ) -> None:
     configure(ENCRYPTION_KEYS=[OLD_KEY], BACKOFF_BASE=0.01, BACKOFF_MAX=0.01)
     seen: list[Any] = []
+    handed: list[str | None] = []  # the text the engine handed over with each claim
 
     def resume(payload: Any) -> Any:
         ctx = current_job()
+        handed.append(ctx.previous_checkpoint)
         seen.append(ctx.last_checkpoint)
         if ctx.attempt == 1:
             ctx.checkpoint({"card": payload["card"], "at": 3}, wait=True)
@@ -216,6 +218,8 @@ def test_an_encrypted_jobs_checkpoint_is_stored_sealed_and_resumed_from(
     drain_until_done(backend, job.options.queue, job_id)
     stored = {"card": CARD["card"], "at": 3}
     assert seen == [None, stored] and row(engine, job_id)["result"] == stored
+    token = handed[1]
+    assert token is not None and token.startswith("fernet:") and "4111" not in token
     configure(ENCRYPTION_KEYS=[NEW_KEY])  # a key that never saw it opens nothing: sealed
     assert row(engine, job_id)["checkpoint"] is None
 
