@@ -432,12 +432,17 @@ class Queue:
         backend: str | None = None,
         keep: float | None = None,
         user: str | None = None,
+        encrypted: bool | None = None,
     ) -> int:
         """Deliver event ``name``/``key`` to the workflow that waits for it
         (``ctx.wait_for_event``), or keep it ``keep`` seconds (``RETENTION["EVENTS"]``) for
         the first that will. Inside ``transaction.atomic()`` it is sent only if the
-        transaction commits. ``backend``: whose database keeps it (the default backend's)."""
-        return workflow_ops.send_event(name, key, payload, backend=backend, keep=keep, user=user)
+        transaction commits. ``backend``: whose database keeps it (the default backend's).
+        ``encrypted``: store the payload sealed (default: when ``ENCRYPT`` encrypts any
+        queue; docs/encryption.md)."""
+        return workflow_ops.send_event(
+            name, key, payload, backend=backend, keep=keep, user=user, encrypted=encrypted
+        )
 
     def rerun_workflow(
         self,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from asgiref.sync import sync_to_async
 
+from django_blamequeue import encryption
 from django_blamequeue.core import checkpoints, ids, validation
 from django_blamequeue.core.checkpoints import CheckpointSlot
 from django_blamequeue.exceptions import ErrorCode, QueueError, Retry
@@ -77,6 +78,8 @@ class JobContext:
     detached: Callable[[Callable[[], bool]], bool] | None = None
     #: The checkpoint the previous attempt saved, as stored (JSON text), read with the lease.
     previous_checkpoint: str | None = None
+    #: The job is stored encrypted: its checkpoints are sealed like its payload.
+    encrypted: bool = False
     #: Where ``checkpoint()`` leaves values, made at the first one (most jobs take none).
     checkpoints: CheckpointSlot | None = None
     #: A worker's: its slot tells the main thread, which writes the values. None: a context
@@ -166,7 +169,7 @@ class JobContext:
     def last_checkpoint(self) -> Any:
         """The value the previous attempt saved with ``checkpoint`` (None at first): where a
         long job resumes. It stays that attempt's value while this one saves its own."""
-        return checkpoints.decode(self.previous_checkpoint)
+        return encryption.open_checkpoint(self.previous_checkpoint)
 
     def checkpoint(self, value: Any, *, wait: bool = False) -> None:
         """Save ``value`` (JSON, at most 64 KiB) as where the job stands, for the attempt
@@ -213,7 +216,7 @@ class JobContext:
                 "an atomic job takes no checkpoint: a failed attempt rolls its writes back, "
                 "and the next attempt would skip them",
             )
-        return checkpoints.encode(value)
+        return encryption.seal_checkpoint(value, self.encrypted)
 
     def _slot(self) -> CheckpointSlot:
         if self.checkpoints is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django_blamequeue.conf import get_settings
+from django_blamequeue.core import checkpoints
 from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.texts import storable
 from django_blamequeue.exceptions import ErrorCode, QueueError
@@ -25,11 +26,13 @@ __all__ = [
     "TEXT_PREFIX",
     "is_encrypted",
     "is_sealed_text",
+    "open_checkpoint",
     "open_payload",
     "open_text",
     "readable",
     "rotate",
     "seal",
+    "seal_checkpoint",
     "seal_text",
     "wants_encryption",
 ]
@@ -123,6 +126,19 @@ def seal_text(text: str | None, limit: int | None = None, *, keep_tail: bool = F
     if limit is not None:
         text = _fitted(text, plain_bytes(limit), keep_tail)
     return TEXT_PREFIX + _fernet().encrypt(text.encode("utf-8")).decode("ascii")
+
+
+def seal_checkpoint(value: Any, sealed: bool) -> str:
+    """``value`` as stored checkpoint text (``checkpoints.encode``: refused before anything
+    is written), sealed for an encrypted job; the cap applies to the plain text."""
+    text = checkpoints.encode(value)
+    return (seal_text(text) or text) if sealed else text
+
+
+def open_checkpoint(text: str | None) -> Any:
+    """A stored checkpoint's value (None: none), sealed text opened first
+    (``DECRYPT_FAILED`` when no configured key opens it)."""
+    return checkpoints.decode(open_text(text))
 
 
 def plain_bytes(limit: int) -> int:

@@ -1,6 +1,7 @@
 """What the console shows of an encrypted job (docs/encryption.md#the-admin): to a user
-without the ``view_encrypted_job`` permission, "encrypted" in place of its payload, result
-and error text; to one with it, the opened values, each such view written to the audit log."""
+without the ``view_encrypted_job`` permission, "encrypted" in place of its payload, result,
+error text and checkpoint; to one with it, the opened values, each such view written to the
+audit log."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ def listed(info: JobInfo) -> JobInfo:
         result=None if info.result is None else SEALED,
         error=None if info.error is None else SEALED,
         traceback=None,
+        checkpoint=None if info.checkpoint is None else SEALED,
     )
 
 

@@ -86,8 +86,8 @@ class Backend(metaclass=ABCMeta):
     #: A claim under per-key limits finds other keys' jobs behind a full key in claim order
     #: (False on SQS: it leases among the messages SQS delivers, in SQS's order).
     supports_key_order = True
-    #: ``rotate_keys`` re-encrypts stored jobs in place (the job table; not Redis, whose
-    #: hashes would need a script per field, nor SQS, whose sent messages cannot change).
+    #: ``rotate_keys`` re-encrypts stored jobs in place (every engine here; a sent SQS
+    #: message cannot change, and the count of those left old is reported).
     supports_key_rotation = False
     #: ``fence_effects`` applies the job's fenced ack inside the handler's transaction (its
     #: job rows live in that database: the local backend, the SQS ledger); False: it writes
@@ -312,10 +312,11 @@ class Backend(metaclass=ABCMeta):
         after: str = "",
         limit: int = 500,
     ) -> KeyRotation:
-        """With ``supports_key_rotation``: up to ``limit`` encrypted jobs not inflight (ids
-        after ``after``, in id order) rewritten in place by ``payload`` (payload and result)
-        and ``text`` (error and traceback), each row only if unchanged since it was read
-        (``blamequeue rotate-keys``, docs/encryption.md)."""
+        """With ``supports_key_rotation``: a batch of about ``limit`` encrypted jobs not
+        inflight, from where ``after`` says (an id, or the engine's cursor: ``last_id`` of
+        the batch before), rewritten in place by ``payload`` (payload and result) and
+        ``text`` (error, traceback, checkpoint, kept attempts' errors), each job only if
+        unchanged since it was read (``blamequeue rotate-keys``, docs/encryption.md)."""
         message = (
             f"backend {self.alias!r} ({self.protocol}) cannot re-encrypt stored jobs in place; "
             "its jobs stay readable while ENCRYPTION_KEYS keeps the old key (docs/encryption.md)"

@@ -9,6 +9,10 @@ already renews leases and sends acks — writes held values, at most once per th
 per job, batched across jobs, and takes the last one at the end of the attempt to store it
 before the ack. So ``checkpoint()`` costs a handler no round trip, works the same from
 ``async def`` code, and a value is never lost to the throttle.
+
+An encrypted job's checkpoint is stored sealed (``fernet:<token>`` around this JSON text):
+the context seals it (``encryption.seal_checkpoint``) and every reader opens it with
+``encryption.open_checkpoint``, so no engine has code of its own for it (docs/encryption.md).
 """
 
 from __future__ import annotations

@@ -361,11 +361,14 @@ class JobInfo:
 @dataclass(frozen=True, slots=True)
 class KeyRotation:
     """One batch of ``Backend.rotate_keys``: rows read, rows rewritten (a row claimed or
-    changed meanwhile is skipped), and the last id read (None: nothing was left)."""
+    changed meanwhile is skipped), and where the next batch starts (the last id read, or the
+    engine's own cursor; None: nothing was left). ``left_old``: rewritten jobs of which a
+    copy the engine cannot rewrite still holds the old token (a sent SQS message)."""
 
     seen: int
     rewritten: int
     last_id: str | None
+    left_old: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ SQS ledger), by a locking read of the job's row under the run's lease token
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -189,3 +190,38 @@ def take_event(db: str, name: str, key: str, job_id: str, now: datetime) -> Work
             event.consumed_by = job_id
             return event
     return None
+
+
+def reseal(
+    db: str, text: Callable[[str | None], str | None], limit: int = 500
+) -> Iterator[tuple[str, int, int]]:
+    """``blamequeue rotate-keys`` over the workflow rows of database ``db``: the sealed step
+    results and errors, then the sealed event payloads, re-sealed by ``text`` in batches of
+    ``limit`` (one transaction each), each row only if it still holds what was read (a run
+    that records its step meanwhile wins). Yields ``(what, read, rewritten)`` per batch."""
+    sealed = encryption.TEXT_PREFIX
+    steps = WorkflowStep.objects.using(db)
+    events = WorkflowEvent.objects.using(db)
+    tables: list[tuple[str, Any, tuple[str, ...]]] = [
+        (
+            "step",
+            steps.filter(result__startswith=sealed) | steps.filter(error__startswith=sealed),
+            ("result", "error"),
+        ),
+        ("event", events.filter(payload__startswith=sealed), ("payload",)),
+    ]
+    for what, rows, fields in tables:
+        after = 0
+        while batch := list(
+            rows.filter(id__gt=after).order_by("id").values_list("id", *fields)[:limit]
+        ):
+            rewritten = 0
+            with transaction.atomic(using=db):
+                for pk, *old in batch:
+                    new = [text(v) for v in old]
+                    if new != old:
+                        as_read = dict(zip(fields, old, strict=True))
+                        same = rows.model.objects.using(db).filter(pk=pk, **as_read)
+                        rewritten += same.update(**dict(zip(fields, new, strict=True)))
+            after = batch[-1][0]
+            yield what, len(batch), rewritten

@@ -241,7 +241,7 @@ class Workflow:
         if row is not None and row.status == "done":
             return steprows.decode(row.result)
         if row is not None and row.status == "timed_out":
-            raise WaitTimeout(row.error)
+            raise WaitTimeout(encryption.readable(row.error) or "")
         now = self.now()
         if row is None or row.status == "failed":
             deadline = now + timedelta(seconds=timeout) if timeout is not None else None
@@ -262,7 +262,7 @@ class Workflow:
         if got is not None:
             if got.status == "done":
                 return steprows.decode(got.result)
-            raise WaitTimeout(got.error)
+            raise WaitTimeout(encryption.readable(got.error) or "")
         assert row.wake_at is None or row.wake_at > now
         raise Park((row.wake_at - now).total_seconds() if row.wake_at else FOREVER)
 
@@ -277,14 +277,21 @@ class Workflow:
                     self.db, row.event_name, row.event_key, self.ctx.job_id, now
                 )
                 if taken is not None:
-                    row.status, row.result, row.finished_at = "done", taken.payload, now
-                    row.result_bytes = steprows.size_of(taken.payload)
+                    # an encrypted job's step holds the event sealed, however it was sent
+                    kept = (
+                        steprows.sealed(taken.payload)
+                        if self.encrypted and taken.payload is not None
+                        else taken.payload
+                    )
+                    row.status, row.result, row.finished_at = "done", kept, now
+                    row.result_bytes = steprows.size_of(kept)
                 elif row.wake_at is not None and row.wake_at <= now:
                     row.status, row.finished_at = "timed_out", now
-                    row.error = (
+                    text = (
                         f"WaitTimeout: no event {row.event_name!r} (key {row.event_key!r}) "
                         f"came by {row.wake_at.isoformat()}"
                     )
+                    row.error = steprows.sealed(text) if self.encrypted else text
                 elif existing is not None and existing.status == "waiting":
                     return None  # still waiting: nothing to write
                 steprows.put(self._fence(), row, replacing=existing)

@@ -41,6 +41,17 @@ def databases() -> list[str]:
 
 
 # -- events ----------------------------------------------------------------------------------
+def event_sealed(flag: bool | None) -> bool:
+    """Whether an event's payload is stored sealed: ``flag`` when given, else whenever
+    ``ENCRYPT`` encrypts any queue. An event belongs to no job until a workflow takes it, so
+    the sender cannot know whether that job is encrypted; a deployment that encrypts
+    anything seals every event, and a plain workflow opens it just the same."""
+    if flag is not None:
+        return flag
+    setting = get_settings().encrypt
+    return bool(setting)
+
+
 def send_event(
     name: str,
     key: str = "",
@@ -49,10 +60,13 @@ def send_event(
     backend: str | None = None,
     keep: float | None = None,
     user: str | None = None,
+    encrypted: bool | None = None,
 ) -> int:
     """Store event ``name``/``key`` for the first workflow that waits for it (a waiting one
     is woken once the caller's transaction commits); answers the event's id. Kept ``keep``
-    seconds (default ``RETENTION["EVENTS"]``) if nobody takes it."""
+    seconds (default ``RETENTION["EVENTS"]``) if nobody takes it. Its payload is sealed
+    with ``encrypted=True``, or by default wherever ``ENCRYPT`` encrypts any queue
+    (``event_sealed``, docs/encryption.md)."""
     checked = validation.optional_text(name, "event name", 255)
     if checked is None:
         raise QueueError(ErrorCode.BAD_ARGUMENT, "event name is required")
@@ -63,6 +77,8 @@ def send_event(
         else get_settings().retention_events or validation.MAX_SECONDS
     )
     text = steprows.encode(payload, "an event's payload")
+    if event_sealed(encrypted):
+        text = steprows.sealed(text)  # DECRYPT_FAILED without a key: nothing is stored
     target = get_backend(backend)
     db = target.effects_database
     now = target.now()

@@ -13,6 +13,7 @@ from django_blamequeue import encryption
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.core.payload import Encoded
 from django_blamequeue.exceptions import ErrorCode, QueueError
+from django_blamequeue.jobs import steprows
 
 
 def add_arguments(sub: Any) -> None:
@@ -34,8 +35,11 @@ def _payload(encoded: Encoded) -> Encoded:
 
 
 def _text(text: str | None) -> str | None:
-    """Stored error text re-encrypted; text no key opens is kept as it is (its job's payload
-    tells the same story, and dropping it would lose the only copy)."""
+    """Stored sealed text re-encrypted (plain text stays plain: rotating a key encrypts
+    nothing new); text no key opens is kept as it is (its job's payload tells the same
+    story, and dropping it would lose the only copy)."""
+    if not encryption.is_sealed_text(text):
+        return text
     try:
         return encryption.seal_text(encryption.open_text(text))
     except QueueError:
@@ -53,7 +57,10 @@ class KeyCommands:
         if options["batch"] < 1:
             raise CommandError(f"--batch must be at least 1, not {options['batch']}")
         skipped = []
+        databases: list[str] = []
         for backend in self.backends(options):
+            if backend.effects_database not in databases:
+                databases.append(backend.effects_database)
             if not backend.supports_key_rotation:
                 skipped.append(backend.alias)
                 self.stderr.write(
@@ -62,6 +69,8 @@ class KeyCommands:
                 )
                 continue
             self._rotate(backend, options["batch"])
+        for db in databases:
+            self._rotate_workflows(db, options["batch"])
         if skipped and options["backend"]:
             raise QueueError(
                 ErrorCode.KEY_ROTATION_UNSUPPORTED,
@@ -69,12 +78,13 @@ class KeyCommands:
             )
 
     def _rotate(self, backend: Backend, batch: int) -> None:
-        seen = rewritten = 0
+        seen = rewritten = left_old = 0
         after = ""
         while True:
             step = backend.rotate_keys(_payload, _text, after=after, limit=batch)
             seen += step.seen
             rewritten += step.rewritten
+            left_old += step.left_old
             if step.last_id is None:
                 break
             after = step.last_id
@@ -91,3 +101,21 @@ class KeyCommands:
         self.stdout.write(
             f"backend {backend.alias}: {rewritten:,} job(s) re-encrypted with the first key{note}"
         )
+        if left_old:
+            self.stdout.write(
+                f"backend {backend.alias}: {left_old:,} unfinished job(s) keep a sent message "
+                "sealed with an older key (a sent message cannot change, and nothing reads it: "
+                "the worker opens the job's re-encrypted row); each goes when its job finishes"
+            )
+
+    def _rotate_workflows(self, db: str, batch: int) -> None:
+        """Durable workflows' step rows and sent events in ``db`` (docs/workflows.md)."""
+        totals = {"step": 0, "event": 0}
+        for what, read, rewritten in steprows.reseal(db, _text, batch):
+            totals[what] += rewritten
+            self.stdout.write(f"database {db}: {rewritten:,} {what} row(s) of {read:,} read…")
+        if any(totals.values()):
+            self.stdout.write(
+                f"database {db}: {totals['step']:,} workflow step(s) and {totals['event']:,} "
+                "event(s) re-encrypted with the first key"
+            )

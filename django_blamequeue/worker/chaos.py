@@ -115,6 +115,7 @@ def run_claimed(
         token=c.token,
         progress_throttle=0.0,
         previous_checkpoint=c.checkpoint,
+        encrypted=encryption.is_encrypted(c.payload),
     )
     slot = ctx.checkpoints = CheckpointSlot(writer=ctx._store_checkpoint)
     run = Run(

@@ -132,6 +132,7 @@ def new_run(c: Claimed, backend: Backend, now: float, lease: float, throttle: fl
         token=c.token,
         progress_throttle=throttle,
         previous_checkpoint=c.checkpoint,
+        encrypted=encryption.is_encrypted(c.payload),
     )
     return Run(
         claimed=c,

@@ -27,12 +27,14 @@ Login = Callable[[User], Client]
 
 @pytest.fixture
 def failed_secret(settings: SettingsWrapper) -> str:
-    """A job of the encrypted queue "vault" in the DLQ, its error text quoting the card."""
+    """A job of the encrypted queue "vault" in the DLQ, its error text and its checkpoint
+    quoting the card."""
     keys = {"ENCRYPTION_KEYS": [Fernet.generate_key().decode()], "ENCRYPT": ["vault"]}
     settings.BLAMEQUEUE = {**settings.BLAMEQUEUE, **keys}
     job_id = queue.enqueue("vault", {"card": CARD}, max_attempts=1).job_id
 
     def decline(job: Any, ctx: Any) -> None:
+        ctx.checkpoint({"charging": job.payload["card"]})
         raise ValueError(f"card {job.payload['card']} declined")
 
     assert queue.consume("vault", decline, poll_interval=0.05, burst=True).join(20)

@@ -120,6 +120,7 @@ def test_rotate_keys_keeps_error_text_no_key_opens_rather_than_lose_it(
     mine = encryption.seal_text("ValueError: declined")
     assert keys._text("fernet:not-a-token") == "fernet:not-a-token"
     assert keys._text(None) is None
+    assert keys._text("RuntimeError: stalled") == "RuntimeError: stalled"  # plain stays plain
     assert encryption.open_text(keys._text(mine)) == "ValueError: declined"
 
 
@@ -169,3 +170,60 @@ def test_rotate_keys_leaves_a_job_no_key_opens_and_goes_on(settings: SettingsWra
     assert "1 job(s) re-encrypted with the first key; 1 left as they were" in out.getvalue()
     assert queue.get_job(kept).payload == {"n": 2}  # type: ignore[union-attr]
     assert queue.get_job(lost).payload is None  # type: ignore[union-attr]
+
+
+def test_an_encrypted_jobs_checkpoint_is_sealed_and_capped_on_its_plain_text(
+    settings: SettingsWrapper,
+) -> None:
+    from django_blamequeue.core.checkpoints import MAX_CHECKPOINT_BYTES
+
+    configure(settings, ENCRYPTION_KEYS=[KEY])
+    stored = encryption.seal_checkpoint({"card": "4111"}, True)
+    assert stored.startswith(encryption.TEXT_PREFIX) and "4111" not in stored
+    assert encryption.open_checkpoint(stored) == {"card": "4111"}
+    assert encryption.seal_checkpoint({"at": 3}, False) == '{"at":3}'
+    largest = "x" * (MAX_CHECKPOINT_BYTES - 2)  # its JSON text is exactly the cap
+    assert encryption.open_checkpoint(encryption.seal_checkpoint(largest, True)) == largest
+    with pytest.raises(QueueError) as refused:
+        encryption.seal_checkpoint(largest + "x", True)
+    assert refused.value.code == ErrorCode.CHECKPOINT_TOO_LARGE
+
+
+@pytest.mark.django_db
+def test_rotate_keys_names_a_backend_that_cannot_and_changes_nothing(
+    settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.core.management import CommandError, call_command
+
+    old = Fernet.generate_key().decode()
+    configure(settings, ENCRYPTION_KEYS=[old], ENCRYPT=True)
+    job_id = queue.enqueue("vault", {"n": 1}).job_id
+    configure(settings, ENCRYPTION_KEYS=[KEY, old], ENCRYPT=True)
+    monkeypatch.setattr(get_backend("default"), "supports_key_rotation", False)
+    with pytest.raises(CommandError, match="KEY_ROTATION_UNSUPPORTED"):
+        call_command("blamequeue", "--backend", "default", "rotate-keys")
+    configure(settings, ENCRYPTION_KEYS=[old], ENCRYPT=True)
+    assert queue.get_job(job_id).payload == {"n": 1}  # type: ignore[union-attr]
+
+
+def test_redis_rotation_matches_only_its_prefix_and_reseals_an_attempt_entrys_errors(
+    settings: SettingsWrapper,
+) -> None:
+    import json
+
+    from django_blamequeue.backends.redis import rotation as redis_rotation
+
+    assert redis_rotation._glob("{bq[1]*}") == "{bq\\[1\\]\\*}"  # SCAN's pattern, escaped
+    old = Fernet.generate_key().decode()
+    configure(settings, ENCRYPTION_KEYS=[old])
+    error, trace = encryption.seal_text("ValueError: x"), encryption.seal_text("Traceback: x")
+    entry = json.dumps([1, "retried", False, "1", False, False, "ValueError", error, trace])
+    configure(settings, ENCRYPTION_KEYS=[KEY, old])
+    new = redis_rotation._entry(entry.encode(), keys._text)
+    assert new is not None
+    configure(settings, ENCRYPTION_KEYS=[KEY])
+    fields = json.loads(new)
+    assert fields[:7] == [1, "retried", False, "1", False, False, "ValueError"]
+    assert [encryption.open_text(f) for f in fields[7:]] == ["ValueError: x", "Traceback: x"]
+    plain = json.dumps([1, "retried", False, "1", False, False, "ValueError", "x", False])
+    assert redis_rotation._entry(plain.encode(), keys._text) is None  # nothing sealed in it

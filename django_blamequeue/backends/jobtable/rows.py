@@ -10,9 +10,9 @@ from django.utils.dateparse import parse_datetime
 
 from django_blamequeue import encryption
 from django_blamequeue.backends.readback import FieldReader
-from django_blamequeue.core import checkpoints
 from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.records import Claimed, JobInfo
+from django_blamequeue.exceptions import QueueError
 from django_blamequeue.serializers import decode
 
 
@@ -229,6 +229,8 @@ def info_from_model(
 
 def _checkpoint(text: str | None) -> Any:
     try:
-        return checkpoints.decode(text)
+        return encryption.open_checkpoint(text)
     except ValueError:  # written by hand: still inspectable
         return text
+    except QueueError:  # sealed, and no configured key opens it: like its payload
+        return None

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,7 +31,7 @@ from django_blamequeue import audit
 from django_blamequeue.backends import wakeup
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.backends.flowstate import state_from_rows
-from django_blamequeue.backends.redis import lua
+from django_blamequeue.backends.redis import lua, rotation
 from django_blamequeue.backends.redis.codec import (
     HISTORY_LEVELS,
     Blobs,
@@ -57,6 +57,7 @@ from django_blamequeue.backends.rescuelog import log_rescued
 from django_blamequeue.conf import BackendConfig, get_settings
 from django_blamequeue.core import unique, wire
 from django_blamequeue.core.controls import ControlState, HandlerWait, QueueLimits
+from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.records import (
     Ack,
     AckResult,
@@ -68,6 +69,7 @@ from django_blamequeue.core.records import (
     EnqueuedJob,
     FlowState,
     JobInfo,
+    KeyRotation,
     LeaseSignals,
     NewJob,
     OutboxItem,
@@ -96,6 +98,7 @@ class RedisBackend(Backend):
     supports_listen = True
     supports_flows = True
     supports_apply_and_claim = True
+    supports_key_rotation = True
     has_outbox = True
     expires_buckets = True  # each bucket's hash expires once its window has passed
     #: How idle workers are woken (the worker's banner shows it).
@@ -613,6 +616,18 @@ class RedisBackend(Backend):
             chunk = list(job_ids[start : start + RETRY_CHUNK])
             total += int(self.scripts.run("bulk", [op, chunk, arg], now=now).result)
         return total
+
+    def rotate_keys(
+        self,
+        payload: Callable[[Encoded], Encoded],
+        text: Callable[[str | None], str | None],
+        *,
+        after: str = "",
+        limit: int = 500,
+    ) -> KeyRotation:
+        """One SCAN of the job hashes, re-sealed by ``rotate.lua`` (``rotation.py``); ``after``
+        and ``last_id`` are the scan's cursor."""
+        return rotation.rotate(self.scripts, payload, text, after=after, limit=limit)
 
     def delete_jobs(self, job_ids: Sequence[str]) -> int:
         return self._bulk("delete", job_ids, False, None)

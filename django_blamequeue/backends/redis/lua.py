@@ -54,6 +54,7 @@ NAMES = (
     "names",
     "bulk",
     "buckets",
+    "rotate",
 )
 
 

@@ -11,7 +11,7 @@ settle (``Receiver``), or an unsent row the send step sends.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,7 @@ from django.db import InterfaceError, OperationalError, transaction
 from django_blamequeue import audit
 from django_blamequeue.backends import wakeup
 from django_blamequeue.backends.base import Backend
-from django_blamequeue.backends.jobtable import effects
+from django_blamequeue.backends.jobtable import effects, rotation
 from django_blamequeue.backends.jobtable.acks import Acks
 from django_blamequeue.backends.jobtable.attempts import Attempts
 from django_blamequeue.backends.jobtable.bulk import BulkEdits
@@ -47,6 +47,7 @@ from django_blamequeue.backends.sqs.transport import SqsUnavailable, Transport
 from django_blamequeue.conf import BackendConfig, get_settings
 from django_blamequeue.core.controls import ControlState, HandlerWait
 from django_blamequeue.core.limits import QueueLimits
+from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.records import (
     Ack,
     AckResult,
@@ -58,6 +59,7 @@ from django_blamequeue.core.records import (
     EnqueuedJob,
     FlowState,
     JobInfo,
+    KeyRotation,
     LeaseSignals,
     NewJob,
     PruneReport,
@@ -65,7 +67,7 @@ from django_blamequeue.core.records import (
     Report,
     RescueReport,
 )
-from django_blamequeue.core.states import State
+from django_blamequeue.core.states import TERMINAL, State
 from django_blamequeue.core.timeseries import Bucket, Sample
 from django_blamequeue.models import FlowDependency, SqsJob
 
@@ -92,6 +94,7 @@ class SqsBackend(Backend):
     supports_key_order = False  # limits lease among the messages SQS delivers, in its order
     sends_later = True  # the ledger's unsent rows: ``send_unsent`` sends them
     effects_with_ack = True
+    supports_key_rotation = True  # the ledger; a sent message keeps its body (left_old)
     unavailable_errors = UNAVAILABLE
 
     def __init__(self, config: BackendConfig) -> None:
@@ -379,6 +382,25 @@ class SqsBackend(Backend):
         return self.listing.backlog(queues)
 
     # -- operators' bulk edits, history, charts ---------------------------------------------
+    def rotate_keys(
+        self,
+        payload: Callable[[Encoded], Encoded],
+        text: Callable[[str | None], str | None],
+        *,
+        after: str = "",
+        limit: int = 500,
+    ) -> KeyRotation:
+        """The ledger re-sealed (the claim reads the payload from it, never from the message
+        body); a job whose message was sent and is not finished keeps the old token in that
+        message until the job finishes and it is deleted (``left_old``)."""
+        return rotation.rotate(
+            self.jobtable, payload, text, after=after, limit=limit, left_old=self._sent_unfinished
+        )
+
+    def _sent_unfinished(self, job_ids: Sequence[str]) -> int:
+        rows = self.jobtable.jobs().filter(id__in=list(job_ids), sent_at__isnull=False)
+        return int(rows.exclude(state__in=list(TERMINAL)).count())
+
     def delete_jobs(self, job_ids: Sequence[str]) -> int:
         return self.bulk.delete(job_ids)
 
