@@ -2,7 +2,7 @@
 """Hot table: does the claim path stay small and fast after millions of jobs went through it?
 
     .venv/bin/python bench/hot_table.py [--n 1000000] [--rate 500] [--retention 3600]
-                                        [--batch 500] [--claim 50] [--no-write]
+                                        [--batch 500] [--claim 50] [--alter SQL] [--no-write]
 
 One process on a throwaway PostgreSQL 15 (``tests.servers``, fsync on, loopback) drives the
 local backend's verbs directly: it keeps ``--batch`` jobs pending (``enqueue_many``), claims
@@ -136,8 +136,12 @@ class HotTable:
             if report.jobs < 5000:
                 break
         self.prunes.append(
-            {"at": self.done, "deleted": deleted, "batches": batches,
-             "seconds": round(time.perf_counter() - t0, 3)}
+            {
+                "at": self.done,
+                "deleted": deleted,
+                "batches": batches,
+                "seconds": round(time.perf_counter() - t0, 3),
+            }
         )
 
     def snapshot(self, wall0: float) -> None:
@@ -180,10 +184,16 @@ class HotTable:
         biggest = max(self.prunes, key=lambda p: p["deleted"], default=None)
         return {
             "claims": len(self.claims),
-            "first_10pct": {"p50_ms": ms(first, 0.5), "p99_ms": ms(first, 0.99),
-                            "mean_ms": round(statistics.fmean(first) * 1000, 3)},
-            "last_10pct": {"p50_ms": ms(last, 0.5), "p99_ms": ms(last, 0.99),
-                           "mean_ms": round(statistics.fmean(last) * 1000, 3)},
+            "first_10pct": {
+                "p50_ms": ms(first, 0.5),
+                "p99_ms": ms(first, 0.99),
+                "mean_ms": round(statistics.fmean(first) * 1000, 3),
+            },
+            "last_10pct": {
+                "p50_ms": ms(last, 0.5),
+                "p99_ms": ms(last, 0.99),
+                "mean_ms": round(statistics.fmean(last) * 1000, 3),
+            },
             "p99_ratio": round(percentile(last, 0.99) / percentile(first, 0.99), 2),
             "virtual_hours": round(n / self.args.rate / 3600, 2),
             "retained_rows_expected": int(self.args.retention * self.args.rate),
@@ -200,6 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retention", type=float, default=3600.0, help="RETENTION DONE, s")
     parser.add_argument("--batch", type=int, default=500, help="pending jobs kept in the queue")
     parser.add_argument("--claim", type=int, default=50, help="jobs per claim")
+    parser.add_argument(
+        "--alter",
+        action="append",
+        default=[],
+        metavar="SQL",
+        help="a statement run after the migration (a lever tried on the schema)",
+    )
     parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.name}")
     args = parser.parse_args(argv)
 
@@ -217,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
             url = pg.create_database("bench")
             report["server"] = pg.facts()
             drain.setup_django(url, SETTINGS)
+            drain.alter(args.alter)
+            report["storage"] = drain.sql(
+                "SELECT reloptions FROM pg_class WHERE relname = 'blamequeue_job'"
+            )[0][0]
             bench = HotTable(args)
             bench.run()
             report["snapshots"] = bench.snapshots

@@ -326,8 +326,10 @@ def run_scenario(
     t3 = time.time()
     out["recovery"] = phase_figures(t2, t3, depth, rate)
     out["recovered_after_s"] = recovery_seconds(depth, t2, t3, out["baseline"]["depth_max"])
-    log(f"{name}: recovery {out['recovery']}; back to baseline depth after "
-        f"{out['recovered_after_s']} s")
+    log(
+        f"{name}: recovery {out['recovery']}; back to baseline depth after "
+        f"{out['recovered_after_s']} s"
+    )
     base_p99 = out["baseline"]["pickup_p99_ms"] or 0.0
     worst_p99 = max(out[p]["pickup_p99_ms"] or 0.0 for p in ("pressure", "recovery"))
     out["goals"] = {
@@ -397,8 +399,12 @@ def main(argv: list[str] | None = None) -> int:
                     try:
                         for name in scenarios:
                             report["scenarios"][name] = run_scenario(
-                                name, getattr(pressure, name), args.phase_seconds, producer,
-                                depth, rate,
+                                name,
+                                getattr(pressure, name),
+                                args.phase_seconds,
+                                producer,
+                                depth,
+                                rate,
                             )
                     finally:
                         producer.stop()
@@ -426,9 +432,8 @@ def settle(enqueued: int, timeout: float = 300.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         counts = dict(drain.sql("SELECT state, count(*) FROM blamequeue_job GROUP BY state"))
-        if counts.get("done", 0) >= enqueued or set(counts) <= {"done", "failed"} and sum(
-            counts.values()
-        ) >= enqueued:
+        waiting = sum(n for state, n in counts.items() if state not in ("done", "failed"))
+        if sum(counts.values()) >= enqueued and not waiting:
             break
         time.sleep(1.0)
     counts = dict(drain.sql("SELECT state, count(*) FROM blamequeue_job GROUP BY state"))

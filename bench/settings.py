@@ -58,11 +58,9 @@ if os.environ.get("BENCH_SERVER_BINDING") == "1" and "postgresql" in str(
     DATABASES["default"]["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
 
 # BENCH_APPLICATION_NAME names the sessions (bench/pressure.py terminates the workers' by it).
-if os.environ.get("BENCH_APPLICATION_NAME") and "postgresql" in str(
-    DATABASES["default"]["ENGINE"]
-):
+if os.environ.get("BENCH_APPLICATION_NAME") and "postgresql" in str(DATABASES["default"]["ENGINE"]):
     DATABASES["default"]["OPTIONS"] = {
-        **DATABASES["default"].get("OPTIONS", {}),  # type: ignore[dict-item]
+        **DATABASES["default"].get("OPTIONS", {}),
         "application_name": os.environ["BENCH_APPLICATION_NAME"],
     }
 

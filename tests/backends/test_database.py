@@ -173,3 +173,25 @@ def test_a_stale_statement_caught_in_a_savepoint_is_prepared_afresh_after_the_co
             get_backend("postgres").claim(["prep"], 2, 30)  # a savepoint of the outer one
         _claimed_and_done("postgres", 2)
         _claimed_and_done("postgres", 2)  # and the statement prepared afresh stays prepared
+
+
+# -- autovacuum of the job tables (PostgreSQL) ---------------------------------------------
+
+
+def test_the_job_tables_are_vacuumed_after_a_fixed_number_of_dead_tuples_on_postgresql() -> None:
+    """Migration 0018: the server's default (a fifth of the table dead, throttled) lets a
+    table holding a retention window of done rows bloat between two runs."""
+    need_server("postgres")
+    with connections["postgres"].cursor() as cur:
+        cur.execute(
+            "SELECT relname, reloptions FROM pg_class WHERE relname = ANY(%s)",
+            [["blamequeue_job", "blamequeue_sqs_job"]],
+        )
+        options = {name: set(opts or ()) for name, opts in cur.fetchall()}
+    wanted = {
+        "autovacuum_vacuum_scale_factor=0.0",
+        "autovacuum_vacuum_threshold=10000",
+        "autovacuum_vacuum_cost_delay=0",
+        "autovacuum_analyze_scale_factor=0.02",
+    }
+    assert options == {"blamequeue_job": wanted, "blamequeue_sqs_job": wanted}
