@@ -8,7 +8,8 @@ A throwaway PostgreSQL 15 (``tests.servers``, fsync on, loopback, ``max_connecti
 to 500 in this server only) and ``--workers`` × ``manage.py runworker bench`` (the sweeper on,
 so expired leases are rescued). First the peak: a backlog drained as fast as the workers go.
 Then a paced producer offers ``--rate`` jobs/s (default: half the peak) in batches every
-100 ms, and each scenario runs three phases of ``--phase-seconds``: baseline, the pressure,
+100 ms, and each scenario, once the backlog the one before left is worked off (at most a
+second of load pending), runs three phases of ``--phase-seconds``: baseline, the pressure,
 recovery:
 
 - ``idle_in_tx``: a session opens a transaction, takes an xid and sits idle in it (the xmin
@@ -302,6 +303,17 @@ def measure_peak(seconds: float, backlog: int) -> float:
     return float(n / (last - first).total_seconds())
 
 
+def settle_backlog(depth: Depth, rate: float, timeout: float = 600.0) -> float:
+    """Wait until the backlog the previous scenario left is worked off (at most a second of
+    offered load pending), so each baseline starts from a queue at its steady state."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if depth.samples and depth.samples[-1][0] > t0 and depth.samples[-1][1] <= rate:
+            break
+        time.sleep(0.5)
+    return round(time.time() - t0, 1)
+
+
 def run_scenario(
     name: str,
     pressure: Callable[[], Any],
@@ -310,7 +322,7 @@ def run_scenario(
     depth: Depth,
     rate: float,
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"settled_after_s": settle_backlog(depth, rate)}
     t0 = time.time()
     time.sleep(phase)
     t1 = time.time()
