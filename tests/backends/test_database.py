@@ -195,3 +195,40 @@ def test_the_job_tables_are_vacuumed_after_a_fixed_number_of_dead_tuples_on_post
         "autovacuum_analyze_scale_factor=0.02",
     }
     assert options == {"blamequeue_job": wanted, "blamequeue_sqs_job": wanted}
+
+
+# -- a pinned xmin horizon named by the sweeper (PostgreSQL) -------------------------------
+
+
+def test_the_sweeper_names_a_transaction_that_holds_back_vacuum_past_its_threshold(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from django_blamequeue.sweeper.horizon import HorizonWatch
+
+    need_server("postgres")
+    db = connections["postgres"]
+    idle = db.get_new_connection(db.get_connection_params())
+    try:
+        idle.execute("SELECT txid_current()")  # an xid, then idle in transaction
+        (pid,) = idle.execute("SELECT pg_backend_pid()").fetchone()
+        assert HorizonWatch("postgres", threshold=3600).run_once() is None
+        with caplog.at_level("WARNING", logger="django_blamequeue.sweeper"):
+            holder = HorizonWatch("postgres", threshold=0).run_once()
+        assert holder is not None and holder.pid == pid
+        assert holder.state == "idle in transaction"
+        assert f"pid {pid}" in caplog.text and "holds back vacuum" in caplog.text
+    finally:
+        idle.rollback()
+        idle.close()
+
+
+def test_the_horizon_watch_runs_for_each_database_holding_a_job_table_and_is_quiet_on_sqlite() -> (
+    None
+):
+    from django_blamequeue.sweeper import services_for
+    from django_blamequeue.sweeper.horizon import HorizonWatch
+
+    need_server("postgres")
+    names = {s.name for s in services_for([get_backend("default"), get_backend("postgres")])}
+    assert {"horizon[default]", "horizon[postgres]"} <= names
+    assert HorizonWatch("default", threshold=0).run_once() is None  # SQLite has no horizon
