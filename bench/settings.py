@@ -57,6 +57,13 @@ if os.environ.get("BENCH_SERVER_BINDING") == "1" and "postgresql" in str(
 ):
     DATABASES["default"]["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
 
+# BENCH_APPLICATION_NAME names the sessions (bench/pressure.py terminates the workers' by it).
+if os.environ.get("BENCH_APPLICATION_NAME") and "postgresql" in str(DATABASES["default"]["ENGINE"]):
+    DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"].get("OPTIONS", {}),
+        "application_name": os.environ["BENCH_APPLICATION_NAME"],
+    }
+
 # With BENCH_REDIS_URL the jobs live in Redis (the database keeps audit and outbox rows).
 _REDIS_URL = os.environ.get("BENCH_REDIS_URL", "")
 _BACKEND = (

@@ -23,6 +23,7 @@ from django_blamequeue.relay.outbox import Relay
 from django_blamequeue.sweeper.depths import Depths
 from django_blamequeue.sweeper.expirer import Expirer
 from django_blamequeue.sweeper.flow_repair import FlowRepair
+from django_blamequeue.sweeper.horizon import HorizonWatch
 from django_blamequeue.sweeper.pruner import Pruner
 from django_blamequeue.sweeper.rescuer import Rescuer
 from django_blamequeue.sweeper.scheduler import Scheduler
@@ -64,6 +65,9 @@ def services_for(backends: Sequence[Backend]) -> list[Service]:
     found.append(Scheduler(period=min(settings.sweep_interval, 5.0)))
     for db in sorted({b.effects_database for b in backends}):
         found.append(Waker(db, period=min(settings.sweep_interval, 1.0)))
+    # The databases holding job tables (the local backend's, the SQS ledger's).
+    for db in sorted({t.db for b in backends if (t := getattr(b, "jobtable", None)) is not None}):
+        found.append(HorizonWatch(db))
     return found
 
 

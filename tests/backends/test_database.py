@@ -173,3 +173,62 @@ def test_a_stale_statement_caught_in_a_savepoint_is_prepared_afresh_after_the_co
             get_backend("postgres").claim(["prep"], 2, 30)  # a savepoint of the outer one
         _claimed_and_done("postgres", 2)
         _claimed_and_done("postgres", 2)  # and the statement prepared afresh stays prepared
+
+
+# -- autovacuum of the job tables (PostgreSQL) ---------------------------------------------
+
+
+def test_the_job_tables_are_vacuumed_after_a_fixed_number_of_dead_tuples_on_postgresql() -> None:
+    """Migration 0018: the server's default (a fifth of the table dead, throttled) lets a
+    table holding a retention window of done rows bloat between two runs."""
+    need_server("postgres")
+    with connections["postgres"].cursor() as cur:
+        cur.execute(
+            "SELECT relname, reloptions FROM pg_class WHERE relname = ANY(%s)",
+            [["blamequeue_job", "blamequeue_sqs_job"]],
+        )
+        options = {name: set(opts or ()) for name, opts in cur.fetchall()}
+    wanted = {
+        "autovacuum_vacuum_scale_factor=0.0",
+        "autovacuum_vacuum_threshold=10000",
+        "autovacuum_vacuum_cost_delay=0",
+        "autovacuum_analyze_scale_factor=0.02",
+    }
+    assert options == {"blamequeue_job": wanted, "blamequeue_sqs_job": wanted}
+
+
+# -- a pinned xmin horizon named by the sweeper (PostgreSQL) -------------------------------
+
+
+def test_the_sweeper_names_a_transaction_that_holds_back_vacuum_past_its_threshold(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from django_blamequeue.sweeper.horizon import HorizonWatch
+
+    need_server("postgres")
+    db = connections["postgres"]
+    idle = db.get_new_connection(db.get_connection_params())
+    try:
+        idle.execute("SELECT txid_current()")  # an xid, then idle in transaction
+        (pid,) = idle.execute("SELECT pg_backend_pid()").fetchone()
+        assert HorizonWatch("postgres", threshold=3600).run_once() is None
+        with caplog.at_level("WARNING", logger="django_blamequeue.sweeper"):
+            holder = HorizonWatch("postgres", threshold=0).run_once()
+        assert holder is not None and holder.pid == pid
+        assert holder.state == "idle in transaction"
+        assert f"pid {pid}" in caplog.text and "holds back vacuum" in caplog.text
+    finally:
+        idle.rollback()
+        idle.close()
+
+
+def test_the_horizon_watch_runs_for_each_database_holding_a_job_table_and_is_quiet_on_sqlite() -> (
+    None
+):
+    from django_blamequeue.sweeper import services_for
+    from django_blamequeue.sweeper.horizon import HorizonWatch
+
+    need_server("postgres")
+    names = {s.name for s in services_for([get_backend("default"), get_backend("postgres")])}
+    assert {"horizon[default]", "horizon[postgres]"} <= names
+    assert HorizonWatch("default", threshold=0).run_once() is None  # SQLite has no horizon
