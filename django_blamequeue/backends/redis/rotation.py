@@ -38,7 +38,7 @@ def rotate(
     limit: int = 500,
 ) -> KeyRotation:
     client, keys = runner.client, runner.keys
-    cursor, found = client.scan(int(after or 0), match=_glob(keys.prefix) + ":job:*", count=limit)
+    cursor, found = _scan(client, int(after or 0), _glob(keys.prefix) + ":job:*", limit, keys)
     start = len(keys.prefix) + len(":job:")
     ids = [(k.decode() if isinstance(k, bytes) else k)[start:] for k in found]
     pipe = client.pipeline(transaction=False)
@@ -89,6 +89,21 @@ def rotate(
     return KeyRotation(
         seen=len(jobs), rewritten=len(rewritten), last_id=str(cursor) if cursor else None
     )
+
+
+def _scan(client: Any, cursor: int, match: str, count: int, keys: Any) -> tuple[int, list[Any]]:
+    """One SCAN step over the backend's keys. On a Redis Cluster the backend is one hash slot,
+    so its keys live on one node: the step asks that node, whose cursor it answers (a
+    cluster's plain SCAN would ask some node and answer a cursor per node)."""
+    from redis import RedisCluster
+
+    if isinstance(client, RedisCluster):
+        cluster: Any = client  # redis-py types a cluster's SCAN as one server's
+        node = cluster.get_node_from_key(keys.job("0"))
+        cursors, found = cluster.scan(cursor, match=match, count=count, target_nodes=node)
+        return int(cursors[node.name]), list(found)
+    next_cursor, found = client.scan(cursor, match=match, count=count)
+    return int(next_cursor), list(found)
 
 
 def _new_text(
