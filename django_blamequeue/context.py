@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_blamequeue.worker")
 
 _SLOT_MADE = threading.Lock()
+#: The slot of every attempt that ended without a checkpoint: closed, it drops what a
+#: handler still running (abandoned) would put; one for all, as most jobs take none.
+_ENDED = CheckpointSlot()
+_ENDED.closed = True
 _current: ContextVar[JobContext | None] = ContextVar("blamequeue_job", default=None)
 
 
@@ -82,9 +86,9 @@ class JobContext:
     encrypted: bool = False
     #: Where ``checkpoint()`` leaves values, made at the first one (most jobs take none).
     checkpoints: CheckpointSlot | None = None
-    #: A worker's: its slot tells the main thread, which writes the values. None: a context
-    #: made outside a worker, which writes each value at once.
-    on_checkpoint: Callable[[CheckpointSlot, bool], None] | None = None
+    #: A worker's: its slot tells the main thread (``on_checkpoint(ctx, urgent)``), which
+    #: writes the values. None: a context made outside a worker, which writes each at once.
+    on_checkpoint: Callable[[JobContext, bool], None] | None = None
     #: An ``@job(atomic=True)`` run: its writes roll back with a failed attempt, so it takes
     #: no checkpoint (the next attempt would skip work that was undone).
     atomic: bool = False
@@ -223,8 +227,9 @@ class JobContext:
             return self.checkpoints
         with _SLOT_MADE:  # a handler's own threads may take the first checkpoint together
             if self.checkpoints is None:
-                if self.on_checkpoint is not None:
-                    self.checkpoints = CheckpointSlot(notify=self.on_checkpoint)
+                tell = self.on_checkpoint
+                if tell is not None:
+                    self.checkpoints = CheckpointSlot(notify=lambda _slot, urgent: tell(self, urgent))
                 else:
                     self.checkpoints = CheckpointSlot(writer=self._store_checkpoint)
             return self.checkpoints
@@ -235,8 +240,7 @@ class JobContext:
         with _SLOT_MADE:
             if self.checkpoints is not None:
                 return self.checkpoints
-            self.checkpoints = CheckpointSlot()
-            self.checkpoints.closed = True
+            self.checkpoints = _ENDED  # shared: a closed slot holds nothing and never opens
             return None
 
     def _store_checkpoint(self, text: str) -> bool:

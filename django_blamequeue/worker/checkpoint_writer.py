@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 
 from django_blamequeue.backends.base import Backend
+from django_blamequeue.context import JobContext
 from django_blamequeue.core.checkpoints import CheckpointSlot, resolve
 from django_blamequeue.exceptions import LeaseLost, QueueError
 from django_blamequeue.worker.execution import Run
@@ -39,18 +40,19 @@ class Checkpointer:
         self.backend = backend
         self.throttle = throttle
         self._wake = wake
-        self._noted: deque[tuple[Run, bool]] = deque()  # appended by handler threads
+        self._noted: deque[tuple[JobContext, bool]] = deque()  # appended by handler threads
         self._held: dict[str, Run] = {}  # main thread only, like the rest below
         self._urgent: set[str] = set()
         self._final: list[Taken] = []
 
     def attach(self, run: Run) -> None:
-        """Have the run's first checkpoint make a slot whose values this checkpointer writes."""
-        run.ctx.on_checkpoint = lambda _slot, wait: self._note(run, wait)
+        """Have the run's first checkpoint make a slot whose values this checkpointer writes
+        (a bound method made once: no closure per run, most runs take no checkpoint)."""
+        run.ctx.on_checkpoint = self._note
 
-    def _note(self, run: Run, urgent: bool) -> None:
+    def _note(self, ctx: JobContext, urgent: bool) -> None:
         """From a handler: a value to write (``urgent``: someone waits for it)."""
-        self._noted.append((run, urgent))
+        self._noted.append((ctx, urgent))
         self._wake.set()
 
     # -- while runs go -----------------------------------------------------------------------
@@ -58,7 +60,10 @@ class Checkpointer:
         """Write the values due (one call); answer the runs whose lease turned out lost.
         Raises ``QueueError`` when the backend cannot be asked: the values are held again."""
         while self._noted:
-            run, urgent = self._noted.popleft()
+            ctx, urgent = self._noted.popleft()
+            run = running.get(ctx.job_id)
+            if run is None or run.ctx is not ctx:  # its attempt ended: ``end`` took the value
+                continue
             self._held[run.claimed.job_id] = run
             if urgent:
                 self._urgent.add(run.claimed.job_id)
