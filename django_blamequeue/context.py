@@ -229,7 +229,7 @@ class JobContext:
             if self.checkpoints is None:
                 tell = self.on_checkpoint
                 if tell is not None:
-                    self.checkpoints = CheckpointSlot(notify=lambda _slot, urgent: tell(self, urgent))
+                    self.checkpoints = CheckpointSlot(notify=lambda _, urgent: tell(self, urgent))
                 else:
                     self.checkpoints = CheckpointSlot(writer=self._store_checkpoint)
             return self.checkpoints
