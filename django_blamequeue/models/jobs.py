@@ -156,11 +156,20 @@ class Job(JobFields):
                 name="bq_job_claim",
                 condition=Q(state="pending"),
             ),
-            # The rescuer: inflight rows by lease expiry.
-            models.Index("lease_expires_at", name="bq_job_lease", condition=Q(state="inflight")),
+            # Inflight rows, one entry each (a claim takes two entries: this and the primary
+            # key): the rescuer's expired leases (the few inflight rows scanned whole), a
+            # limited claim's count of a queue's jobs in flight per key (counted under the
+            # queue's control-row lock), a trace's inflight rows (``Job.objects.traced``).
+            models.Index(
+                "queue",
+                "concurrency_key",
+                "lease_expires_at",
+                name="bq_job_inflight",
+                condition=Q(state="inflight"),
+            ),
             # Listings and counts per queue/state (admin, DLQ, purge, size). Neither a claim
             # (to inflight) nor a done ack takes an entry: inflight rows per queue are
-            # ``bq_job_inflight_key``'s, done rows per state are ``bq_job_finished``'s.
+            # ``bq_job_inflight``'s, done rows per state are ``bq_job_finished``'s.
             models.Index(
                 "queue",
                 "state",
@@ -179,20 +188,13 @@ class Job(JobFields):
             models.Index("flow_id", name="bq_job_flow", condition=Q(flow_id__isnull=False)),
             models.Index("parent_id", name="bq_job_parent", condition=Q(parent_id__isnull=False)),
             # Look-ups by trace id. A claim takes no entry: the few inflight rows are found
-            # through ``bq_job_lease`` (``Job.objects.traced``).
+            # through ``bq_job_inflight`` (``Job.objects.traced``).
             models.Index(
                 "trace_id",
                 name="bq_job_trace",
                 condition=Q(trace_id__isnull=False) & ~Q(state="inflight"),
             ),
-            # Limited claims: jobs in flight per queue and key (counted under the queue's
-            # control-row lock), and the pending jobs of one key in claim order.
-            models.Index(
-                "queue",
-                "concurrency_key",
-                name="bq_job_inflight_key",
-                condition=Q(state="inflight"),
-            ),
+            # Limited claims: the pending jobs of one key in claim order.
             models.Index(
                 "queue",
                 "concurrency_key",

@@ -105,7 +105,7 @@ class Listing:
 
     def size(self, queue: str) -> int:
         # An OR, not ``state IN``: pending rows are ``bq_job_queue_state``'s, inflight rows
-        # ``bq_job_inflight_key``'s (a BitmapOr of the two on PostgreSQL).
+        # ``bq_job_inflight``'s (a BitmapOr of the two on PostgreSQL).
         live = Q(queue=queue, state=State.PENDING) | Q(queue=queue, state=State.INFLIGHT)
         n: int = self.table.jobs().filter(live).count()
         return n
