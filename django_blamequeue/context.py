@@ -99,7 +99,7 @@ class JobContext:
     clock: Callable[[], datetime] | None = None
     _cancelled: _Flag = field(default_factory=_Flag)
     _last_progress: float = field(default=-1e18)
-    _writes: set[asyncio.Task[Any]] = field(default_factory=set)
+    _writes: set[asyncio.Task[Any]] | None = None  # made at the first async progress write
 
     @property
     def cancelled(self) -> bool:
@@ -117,6 +117,8 @@ class JobContext:
         self._last_progress = now
         if _in_event_loop():  # an async handler: write without blocking the loop, in order
             write = asyncio.ensure_future(self._store_progress(value))
+            if self._writes is None:
+                self._writes = set()
             self._writes.add(write)
             write.add_done_callback(self._written)
             return
@@ -133,7 +135,8 @@ class JobContext:
         await sync_to_async(self._call)(verb)
 
     def _written(self, task: asyncio.Task[Any]) -> None:
-        self._writes.discard(task)
+        if self._writes is not None:
+            self._writes.discard(task)
         if not task.cancelled() and task.exception() is not None:
             logger.warning("recording progress of job %s failed: %s", self.job_id, task.exception())
 

@@ -56,7 +56,7 @@ class RunningJob:
     parent_id: str | None
 
 
-@dataclass(eq=False, kw_only=True)
+@dataclass(eq=False, kw_only=True, slots=True)
 class Run:
     """One attempt in flight. ``lock`` decides the race between finishing and being abandoned."""
 
