@@ -157,11 +157,93 @@ def text(value: Any) -> str | None:
 
 
 def claimed_from(reply: Sequence[Any]) -> list[Claimed]:
-    """A claim's reply (``claim`` in leasing.lua): a JSON header, then the payloads."""
+    """A claim's reply (``claim`` in leasing.lua): a JSON header, then the payloads.
+
+    Each row is read in one pass (``_claimed_fast``); a row it cannot read as stored by the
+    API is read again field by field (``_claimed``), which notes what is wrong with it."""
     if not reply or not reply[0]:
         return []
     header = json.loads(reply[0])
-    return [_claimed(row, payload) for row, payload in zip(header, reply[1:], strict=True)]
+    times: dict[Any, datetime | None] = {}
+    out = []
+    for row, payload in zip(header, reply[1:], strict=True):
+        try:
+            out.append(_claimed_fast(row, payload, times))
+        except (TypeError, ValueError, OverflowError, OSError):
+            out.append(_claimed(row, payload))
+    return out
+
+
+def _time(raw: Any, times: dict[Any, datetime | None]) -> datetime | None:
+    """``from_us``, remembered for one reply: a claim stamps every lease with one expiry, and
+    jobs enqueued in one call share their created and available times."""
+    try:
+        return times[raw]
+    except KeyError:
+        when = times[raw] = from_us(raw)
+        return when
+
+
+def _claimed_fast(row: list[Any], payload: Any, times: dict[Any, datetime | None]) -> Claimed:
+    """One claimed job as the API stores it (every value a string, or false for a missing
+    field); raises on anything else, for ``_claimed`` to read and note."""
+    (
+        token,
+        expires,
+        _started,
+        job_id,
+        queue,
+        name,
+        ctype,
+        cenc,
+        attempts,
+        max_attempts,
+        priority,
+        timeout,
+        trace_id,
+        classification,
+        flow_id,
+        parent_id,
+        available,
+        created,
+        flow_phase,
+        flow_mode,
+        flow_depth,
+        stalls,
+        checkpoint,
+        ckey,
+        snoozes,
+    ) = row
+    if type(payload) is not bytes or False in (attempts, max_attempts, priority):
+        raise TypeError("read field by field")
+    seconds = float(timeout) if timeout else None
+    if seconds is not None and not 0 < seconds < 1e10:
+        raise ValueError("read field by field")
+    return Claimed(
+        job_id=str(job_id),
+        queue=queue or "",
+        name=name or "",
+        payload=Encoded(ctype or "application/json", cenc or "utf-8", payload),
+        token=str(token),
+        attempt=int(attempts),
+        max_attempts=int(max_attempts),
+        lease_expires_at=_time(expires, times) or datetime.now(UTC),
+        priority=int(priority),
+        timeout=seconds,
+        trace_id=trace_id or None,
+        classification=classification or None,
+        flow_id=flow_id or None,
+        parent_id=parent_id or None,
+        available_at=_time(available, times),
+        created_at=_time(created, times),
+        flow_phase=flow_phase or None,
+        flow_mode=flow_mode or None,
+        flow_depth=int(flow_depth) if flow_depth else 0,
+        stalls=int(stalls) if stalls else 0,
+        checkpoint=None if checkpoint is False else checkpoint,
+        concurrency_key=ckey or None,
+        snoozes=int(snoozes) if snoozes else 0,
+    )
 
 
 def _claimed(row: list[Any], payload: bytes) -> Claimed:

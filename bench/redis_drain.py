@@ -1,0 +1,199 @@
+#!/usr/bin/env python
+"""The Redis no-op drain, before and after a change, side by side in one run (not a test).
+
+    .venv/bin/python bench/redis_drain.py [--n 20000] [--rounds 3] [--before DIR]
+        [--workers 2] [--concurrency 64] [--py-spy DIR]
+
+One throwaway redis-server (AOF ``appendfsync everysec``, ``tests.servers``); per round and per
+checkout (``--before DIR``: a checkout of the code before, e.g. ``git archive main | tar -x -C
+DIR``; then this one) ``--n`` no-op jobs are enqueued and drained by ``--workers``
+``runworker --burst`` processes running that checkout's code (``bench/drain.py``'s
+``Workers``). Each drain reports jobs/s from the first claim to the last ack as Redis stamped
+them, worker CPU per job (less start-up), redis-server CPU per job, and the server's
+``INFO commandstats`` per job: the commands the scripts ran, calls and µs. ``--py-spy DIR``
+records worker 0 of each drain (``bench/profiling.py``). Prints a table and the medians, writes
+``bench/results/redis-drain.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import profiling  # noqa: E402
+from bench.drain import Workers, children_cpu, logger, text_table  # noqa: E402
+from bench.throughput import _proc_cpu, machine  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "redis-drain.json"
+log = logger("redis-drain")
+
+
+def commandstats(client: Any) -> dict[str, tuple[int, int]]:
+    """Calls and µs per command since the last ``CONFIG RESETSTAT`` (script calls included)."""
+    out = {}
+    for key, value in client.info("commandstats").items():
+        out[key.removeprefix("cmdstat_")] = (int(value["calls"]), int(value["usec"]))
+    return out
+
+
+def enqueue(n: int) -> None:
+    from bench.jobs import NOOP, QUEUE
+    from django_blamequeue import queue
+
+    for start in range(0, n, 1000):
+        queue.enqueue_many(QUEUE, [{"i": i} for i in range(start, min(n, start + 1000))], name=NOOP)
+
+
+def window(backend: Any) -> dict[str, Any]:
+    """Rate, batches and attempts of the done jobs, from the stamps Redis wrote."""
+    ids = backend.client.zrange(backend.keys.queue("bench", "done"), 0, -1)
+    pipe = backend.client.pipeline(transaction=False)
+    for raw in ids:
+        pipe.hmget(backend.keys.job(raw.decode()), "started", "finished", "attempts")
+    rows = [[int(v) for v in row] for row in pipe.execute()]
+    seconds = (max(r[1] for r in rows) - min(r[0] for r in rows)) / 1e6
+    return {
+        "jobs": len(rows),
+        "seconds": seconds,
+        "rate": len(rows) / seconds,
+        "claim_batch": len(rows) / len({r[0] for r in rows}),
+        "ack_batch": len(rows) / len({r[1] for r in rows}),
+        "max_attempts": max(r[2] for r in rows),
+    }
+
+
+def drain(root: Path, tag: str, args: argparse.Namespace, env: dict[str, str], pid: int) -> Any:
+    from django_blamequeue.backends import get_backend
+
+    backend = get_backend()
+    logdir = Path(env["BENCH_LOGDIR"])
+
+    def workers(count: int, name: str) -> Workers:
+        return Workers(
+            count, concurrency=args.concurrency, burst=True, env=env, logdir=logdir, tag=name,
+            root=root,
+        )
+
+    backend.client.flushdb()
+    cpu0 = children_cpu()
+    with workers(1, f"{tag}-startup") as w:
+        while w.running():
+            time.sleep(0.05)
+    startup = children_cpu() - cpu0
+    enqueue(args.n)
+    backend.client.config_resetstat()
+    cpu0, redis0 = children_cpu(), _proc_cpu(pid, children=False)
+    spy = profiling.Spy(args.py_spy, tag)
+    with workers(args.workers, tag) as w:
+        while w.banner_value("concurrency") is None and w.running():
+            time.sleep(0.02)
+        spy.start(w.procs[0].pid, 0)
+        while w.running():
+            time.sleep(0.1)
+    recorded = spy.stop()
+    out = window(backend)
+    if out["jobs"] != args.n:
+        raise RuntimeError(f"{tag}: {out['jobs']} of {args.n} jobs done; see {logdir}")
+    n = args.n
+    out["worker_cpu_us"] = 1e6 * (children_cpu() - cpu0 - args.workers * startup) / n
+    out["redis_cpu_us"] = 1e6 * (_proc_cpu(pid, children=False) - redis0) / n
+    stats = commandstats(backend.client)
+    out["commands"] = {
+        name: {"calls": calls / n, "us": usec / n}
+        for name, (calls, usec) in sorted(stats.items(), key=lambda kv: -kv[1][1])
+        if name not in ("info", "config|resetstat")
+    }
+    out["load"] = os.getloadavg()[0]
+    if recorded is not None:
+        out["py_spy"] = profiling.summarize(recorded, n // args.workers)
+    log(
+        f"{tag}: {out['rate']:,.0f} jobs/s, worker CPU {out['worker_cpu_us']:.0f} µs/job, "
+        f"redis-server {out['redis_cpu_us']:.0f} µs/job, claims of {out['claim_batch']:.1f}, "
+        f"acks of {out['ack_batch']:.1f} (load {out['load']:.1f})"
+    )
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--before", type=Path, help="a checkout of the code before the change")
+    parser.add_argument("--py-spy", type=Path, help="record worker 0 of each drain into DIR")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    from tests.servers import RedisServer
+
+    base = Path(tempfile.mkdtemp(prefix="bq-redis-drain-"))
+    (base / "logs").mkdir()
+    server = RedisServer(base / "redis", appendonly="everysec")
+    server.start()
+    env = {
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "BENCH_DATABASE_URL": f"sqlite:///{base / 'django.sqlite3'}",
+        "BENCH_REDIS_URL": server.url,
+        "BENCH_LOGDIR": str(base / "logs"),
+    }
+    os.environ.update(env)
+    sides = {"before": args.before.resolve(), "after": ROOT} if args.before else {"after": ROOT}
+    load0 = os.getloadavg()
+    try:
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        assert server.pid is not None
+        rounds = [
+            {side: drain(root, f"{side}{r}", args, env, server.pid) for side, root in sides.items()}
+            for r in range(1, args.rounds + 1)
+        ]
+    finally:
+        server.stop()
+    rows, medians = [], {}
+    for side in sides:
+        got = [r[side] for r in rounds]
+        for i, d in enumerate(got, 1):
+            cpu = f"{d['worker_cpu_us']:.0f} + {d['redis_cpu_us']:.0f}"
+            rows.append((f"{side} {i}", f"{d['rate']:,.0f}", cpu, f"{d['load']:.1f}"))
+        medians[side] = {
+            key: statistics.median(d[key] for d in got)
+            for key in ("rate", "worker_cpu_us", "redis_cpu_us")
+        }
+    print(text_table(("drain", "jobs/s", "CPU µs/job: workers + redis", "load"), rows))
+    for side, m in medians.items():
+        print(
+            f"{side}: median {m['rate']:,.0f} jobs/s, {m['worker_cpu_us']:.0f} + "
+            f"{m['redis_cpu_us']:.0f} µs/job"
+        )
+    last = rounds[-1]["after"]["commands"]
+    print("after, last round: redis commands per job (calls, µs):")
+    for name, c in list(last.items())[:12]:
+        print(f"  {name:24} {c['calls']:6.2f} {c['us']:7.2f}")
+    result = {
+        "command": "bench/redis_drain.py " + " ".join(sys.argv[1:]),
+        "machine": machine(),
+        "load_average": [load0, os.getloadavg()],
+        "config": {k: str(v) for k, v in vars(args).items()},
+        "rounds": rounds,
+        "medians": medians,
+    }
+    if not args.no_write:
+        RESULTS.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
