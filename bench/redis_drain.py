@@ -101,13 +101,15 @@ def drain(root: Path, tag: str, args: argparse.Namespace, env: dict[str, str], p
         while w.running():
             time.sleep(0.1)
     recorded = spy.stop()
-    out = window(backend)
-    if out["jobs"] != args.n:
-        raise RuntimeError(f"{tag}: {out['jobs']} of {args.n} jobs done; see {logdir}")
     n = args.n
-    out["worker_cpu_us"] = 1e6 * (children_cpu() - cpu0 - args.workers * startup) / n
-    out["redis_cpu_us"] = 1e6 * (_proc_cpu(pid, children=False) - redis0) / n
-    stats = commandstats(backend.client)
+    worker_cpu = children_cpu() - cpu0 - args.workers * startup
+    redis_cpu = _proc_cpu(pid, children=False) - redis0
+    stats = commandstats(backend.client)  # before the read-back below adds its own
+    out = window(backend)
+    if out["jobs"] != n:
+        raise RuntimeError(f"{tag}: {out['jobs']} of {n} jobs done; see {logdir}")
+    out["worker_cpu_us"] = 1e6 * worker_cpu / n
+    out["redis_cpu_us"] = 1e6 * redis_cpu / n
     out["commands"] = {
         name: {"calls": calls / n, "us": usec / n}
         for name, (calls, usec) in sorted(stats.items(), key=lambda kv: -kv[1][1])
