@@ -105,8 +105,24 @@ HISTORY_LEVELS = {"off": 0, "failures": 1, "all": 2}
 
 
 def ack_spec(a: Ack, blobs: Blobs, history: str = "failures") -> list[Any]:
-    """One ack (``apply_ack`` in leasing.lua); ``history``: ``ATTEMPT_HISTORY``."""
+    """One ack (``apply_ack`` in leasing.lua); ``history``: ``ATTEMPT_HISTORY``. A plain
+    success that keeps no attempt history goes short, ``[id, token, result]``: most acks are
+    that, and the script reads the rest as its defaults."""
     t = a.transition
+    if (
+        t.state is State.DONE
+        and history != "all"
+        and t.error is None
+        and t.traceback is None
+        and t.error_type is None
+        and t.reason is None
+        and not t.delay
+        and not t.give_back_attempt
+        and not t.snoozed
+        and t.yields_to_cancel
+        and not t.children
+    ):
+        return [a.job_id, a.token, blobs.add(t.result.body) if t.result is not None else False]
     return [
         a.job_id,
         a.token,

@@ -110,7 +110,8 @@ end
 
 -- One ack, from JSON: [id, token, state, result blob or false, error, traceback, reason,
 -- delay_us, give_back 0/1, yields_to_cancel 0/1, children (a fan-out's, see land) or false,
--- snoozed 0/1, error_type or false, worker or false, history level (keep_attempt)].
+-- snoozed 0/1, error_type or false, worker or false, history level (keep_attempt)]; or, for
+-- a plain success that keeps no history, [id, token, result blob or false] (codec.ack_spec).
 -- Reply row: {id, ok, state, queue, attempts, name, fanned}.
 local function fan_out(id, k, h, children)
   local q = h[4]
@@ -146,6 +147,7 @@ local ACKED = {'state', 'token', 'cancel_req', 'queue', 'attempts', 'name', 'pri
 local UNSET = {error = 14, traceback = 15, etype = 16, reason = 17}  -- field -> index in ACKED
 
 local function apply_ack(a, unleased, finished)
+  if #a == 3 then a = {a[1], a[2], 'done', a[3], false, false, false, '0', 0, 1, false, 0} end
   local id, token, wanted = a[1], a[2], a[3]
   local k = jk(id)
   local h = redis.call('HMGET', k, unpack(ACKED))
