@@ -230,7 +230,11 @@ class Workers:
             with self.log_path(i).open("wb") as out:
                 self.procs.append(
                     subprocess.Popen(
-                        self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=self.root
+                        self.command,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=self.env,
+                        cwd=self.root,
                     )
                 )
         return self

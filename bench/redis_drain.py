@@ -85,7 +85,12 @@ def drain(root: Path, tag: str, args: argparse.Namespace, env: dict[str, str], p
 
     def workers(count: int, name: str) -> Workers:
         return Workers(
-            count, concurrency=args.concurrency, burst=True, env=env, logdir=logdir, tag=name,
+            count,
+            concurrency=args.concurrency,
+            burst=True,
+            env=env,
+            logdir=logdir,
+            tag=name,
             root=root,
         )
 
@@ -152,7 +157,11 @@ def loop_child(n: int) -> None:
     claimed, done = backend.claim(["bench"], 64, 60.0), 0
     while claimed:
         acks = [
-            Ack(job_id=c.job_id, token=c.token, transition=Transition(state=State.DONE, result=result))
+            Ack(
+                job_id=c.job_id,
+                token=c.token,
+                transition=Transition(state=State.DONE, result=result),
+            )
             for c in claimed
         ]
         done += len(acks)
