@@ -173,16 +173,20 @@ def text(value: Any) -> str | None:
 
 
 def claimed_from(reply: Sequence[Any]) -> list[Claimed]:
-    """A claim's reply (``claim`` in leasing.lua): a JSON header, then the payloads.
+    """A claim's reply (``claim`` in leasing.lua): a JSON header (each row ends with its
+    payload's length, -1 for none), then the payloads one after the other in one bulk.
 
     Each row is read in one pass (``_claimed_fast``); a row it cannot read as stored by the
     API is read again field by field (``_claimed``), which notes what is wrong with it."""
     if not reply or not reply[0]:
         return []
-    header = json.loads(reply[0])
+    header, payloads = json.loads(reply[0]), reply[1]
     times: dict[Any, datetime | None] = {}
-    out = []
-    for row, payload in zip(header, reply[1:], strict=True):
+    out, at = [], 0
+    for row in header:
+        size = row.pop()
+        payload = None if size < 0 else payloads[at : at + size]
+        at += max(size, 0)
         try:
             out.append(_claimed_fast(row, payload, times))
         except (TypeError, ValueError, OverflowError, OSError):
@@ -262,7 +266,7 @@ def _claimed_fast(row: list[Any], payload: Any, times: dict[Any, datetime | None
     )
 
 
-def _claimed(row: list[Any], payload: bytes) -> Claimed:
+def _claimed(row: list[Any], payload: bytes | None) -> Claimed:
     """One claimed job; never raises (``readback``): a hash field of the wrong type (an
     ``HSET`` past the API) makes the job's ``problem``, and the worker fails it alone."""
     (

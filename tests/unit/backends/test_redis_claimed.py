@@ -43,7 +43,10 @@ BARE: list[Any] = [*ROW[:11], *[False] * 5, ROW[16], ROW[17], *[False] * 7]
 
 
 def reply(*rows: list[Any]) -> list[Any]:
-    return [json.dumps(list(rows)).encode(), *(b'{"n": %d}' % i for i in range(len(rows)))]
+    """As leasing.lua answers: each row ends with its payload's length; one bulk of payloads."""
+    payloads = [b'{"n": %d}' % i for i in range(len(rows))]
+    sized = [[*row, len(p)] for row, p in zip(rows, payloads, strict=True)]
+    return [json.dumps(sized).encode(), b"".join(payloads)]
 
 
 @pytest.mark.parametrize("row", [ROW, BARE, [*BARE[:11], "", *BARE[12:22], "", *BARE[23:]]])
@@ -86,3 +89,11 @@ def test_a_job_not_stored_as_the_api_stores_it_is_read_field_by_field(
     assert good.problem is None
     assert broken.problem is not None and words in broken.problem, broken.problem
     assert broken.job_id == "01JJOBID" and broken.token == ROW[0]
+
+
+def test_a_job_without_a_stored_payload_reads_empty_and_the_next_keeps_its_own() -> None:
+    other = [*ROW[:3], "01JOTHER", *ROW[4:]]
+    header = json.dumps([[*ROW, -1], [*other, 7]]).encode()
+    missing, second = claimed_from([header, b'"seven"'])
+    assert (missing.payload.body, missing.problem) == (b"", None)
+    assert second.payload.body == b'"seven"'

@@ -53,8 +53,9 @@ end
 -- the queues. The i-th job's lease token is `nonce` (28 random hex digits, one per call)
 -- followed by i in 4 hex digits: unguessable, and unique per lease. A candidate past its
 -- expiry is cancelled instead (expire_job) and leases nothing.
--- Reply: {header, payload...}: header a JSON array of [token, expires, started, id, queue,
--- name, ...] per job (CLAIMED without the payload; numbers as strings), then the payloads.
+-- Reply: {header, payloads}: header a JSON array of [token, expires, started, id, queue,
+-- name, ..., payload length or -1 for none] per job (CLAIMED without the payload; numbers as
+-- strings), then the payloads one after the other in one bulk (one to parse, not one a job).
 -- `limited`: queue -> the settings' default limits of queues claimed under limits (limits.lua);
 -- a paused queue gives nothing, and a queue with live limits obeys them whatever was passed.
 local function claim(queues, limit, lease_us, nonce, limited)
@@ -84,7 +85,7 @@ local function claim(queues, limit, lease_us, nonce, limited)
     if x[1] ~= y[1] then return x[1] < y[1] end
     return x[2] < y[2]
   end)
-  local header, out = {}, {''}
+  local header, payloads = {}, {}
   local expires, started = fmt(NOW + lease_us), fmt(NOW)
   local n = 0
   local taken, ids = {}, {}
@@ -98,14 +99,17 @@ local function claim(queues, limit, lease_us, nonce, limited)
       n = n + 1
       local token = nonce .. string.format('%04x', n)
       lease(c, id, h, token, expires, started, gates[c[3]], taken, ids)
-      out[#out + 1] = h[NCLAIMED]
-      header[#header + 1] = {token, expires, started, unpack(h, 1, EXP - 1)}
+      local row = {token, expires, started, unpack(h, 1, EXP - 1)}
+      local payload = h[NCLAIMED]
+      row[EXP + 3] = payload and #payload or -1  -- after the 3 + 22 fields
+      payloads[#payloads + 1] = payload or nil
+      header[#header + 1] = row
     end
   end
   for q, members in pairs(taken) do each('ZREM', qk(q, 'ready'), members, 1) end
   each('ZADD', P .. ':inflight', ids, 2)
-  if #header > 0 then out[1] = cjson.encode(header) end
-  return out
+  if #header == 0 then return {''} end
+  return {cjson.encode(header), table.concat(payloads)}
 end
 
 -- One ack, from JSON: [id, token, state, result blob or false, error, traceback, reason,
