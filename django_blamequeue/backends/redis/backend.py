@@ -32,6 +32,7 @@ from django_blamequeue.backends import wakeup
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.backends.flowstate import state_from_rows
 from django_blamequeue.backends.redis import lua, rotation
+from django_blamequeue.backends.redis.claims import claimed_from
 from django_blamequeue.backends.redis.codec import (
     HISTORY_LEVELS,
     Blobs,
@@ -39,7 +40,6 @@ from django_blamequeue.backends.redis.codec import (
     ack_spec,
     child_spec,
     claim_spec,
-    claimed_from,
     control_from,
     info_from,
     job_header,

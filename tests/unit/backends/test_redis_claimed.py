@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from django_blamequeue.backends.redis.codec import _claimed, claimed_from
+from django_blamequeue.backends.redis.claims import _claimed, claimed_from
 
 #: A claim row as leasing.lua's ``claim`` answers it: every value a string, false for none.
 ROW: list[Any] = [

@@ -24,9 +24,11 @@ local EXP = 23
 -- takes them out of the ready sets and puts them in P:inflight with one command each.
 local function lease(c, id, h, token, expires, started, gate, taken, ids)
   local k = jk(id)
-  local members = taken[c[3]]
-  if not members then members = {}; taken[c[3]] = members end
-  members[#members + 1] = c[2]
+  if not remove_first(qk(c[3], 'ready'), c[2]) then
+    local members = taken[c[3]]
+    if not members then members = {}; taken[c[3]] = members end
+    members[#members + 1] = c[2]
+  end
   ids[#ids + 1] = expires
   ids[#ids + 1] = id
   h[6] = fmt((tonumber(h[6]) or 0) + 1)  -- a field HSET past the API never fails a claim
@@ -158,7 +160,7 @@ local function apply_ack(a, unleased, finished)
   if h[1] ~= 'inflight' or h[2] ~= token then return {id, 0} end  -- rule: fence
   local q = h[4]
   -- Out of flight (lib.lua unindex, inflight): P:inflight once for the batch (apply_acks).
-  unleased[#unleased + 1] = id
+  if not remove_first(P .. ':inflight', id) then unleased[#unleased + 1] = id end
   leased(q, -1)
   local ckey = h[12]
   if ckey and redis.call('HINCRBY', qk(q, 'kin'), ckey, -1) <= 0 then

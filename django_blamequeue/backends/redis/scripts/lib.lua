@@ -98,6 +98,18 @@ end
 
 local function leased(q, n) LEASED[q] = (LEASED[q] or 0) + n end
 
+-- Under maxmemory Redis refuses a script whose first write may add memory (HSET, ZADD) and
+-- lets one that has written go on. Claims and acks must still run on a full Redis (they are
+-- what empties it), so each makes its first write a removal: this one, at once; the caller
+-- batches the others. Answers whether it wrote.
+local REMOVED = false
+local function remove_first(key, member)
+  if REMOVED then return false end
+  REMOVED = true
+  redis.call('ZREM', key, member)
+  return true
+end
+
 -- One command over many items, `per` arguments an item (a member; a score and a member), in
 -- as few calls as Lua's stack allows: `each('ZREM', key, members, 1)`.
 local EACH_ARGS = 4000
