@@ -78,6 +78,9 @@ def window(backend: Any) -> dict[str, Any]:
 
 
 def drain(root: Path, tag: str, args: argparse.Namespace, env: dict[str, str], pid: int) -> Any:
+    """One drain by workers running ``root``'s code. The jobs are enqueued by this checkout's
+    (a comparison holds while both sides store a job alike), the CPU one worker spends
+    starting and stopping on an empty queue is measured first and left out."""
     from django_blamequeue.backends import get_backend
 
     backend = get_backend()
