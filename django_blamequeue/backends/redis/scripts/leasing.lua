@@ -61,18 +61,21 @@ end
 -- `limited`: queue -> the settings' default limits of queues claimed under limits (limits.lua);
 -- a paused queue gives nothing, and a queue with live limits obeys them whatever was passed.
 local function claim(queues, limit, lease_us, nonce, limited)
-  local candidates, gates = {}, {}
+  -- `mixed`: the candidates are not in the order of one ready set (ZRANGE's is the claim's).
+  local candidates, gates, mixed = {}, {}, false
   for _, q in ipairs(queues) do
     local gate = gate_of(q, limited and limited[q])
     if gate ~= PAUSED then
       promote(q, 1000)
       if gate then
         gates[q] = gate
+        mixed = true
         limited_candidates(q, limit, gate, candidates)
       else
         -- A ready job is due unless it was made ready by a caller whose `now` ran ahead.
         local items = redis.call('ZRANGE', qk(q, 'ready'), 0, 2 * limit + 8, 'WITHSCORES')
         local got = 0
+        mixed = mixed or #candidates > 0
         for j = 1, #items, 2 do
           if got >= limit then break end
           if tonumber(string.sub(items[j], 1, 16)) <= NOW then
@@ -83,10 +86,12 @@ local function claim(queues, limit, lease_us, nonce, limited)
       end
     end
   end
-  table.sort(candidates, function(x, y)
-    if x[1] ~= y[1] then return x[1] < y[1] end
-    return x[2] < y[2]
-  end)
+  if mixed then
+    table.sort(candidates, function(x, y)
+      if x[1] ~= y[1] then return x[1] < y[1] end
+      return x[2] < y[2]
+    end)
+  end
   local header, payloads = {}, {}
   local expires, started = fmt(NOW + lease_us), fmt(NOW)
   local n = 0
