@@ -198,8 +198,11 @@ class Workers:
         tag: str,
         sweep: bool = False,
         extra: Sequence[str] = (),
+        root: Path = ROOT,
     ) -> None:
-        self.command = [sys.executable, str(MANAGE), "runworker", QUEUE]
+        # ``root``: the checkout whose code the workers run (a before/after comparison).
+        self.root = root
+        self.command = [sys.executable, str(root / MANAGE.relative_to(ROOT)), "runworker", QUEUE]
         if not sweep:
             self.command.append("--no-sweep")
         if concurrency is not None:
@@ -209,7 +212,7 @@ class Workers:
             self.command.append("--burst")
         self.count = count
         self.burst = burst
-        self.env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
+        self.env = {**os.environ, **env, "PYTHONPATH": str(root)}
         self.logdir = logdir
         self.tag = tag
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -227,7 +230,11 @@ class Workers:
             with self.log_path(i).open("wb") as out:
                 self.procs.append(
                     subprocess.Popen(
-                        self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=ROOT
+                        self.command,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=self.env,
+                        cwd=self.root,
                     )
                 )
         return self

@@ -32,6 +32,7 @@ from django_blamequeue.backends import wakeup
 from django_blamequeue.backends.base import Backend
 from django_blamequeue.backends.flowstate import state_from_rows
 from django_blamequeue.backends.redis import lua, rotation
+from django_blamequeue.backends.redis.claims import claimed_from
 from django_blamequeue.backends.redis.codec import (
     HISTORY_LEVELS,
     Blobs,
@@ -39,7 +40,6 @@ from django_blamequeue.backends.redis.codec import (
     ack_spec,
     child_spec,
     claim_spec,
-    claimed_from,
     control_from,
     info_from,
     job_header,
@@ -89,6 +89,7 @@ PURGE_CHUNK = 5000
 RETRY_CHUNK = 1000
 NAMES_CAP = 100_000  # jobs per queue ``waiting_names`` looks at
 OUTBOX_LEASE_S = 30.0  # a relay that dies mid-send leaves its entries for this long
+_STATES = {s.value: s for s in State}  # an ack reply's state text, read once per ack
 
 
 class RedisBackend(Backend):
@@ -236,11 +237,11 @@ class RedisBackend(Backend):
         success = audit.needed(audit.CONSUME_SUCCESS)
         for a, row in zip(acks, rows, strict=True):
             ok = bool(row[1])
-            state = State(row[2]) if ok else None
+            state = _STATES[row[2]] if ok else None
             results.append(AckResult(job_id=a.job_id, ok=ok, state=state))
             if not ok and a.transition.state != State.WAITING_CHILDREN:
                 evs.append(audit.lock_lost(a.job_id, self.alias, a.transition.state.value))
-            elif ok and not row[6]:
+            elif ok and not row[6] and (success or state is not State.DONE):
                 name = row[5].decode() if isinstance(row[5], bytes) else row[5]
                 evs += audit.ack_events(
                     a.transition,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django_blamequeue import encryption
@@ -19,11 +19,9 @@ from django_blamequeue.backends.readback import FieldReader
 from django_blamequeue.backends.redis.keys import from_us, to_us
 from django_blamequeue.core import wire
 from django_blamequeue.core.controls import ControlState, KeyWeights, QueueLimits
-from django_blamequeue.core.payload import Encoded
 from django_blamequeue.core.records import (
     Ack,
     ChildSpec,
-    Claimed,
     JobInfo,
     NewJob,
     OutboxItem,
@@ -105,8 +103,24 @@ HISTORY_LEVELS = {"off": 0, "failures": 1, "all": 2}
 
 
 def ack_spec(a: Ack, blobs: Blobs, history: str = "failures") -> list[Any]:
-    """One ack (``apply_ack`` in leasing.lua); ``history``: ``ATTEMPT_HISTORY``."""
+    """One ack (``apply_ack`` in leasing.lua); ``history``: ``ATTEMPT_HISTORY``. A plain
+    success that keeps no attempt history goes short, ``[id, token, result]``: most acks are
+    that, and the script reads the rest as its defaults."""
     t = a.transition
+    if (
+        t.state is State.DONE
+        and history != "all"
+        and t.error is None
+        and t.traceback is None
+        and t.error_type is None
+        and t.reason is None
+        and not t.delay
+        and not t.give_back_attempt
+        and not t.snoozed
+        and t.yields_to_cancel
+        and not t.children
+    ):
+        return [a.job_id, a.token, blobs.add(t.result.body) if t.result is not None else False]
     return [
         a.job_id,
         a.token,
@@ -154,77 +168,6 @@ def text(value: Any) -> str | None:
     if value is None:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def claimed_from(reply: Sequence[Any]) -> list[Claimed]:
-    """A claim's reply (``claim`` in leasing.lua): a JSON header, then the payloads."""
-    if not reply or not reply[0]:
-        return []
-    header = json.loads(reply[0])
-    return [_claimed(row, payload) for row, payload in zip(header, reply[1:], strict=True)]
-
-
-def _claimed(row: list[Any], payload: bytes) -> Claimed:
-    """One claimed job; never raises (``readback``): a hash field of the wrong type (an
-    ``HSET`` past the API) makes the job's ``problem``, and the worker fails it alone."""
-    (
-        token,
-        expires,
-        _started,
-        job_id,
-        queue,
-        name,
-        ctype,
-        cenc,
-        attempts,
-        max_attempts,
-        priority,
-        timeout,
-        trace_id,
-        classification,
-        flow_id,
-        parent_id,
-        available,
-        created,
-        flow_phase,
-        flow_mode,
-        flow_depth,
-        stalls,
-        checkpoint,
-        ckey,
-        snoozes,
-    ) = row
-    read = FieldReader()
-    return Claimed(
-        job_id=str(job_id),
-        queue=read.text("queue", queue) or "",
-        name=read.text("name", name) or "",
-        payload=Encoded(
-            read.text("ctype", ctype) or "application/json",
-            read.text("cenc", cenc) or "utf-8",
-            read.body("payload", payload),
-        ),
-        token=str(token),
-        attempt=read.integer("attempts", attempts, 1),
-        max_attempts=read.integer("max_attempts", max_attempts, 1),
-        lease_expires_at=read.time("expires", expires, from_us) or datetime.now(UTC),
-        priority=read.integer("priority", priority, 0),
-        timeout=read.seconds("timeout", timeout),
-        trace_id=read.text("trace_id", trace_id) or None,
-        classification=read.text("classification", classification) or None,
-        flow_id=read.text("flow_id", flow_id) or None,
-        parent_id=read.text("parent_id", parent_id) or None,
-        available_at=read.time("avail", available, from_us),
-        created_at=read.time("created", created, from_us),
-        flow_phase=read.text("flow_phase", flow_phase) or None,
-        flow_mode=read.text("flow_mode", flow_mode) or None,
-        flow_depth=read.integer("flow_depth", flow_depth or 0, 0),
-        stalls=read.integer("stalls", stalls or 0, 0),
-        checkpoint=read.text("checkpoint", checkpoint),
-        concurrency_key=read.text("ckey", ckey) or None,
-        snoozes=read.integer("snoozes", snoozes or 0, 0),
-        problem=read.problem,  # last: every field above was read
-    )
 
 
 def ack_rows(reply: Any) -> list[list[Any]]:

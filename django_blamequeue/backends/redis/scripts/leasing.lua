@@ -20,16 +20,28 @@ local CKEY = 21
 local EXP = 23
 
 -- Lease one candidate ({score, member, queue}) whose fields `h` (CLAIMED) were just read.
-local function lease(c, id, h, token, expires, started, gate)
+-- Its ready-set member and its id are left in `taken` (queue -> members) and `ids`: the claim
+-- takes them out of the ready sets and puts them in P:inflight with one command each.
+local function lease(c, id, h, token, expires, started, gate, taken, ids)
   local k = jk(id)
-  redis.call('ZREM', qk(c[3], 'ready'), c[2])
+  if not remove_first(qk(c[3], 'ready'), c[2]) then
+    local members = taken[c[3]]
+    if not members then members = {}; taken[c[3]] = members end
+    members[#members + 1] = c[2]
+  end
+  ids[#ids + 1] = expires
+  ids[#ids + 1] = id
   h[6] = fmt((tonumber(h[6]) or 0) + 1)  -- a field HSET past the API never fails a claim
   -- The queue whose index held the job is its queue: a `queue` field HSET past the API to
   -- another one is mended here, or the ack would settle the job in a queue it was never in.
-  h[2] = c[3]
-  redis.call('HSET', k, 'state', 'inflight', 'attempts', h[6], 'token', token,
-             'expires', expires, 'started', started, 'updated', started, 'queue', c[3])
-  redis.call('ZADD', P .. ':inflight', expires, id)
+  if h[2] == c[3] then
+    redis.call('HSET', k, 'state', 'inflight', 'attempts', h[6], 'token', token,
+               'expires', expires, 'started', started, 'updated', started)
+  else
+    h[2] = c[3]
+    redis.call('HSET', k, 'state', 'inflight', 'attempts', h[6], 'token', token,
+               'expires', expires, 'started', started, 'updated', started, 'queue', c[3])
+  end
   leased(c[3], 1)
   local key = h[CKEY]
   if key then
@@ -43,23 +55,27 @@ end
 -- the queues. The i-th job's lease token is `nonce` (28 random hex digits, one per call)
 -- followed by i in 4 hex digits: unguessable, and unique per lease. A candidate past its
 -- expiry is cancelled instead (expire_job) and leases nothing.
--- Reply: {header, payload...}: header a JSON array of [token, expires, started, id, queue,
--- name, ...] per job (CLAIMED without the payload; numbers as strings), then the payloads.
+-- Reply: {header, payloads}: header a JSON array of [token, expires, started, id, queue,
+-- name, ..., payload length or -1 for none] per job (CLAIMED without the payload; numbers as
+-- strings), then the payloads one after the other in one bulk (one to parse, not one a job).
 -- `limited`: queue -> the settings' default limits of queues claimed under limits (limits.lua);
 -- a paused queue gives nothing, and a queue with live limits obeys them whatever was passed.
 local function claim(queues, limit, lease_us, nonce, limited)
-  local candidates, gates = {}, {}
+  -- `mixed`: the candidates are not in the order of one ready set (ZRANGE's is the claim's).
+  local candidates, gates, mixed = {}, {}, false
   for _, q in ipairs(queues) do
     local gate = gate_of(q, limited and limited[q])
     if gate ~= PAUSED then
       promote(q, 1000)
       if gate then
         gates[q] = gate
+        mixed = true
         limited_candidates(q, limit, gate, candidates)
       else
         -- A ready job is due unless it was made ready by a caller whose `now` ran ahead.
         local items = redis.call('ZRANGE', qk(q, 'ready'), 0, 2 * limit + 8, 'WITHSCORES')
         local got = 0
+        mixed = mixed or #candidates > 0
         for j = 1, #items, 2 do
           if got >= limit then break end
           if tonumber(string.sub(items[j], 1, 16)) <= NOW then
@@ -70,13 +86,16 @@ local function claim(queues, limit, lease_us, nonce, limited)
       end
     end
   end
-  table.sort(candidates, function(x, y)
-    if x[1] ~= y[1] then return x[1] < y[1] end
-    return x[2] < y[2]
-  end)
-  local header, out = {}, {''}
+  if mixed then
+    table.sort(candidates, function(x, y)
+      if x[1] ~= y[1] then return x[1] < y[1] end
+      return x[2] < y[2]
+    end)
+  end
+  local header, payloads = {}, {}
   local expires, started = fmt(NOW + lease_us), fmt(NOW)
   local n = 0
+  local taken, ids = {}, {}
   for _, c in ipairs(candidates) do
     if n >= limit then break end
     local id = string.sub(c[2], 17)
@@ -86,18 +105,24 @@ local function claim(queues, limit, lease_us, nonce, limited)
     else
       n = n + 1
       local token = nonce .. string.format('%04x', n)
-      lease(c, id, h, token, expires, started, gates[c[3]])
-      out[#out + 1] = h[NCLAIMED]
-      header[#header + 1] = {token, expires, started, unpack(h, 1, EXP - 1)}
+      lease(c, id, h, token, expires, started, gates[c[3]], taken, ids)
+      local row = {token, expires, started, unpack(h, 1, EXP - 1)}
+      local payload = h[NCLAIMED]
+      row[EXP + 3] = payload and #payload or -1  -- after the 3 + 22 fields
+      payloads[#payloads + 1] = payload or nil
+      header[#header + 1] = row
     end
   end
-  if #header > 0 then out[1] = cjson.encode(header) end
-  return out
+  for q, members in pairs(taken) do each('ZREM', qk(q, 'ready'), members, 1) end
+  each('ZADD', P .. ':inflight', ids, 2)
+  if #header == 0 then return {''} end
+  return {cjson.encode(header), table.concat(payloads)}
 end
 
 -- One ack, from JSON: [id, token, state, result blob or false, error, traceback, reason,
 -- delay_us, give_back 0/1, yields_to_cancel 0/1, children (a fan-out's, see land) or false,
--- snoozed 0/1, error_type or false, worker or false, history level (keep_attempt)].
+-- snoozed 0/1, error_type or false, worker or false, history level (keep_attempt)]; or, for
+-- a plain success that keeps no history, [id, token, result blob or false] (codec.ack_spec).
 -- Reply row: {id, ok, state, queue, attempts, name, fanned}.
 local function fan_out(id, k, h, children)
   local q = h[4]
@@ -125,14 +150,27 @@ local function fan_out(id, k, h, children)
   return {id, 1, 'waiting_children', q, h[5], h[6], 1}
 end
 
-local function apply_ack(a)
+-- The fields an ack reads: the fence, what it settles, and which optional fields the job has
+-- (so it deletes only fields that exist and leaves P:expiring alone for a job without expiry).
+local ACKED = {'state', 'token', 'cancel_req', 'queue', 'attempts', 'name', 'priority', 'flow_id',
+               'dedupe_key', 'parent_id', 'started', 'ckey', 'exp',
+               'error', 'traceback', 'etype', 'reason'}
+local UNSET = {error = 14, traceback = 15, etype = 16, reason = 17}  -- field -> index in ACKED
+
+local function apply_ack(a, unleased, finished)
+  if #a == 3 then a = {a[1], a[2], 'done', a[3], false, false, false, '0', 0, 1, false, 0} end
   local id, token, wanted = a[1], a[2], a[3]
   local k = jk(id)
-  local h = redis.call('HMGET', k, 'state', 'token', 'cancel_req', 'queue', 'attempts', 'name',
-                       'priority', 'flow_id', 'dedupe_key', 'parent_id', 'started')
+  local h = redis.call('HMGET', k, unpack(ACKED))
   if h[1] ~= 'inflight' or h[2] ~= token then return {id, 0} end  -- rule: fence
   local q = h[4]
-  unindex(id, q, 'inflight')
+  -- Out of flight (lib.lua unindex, inflight): P:inflight once for the batch (apply_acks).
+  if not remove_first(P .. ':inflight', id) then unleased[#unleased + 1] = id end
+  leased(q, -1)
+  local ckey = h[12]
+  if ckey and redis.call('HINCRBY', qk(q, 'kin'), ckey, -1) <= 0 then
+    redis.call('HDEL', qk(q, 'kin'), ckey)
+  end
   local now = fmt(NOW)
   local set, del = {'HSET', k, 'updated', now}, {'HDEL', k}
   if wanted == 'waiting_children' then
@@ -144,26 +182,28 @@ local function apply_ack(a)
   local wins = a[10] == 1 and h[3] == '1'  -- rule: cancel-wins
   local state = wins and 'cancelled' or wanted
   local attempts = tonumber(h[5])
-  local function put(field, value) set[#set + 1] = field; set[#set + 1] = value end
+  local function unset(field)
+    if h[UNSET[field]] then del[#del + 1] = field end
+  end
   if a[9] == 1 then  -- graceful release, a snooze, a hand-back: the attempt is given back
     attempts = attempts - 1
-    put('attempts', fmt(attempts))
+    set[#set + 1] = 'attempts'; set[#set + 1] = fmt(attempts)
   end
   if a[12] == 1 then redis.call('HINCRBY', k, 'snoozes', 1) end
   if wanted == 'done' then  -- a job is done once: it holds no result before
-    if result then put('result', result) end
-    put('progress', '100')
+    if result then set[#set + 1] = 'result'; set[#set + 1] = result end
+    set[#set + 1] = 'progress'; set[#set + 1] = '100'
     if not wins then  -- a done job keeps no error (the audit trail keeps each attempt's)
-      for _, f in ipairs({'error', 'traceback', 'etype', 'reason'}) do del[#del + 1] = f end
+      unset('error'); unset('traceback'); unset('etype'); unset('reason')
     end
   end
   if err then
-    put('error', err)
-    if tb then put('traceback', tb) else del[#del + 1] = 'traceback' end
-    if a[13] then put('etype', a[13]) else del[#del + 1] = 'etype' end
+    set[#set + 1] = 'error'; set[#set + 1] = err
+    if tb then set[#set + 1] = 'traceback'; set[#set + 1] = tb else unset('traceback') end
+    if a[13] then set[#set + 1] = 'etype'; set[#set + 1] = a[13] else unset('etype') end
   end
   if wins then reason = 'cancelled' end
-  if reason then put('reason', reason) end
+  if reason then set[#set + 1] = 'reason'; set[#set + 1] = reason end
   if #del > 2 then redis.call(unpack(del)) end
   if not (state == 'pending' and a[9] == 1) then  -- an attempt given back is no attempt
     local outcome = state == 'pending' and 'retried' or state
@@ -174,10 +214,10 @@ local function apply_ack(a)
     make_pending(id, q, num(h[7], 0), NOW + tonumber(a[8]))
     if reason == NO_HANDLER then redis.call('SADD', qk(q, 'nohandler'), id) end
   else
-    put('state', state)
-    put('finished', now)
+    set[#set + 1] = 'state'; set[#set + 1] = state
+    set[#set + 1] = 'finished'; set[#set + 1] = now
     redis.call(unpack(set))
-    on_terminal(id, q, state, h[9], h[10])
+    on_terminal(id, q, state, h[9], h[10], h[13], finished)
     if state == 'done' and h[8] then release_dependants(id) end
     if state == 'cancelled' then cascade_cancel({id}) end
   end
@@ -186,8 +226,10 @@ end
 
 -- Reply: a JSON array of the rows ("" for no ack): one bulk to parse, not seven per ack.
 local function apply_acks(acks)
-  local out = {}
-  for _, a in ipairs(acks) do out[#out + 1] = apply_ack(a) end
+  local out, unleased, finished = {}, {}, {}
+  for _, a in ipairs(acks) do out[#out + 1] = apply_ack(a, unleased, finished) end
+  each('ZREM', P .. ':inflight', unleased, 1)  -- before a claim in the same call leases again
+  for index, entries in pairs(finished) do each('ZADD', index, entries, 2) end
   return #out > 0 and cjson.encode(out) or ''
 end
 

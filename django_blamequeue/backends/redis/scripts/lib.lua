@@ -98,6 +98,28 @@ end
 
 local function leased(q, n) LEASED[q] = (LEASED[q] or 0) + n end
 
+-- Under maxmemory Redis refuses a script whose first write may add memory (HSET, ZADD) and
+-- lets one that has written go on. Claims and acks must still run on a full Redis (they are
+-- what empties it), so each makes its first write a removal: this one, at once; the caller
+-- batches the others. Answers whether it wrote.
+local REMOVED = false
+local function remove_first(key, member)
+  if REMOVED then return false end
+  REMOVED = true
+  redis.call('ZREM', key, member)
+  return true
+end
+
+-- One command over many items, `per` arguments an item (a member; a score and a member), in
+-- as few calls as Lua's stack allows: `each('ZREM', key, members, 1)`.
+local EACH_ARGS = 4000
+local function each(command, key, items, per)
+  local step = EACH_ARGS - EACH_ARGS % per
+  for i = 1, #items, step do
+    redis.call(command, key, unpack(items, i, math.min(#items, i + step - 1)))
+  end
+end
+
 -- Take a job out of the index of the (non-terminal) state it is leaving. The lease fields of a
 -- job (token, expires) mean something only while it is inflight: every fence checks the state.
 local function unindex(id, q, state, avail)
@@ -143,9 +165,20 @@ local report, settle, cascade_cancel, cancel_ids
 
 -- The indexes and side effects of a job that just became terminal (its hash says so
 -- already): the finish-time index, the DLQ, the dedupe key freed, the report to a parent.
-local function on_terminal(id, q, state, key, parent)
-  redis.call('ZADD', qk(q, state), fmt(NOW), id)
-  redis.call('ZREM', P .. ':expiring', id)
+-- `exp`: the job's expiry field when the caller read it (false: none, so it is not in
+-- P:expiring), nil when unknown. `finished`: a batch's finish-time entries (key -> {score,
+-- id, ...}), written by the caller with one ZADD a key (`each`); nil: written here.
+local function on_terminal(id, q, state, key, parent, exp, finished)
+  if finished then
+    local index = qk(q, state)
+    local entries = finished[index]
+    if not entries then entries = {}; finished[index] = entries end
+    entries[#entries + 1] = fmt(NOW)
+    entries[#entries + 1] = id
+  else
+    redis.call('ZADD', qk(q, state), fmt(NOW), id)
+  end
+  if exp ~= false then redis.call('ZREM', P .. ':expiring', id) end
   if state == 'failed' then redis.call('ZADD', qk(q, 'dlq'), 0, id) end
   if key and redis.call('HGET', qk(q, 'dedupe'), key) == id then
     redis.call('HDEL', qk(q, 'dedupe'), key)
