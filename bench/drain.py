@@ -184,7 +184,9 @@ class Workers:
     """``count`` × ``manage.py runworker bench --no-sweep [--concurrency K] [--burst]``.
 
     ``concurrency=None`` leaves the flag out: the command's own default. ``env`` is added to
-    this process's environment (settings module, ``BENCH_CONN_MAX_AGE`` …).
+    this process's environment (settings module, ``BENCH_CONN_MAX_AGE`` …). ``code``: the
+    checkout the workers import the package from (default: this one), to run another commit's
+    workers against the same server in the same run.
     """
 
     def __init__(
@@ -198,8 +200,10 @@ class Workers:
         tag: str,
         sweep: bool = False,
         extra: Sequence[str] = (),
+        code: Path | None = None,
     ) -> None:
-        self.command = [sys.executable, str(MANAGE), "runworker", QUEUE]
+        code = code or ROOT
+        self.command = [sys.executable, str(code / MANAGE.relative_to(ROOT)), "runworker", QUEUE]
         if not sweep:
             self.command.append("--no-sweep")
         if concurrency is not None:
@@ -208,8 +212,9 @@ class Workers:
         if burst:
             self.command.append("--burst")
         self.count = count
+        self.code = code
         self.burst = burst
-        self.env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
+        self.env = {**os.environ, **env, "PYTHONPATH": str(code)}
         self.logdir = logdir
         self.tag = tag
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -227,7 +232,11 @@ class Workers:
             with self.log_path(i).open("wb") as out:
                 self.procs.append(
                     subprocess.Popen(
-                        self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=ROOT
+                        self.command,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=self.env,
+                        cwd=self.code,
                     )
                 )
         return self
