@@ -202,7 +202,7 @@ class Workers:
         extra: Sequence[str] = (),
         code: Path | None = None,
     ) -> None:
-        code = code or ROOT
+        code = (code or ROOT).resolve()
         self.command = [sys.executable, str(code / MANAGE.relative_to(ROOT)), "runworker", QUEUE]
         if not sweep:
             self.command.append("--no-sweep")

@@ -95,6 +95,7 @@ def thread_child(first: int, n: int, step: int, threads: int) -> int:
         "start": start,
         "end": max(ends),
         "cpu": r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime,
+        "sys": r1.ru_stime - r0.ru_stime,
         "switches": r1.ru_nvcsw + r1.ru_nivcsw - r0.ru_nvcsw - r0.ru_nivcsw,
     }
     print(json.dumps(figures), flush=True)
@@ -154,6 +155,7 @@ def threads_side(args: argparse.Namespace, pg: drain.Cluster, tag: str) -> dict[
         "seconds": seconds,
         "rate": args.n / seconds,
         "worker_cpu_us": 1e6 * sum(f["cpu"] for f in figures) / args.n,
+        "worker_sys_us": 1e6 * sum(f["sys"] for f in figures) / args.n,
         "worker_switches_per_job": sum(f["switches"] for f in figures) / args.n,
         "pg_cpu_us": 1e6 * server / args.n,
         "loadavg": os.getloadavg(),
@@ -162,7 +164,8 @@ def threads_side(args: argparse.Namespace, pg: drain.Cluster, tag: str) -> dict[
         result["pg_statements"] = profiling.statements(args.pg_stats, args.n)
     log(
         f"{tag}: {args.n:,} items in {seconds:.2f} s = {result['rate']:,.0f}/s "
-        f"(process CPU {result['worker_cpu_us']:,.0f} µs/item, "
+        f"(process CPU {result['worker_cpu_us']:,.0f} µs/item [sys "
+        f"{result['worker_sys_us']:,.0f}], "
         f"{result['worker_switches_per_job']:.1f} context switches, server "
         f"{result['pg_cpu_us']:,.0f} µs/item)"
     )
@@ -268,6 +271,8 @@ def summarize(report: dict[str, Any]) -> None:
                 " · ".join(
                     f"{r['worker_cpu_us']:,.0f} + {r['pg_cpu_us'] or 0:,.0f}" for r in s["runs"]
                 ),
+                " · ".join(f"{r['claim_batch']:.1f}" for r in s["runs"] if "claim_batch" in r)
+                or "-",
                 " · ".join(f"{r['loadavg'][0]:.1f}" for r in s["runs"]),
             )
         )
@@ -284,6 +289,7 @@ def summarize(report: dict[str, Any]) -> None:
         "÷ threads",
         "median",
         "CPU µs/job: procs + server",
+        "claims of",
         "load",
     )
     print(drain.text_table(header, rows))
