@@ -81,11 +81,10 @@ class Ahead:
 
     def discard(self, run: Run) -> bool:
         """Forget a waiting run (cancelled, lease lost); False if it was not waiting."""
-        for item in self._waiting:
-            if item[0] is run:
-                self._waiting.remove(item)
-                return True
-        return False
+        kept = deque(item for item in self._waiting if item[0] is not run)
+        found = len(kept) < len(self._waiting)
+        self._waiting = kept
+        return found
 
     def release_all(self) -> list[Run]:
         """Shutdown: every waiting run, to be released without having run."""
