@@ -71,7 +71,7 @@ class Ahead:
     def due(self, open_slots: int, now: float) -> list[Run]:
         """Waiting runs to start in ``open_slots`` freed slots (monotonic ``now``), their
         start and timeout counted from now."""
-        out = []
+        out: list[Run] = []
         while self._waiting and len(out) < open_slots:
             run, timeout = self._waiting.popleft()
             run.started = now
