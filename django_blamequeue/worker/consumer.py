@@ -280,7 +280,8 @@ class Consumer:
     def _busy(self) -> int:
         """Runs holding a slot. An atomic run waiting its turn holds none (it has no thread),
         so the other jobs of its queue keep their slots; at most ``concurrency`` of them are
-        left out of the count, which bounds what a worker leases at twice its slots."""
+        left out of the count, which bounds what a worker leases at twice its slots. A run
+        claimed ahead (``ahead.py``) holds none either until a slot frees."""
         left_out = min(self._turns.waiting, self.options.concurrency) + self._ahead.waiting
         return len(self._running) - left_out
 
