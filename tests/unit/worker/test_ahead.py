@@ -13,6 +13,8 @@ import pytest
 
 from django_blamequeue import queue
 from django_blamequeue.backends import get_backend
+from django_blamequeue.core import lifecycle
+from django_blamequeue.exceptions import JobCancelled
 from django_blamequeue.testing import wait_until
 from django_blamequeue.worker.ahead import SHORT_RUN, Ahead
 from django_blamequeue.worker.consumer import Consumer, WorkerOptions
@@ -101,4 +103,38 @@ def test_a_worker_claims_ahead_runs_no_more_than_its_slots_and_releases_waiting_
     finally:
         for gate in gates.values():
             gate.set()
+        consumer.pool.stop(wait=5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_run_claimed_ahead_never_starts_and_its_slot_thread_stays() -> None:
+    engine = get_backend("default")
+    gate = threading.Event()
+    started: list[int] = []
+
+    def handler(job: Any, ctx: Any) -> None:
+        started.append(job.payload["i"])
+        gate.wait(10)
+
+    for i in range(3):
+        queue.enqueue(Q, {"i": i}, backend="default")
+    options = WorkerOptions(queues=(Q,), concurrency=2, lease=30, register=False)
+    consumer = Consumer(engine, options, handler)
+    try:
+        consumer._ahead.ran(SHORT_RUN / 10)
+        assert consumer._free_slots() == 3
+        consumer._dispatch_all(engine.claim([Q], 3, 30))
+        assert wait_until(lambda: len(started) == 2)
+        [(waiting, _)] = consumer._ahead._waiting
+        assert consumer._ahead.waiting == 1
+        live = consumer.pool.live
+        consumer._interrupt(waiting, JobCancelled, lifecycle.Cancelled())
+        consumer._flush()
+        assert engine.get(waiting.claimed.job_id).state == "cancelled"  # type: ignore[union-attr]
+        assert consumer._ahead.waiting == 0 and consumer.pool.live == live
+        gate.set()
+        assert wait_until(lambda: len(consumer._finished) == 2)
+        assert sorted(started) == [0, 1]  # the cancelled one never ran
+    finally:
+        gate.set()
         consumer.pool.stop(wait=5)
