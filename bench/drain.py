@@ -184,7 +184,9 @@ class Workers:
     """``count`` × ``manage.py runworker bench --no-sweep [--concurrency K] [--burst]``.
 
     ``concurrency=None`` leaves the flag out: the command's own default. ``env`` is added to
-    this process's environment (settings module, ``BENCH_CONN_MAX_AGE`` …).
+    this process's environment (settings module, ``BENCH_CONN_MAX_AGE`` …). ``code``: the
+    checkout the workers import the package from (default: this one), to run another commit's
+    workers against the same server in the same run.
     """
 
     def __init__(
@@ -198,11 +200,11 @@ class Workers:
         tag: str,
         sweep: bool = False,
         extra: Sequence[str] = (),
-        root: Path = ROOT,
+        code: Path | None = None,
     ) -> None:
-        # ``root``: the checkout whose code the workers run (a before/after comparison).
-        self.root = root
-        self.command = [sys.executable, str(root / MANAGE.relative_to(ROOT)), "runworker", QUEUE]
+        # ``code``: the checkout whose code the workers run (a before/after comparison).
+        code = (code or ROOT).resolve()
+        self.command = [sys.executable, str(code / MANAGE.relative_to(ROOT)), "runworker", QUEUE]
         if not sweep:
             self.command.append("--no-sweep")
         if concurrency is not None:
@@ -211,8 +213,9 @@ class Workers:
         if burst:
             self.command.append("--burst")
         self.count = count
+        self.code = code
         self.burst = burst
-        self.env = {**os.environ, **env, "PYTHONPATH": str(root)}
+        self.env = {**os.environ, **env, "PYTHONPATH": str(code)}
         self.logdir = logdir
         self.tag = tag
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -234,7 +237,7 @@ class Workers:
                         stdout=out,
                         stderr=subprocess.STDOUT,
                         env=self.env,
-                        cwd=self.root,
+                        cwd=self.code,
                     )
                 )
         return self

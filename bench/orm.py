@@ -94,7 +94,13 @@ def run_setup(
     drain.enqueue_bulk(ORM, args.n, args.batch)
     log(f"{tag}: {args.n:,} ORM jobs enqueued in {time.perf_counter() - t0:.1f} s")
     workers = drain.Workers(
-        args.workers, concurrency=s["concurrency"], burst=True, env=env, logdir=logdir, tag=tag
+        args.workers,
+        concurrency=s["concurrency"],
+        burst=True,
+        env=env,
+        logdir=logdir,
+        tag=tag,
+        code=s.get("code"),
     )
     result = drain.Drain(
         args.n,

@@ -94,7 +94,7 @@ def drain(root: Path, tag: str, args: argparse.Namespace, env: dict[str, str], p
             env=env,
             logdir=logdir,
             tag=name,
-            root=root,
+            code=root,
         )
 
     backend.client.flushdb()

@@ -16,6 +16,7 @@ from django_blamequeue.jobs import registry
 from django_blamequeue.management.render import span
 from django_blamequeue.management.sizing import connection_bound
 from django_blamequeue.worker import atomic_turns, fleet
+from django_blamequeue.worker.ahead import SHORT_RUN, Ahead
 from django_blamequeue.worker.consumer import Consumer
 from django_blamequeue.worker.progress import worker_identity
 
@@ -52,6 +53,7 @@ def worker_rows(
             ("db connections", s["db connections"]),
         ]
     rows.append(("lease", f"{opts.lease:g} s (renewed every {opts.lease / 2:g} s)"))
+    rows.append(("claim ahead", ahead_row(opts.concurrency, opts.rate_limit)))
     if not several:
         rows.append(("wake-up", served[0]["wake-up"]))
     rows += [
@@ -155,6 +157,14 @@ def control_rows(consumer: Any) -> list[tuple[str, str]]:
             ("waiting", f"{total:,} job(s) wait for a handler no running worker has: {names}")
         )
     return rows
+
+
+def ahead_row(concurrency: int, rate_limit: object) -> str:
+    """How many jobs the worker may lease beyond its free slots (``worker/ahead.py``)."""
+    cap = Ahead(concurrency, enabled=rate_limit is None).cap
+    if cap:
+        return f"up to {cap} beyond the free slots, while runs average under {SHORT_RUN:g} s"
+    return "off (--rate-limit)" if rate_limit else "off (one slot)"
 
 
 def async_row(queues: Sequence[str], concurrency: int) -> str:

@@ -32,6 +32,7 @@ from django_blamequeue.observability import metrics
 from django_blamequeue.relay.outbox import RelayReport, settle_pending
 from django_blamequeue.worker import atomic, fleet
 from django_blamequeue.worker.acks import PendingAcks, account
+from django_blamequeue.worker.ahead import Ahead
 from django_blamequeue.worker.atomic_turns import Turns
 from django_blamequeue.worker.batching import Gather
 from django_blamequeue.worker.checkpoint_writer import Checkpointer
@@ -92,6 +93,7 @@ class Consumer:
         self._probation = Probation(self._settings.max_stalled_count)
         self._turns = Turns(backend, options.queues, dispatching=handler is None)
         self._gather = Gather(options.concurrency)
+        self._ahead = Ahead(options.concurrency, enabled=options.rate_limit is None)
         self.notifier = Notifier()  # hooks and lifecycle signals, after each ack
         #: Burst mode: what was left when the worker last looked (delayed jobs it leaves).
         self.left: Backlog | None = None
@@ -252,6 +254,7 @@ class Consumer:
         self.control.refresh(listener)
         self._start_alone()
         self._start(self._turns.due(self._running))
+        self._start(self._ahead.due(self._open_slots(), time.monotonic()))
         claimed_full = False
         free = 0 if self._stopping or self._probation.busy(self._running) else self._free_slots()
         hold = self._gather.hold(free, len(self._running), time.monotonic())
@@ -277,11 +280,20 @@ class Consumer:
     def _busy(self) -> int:
         """Runs holding a slot. An atomic run waiting its turn holds none (it has no thread),
         so the other jobs of its queue keep their slots; at most ``concurrency`` of them are
-        left out of the count, which bounds what a worker leases at twice its slots."""
-        return len(self._running) - min(self._turns.waiting, self.options.concurrency)
+        left out of the count, which bounds what a worker leases at twice its slots. A run
+        claimed ahead (``ahead.py``) holds none either until a slot frees."""
+        left_out = min(self._turns.waiting, self.options.concurrency) + self._ahead.waiting
+        return len(self._running) - left_out
+
+    def _open_slots(self) -> int:
+        """Slots with no run in them now."""
+        return max(0, self.options.concurrency - self._busy())
 
     def _free_slots(self) -> int:
+        """How many jobs to lease now: the open slots, and the room to claim ahead."""
         free = self.options.concurrency - self._busy()
+        if not self._stopping:
+            free += self._ahead.room()
         if self.options.max_jobs is not None:
             free = min(free, self.options.max_jobs - self.counters.claimed)
         if free <= 0:
@@ -357,6 +369,7 @@ class Consumer:
 
     def _dispatch_all(self, claimed: list[Claimed]) -> int:
         now = time.monotonic()
+        open_slots = self._open_slots()  # before these runs are tracked
         runs = []
         for c in claimed:
             run = new_run(
@@ -367,7 +380,8 @@ class Consumer:
             else:
                 runs.append(self._dispatch(run, now))
         read_flow_states(self.backend, runs)
-        self._start(self._turns.admit(self._probation.admit(runs)))
+        admitted = self._turns.admit(self._probation.admit(runs))
+        self._start(self._ahead.admit(admitted, open_slots, now))
         self.counters.claimed += len(claimed)
         return len(claimed)
 
@@ -469,9 +483,11 @@ class Consumer:
             self._wake.set()
 
     def _reap(self) -> None:
+        now = time.monotonic()
         while self._finished:
             run = self._finished.popleft()
             assert run.outcome is not None
+            self._ahead.ran(now - run.started)
             if run.settled is not None:  # an atomic run acked (or lost) in its own transaction
                 self._untrack(run)
                 self.checkpointer.end(run, keep=False)  # acked already: nothing to resume
@@ -504,8 +520,8 @@ class Consumer:
         outcome: lifecycle.Outcome | None,
     ) -> None:
         """Take the decision away from the handler thread, free the slot, ack ``outcome``."""
-        if self._probation.discard(run) or self._turns.discard(run):
-            pass  # held to run alone or waiting its turn: never started, no thread to stop
+        if self._probation.discard(run) or self._turns.discard(run) or self._ahead.discard(run):
+            pass  # held to run alone, waiting its turn or a slot: never started, no thread
         elif not run.abandon(exc_type):  # type: ignore[arg-type]
             return  # it finished first; its outcome is already queued
         elif not is_async(run, self.handler):  # an async run's task was cancelled instead
@@ -603,7 +619,8 @@ class Consumer:
     # -- shutdown --------------------------------------------------------------------------
     def _shutdown_step(self) -> bool:
         """While stopping: wait for handlers until the grace ends, then release the rest."""
-        for held in [*self._probation.release_all(), *self._turns.release_all()]:  # not started
+        waiting = [*self._turns.release_all(), *self._ahead.release_all()]
+        for held in [*self._probation.release_all(), *waiting]:  # not started
             self._decide(held, lifecycle.Released())
         now = time.monotonic()
         if self._running and self._grace_until is not None and now >= self._grace_until:

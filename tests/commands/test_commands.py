@@ -140,8 +140,11 @@ def test_runworker_without_concurrency_runs_the_default_slots_and_bounds_its_con
     threads = row.group(2).split(", ")
     assert {"consumer", "registry"} <= set(threads) and "sweeper" not in threads
     assert int(row.group(1)) == 10 + len(threads)
+    ahead = r"^  claim ahead +up to 5 beyond the free slots, while runs average under 0.1 s$"
+    assert re.search(ahead, out, re.M), out
     out = run("runworker", "cmd", "--burst", "--concurrency", "3")
     assert re.search(r"^  concurrency +3 \(--concurrency\)$", out, re.M), out
+    assert re.search(r"^  claim ahead +up to 1 beyond", out, re.M), out
     assert "(3 slots + consumer, registry, outbox relay, sweeper)" in out
 
 

@@ -62,7 +62,7 @@ def test_a_run_whose_job_was_leased_here_again_ends_without_touching_the_new_run
         consumer._reap()
         consumer._flush()
         assert engine.get(job_id).state == "done"  # type: ignore[union-attr]
-        assert not consumer._probation.busy(consumer._running) and consumer._free_slots() == 2
+        assert not consumer._probation.busy(consumer._running) and consumer._open_slots() == 2
         assert consumer.counters.lock_lost == 1 and consumer.counters.done == 1
     finally:
         release.set()
