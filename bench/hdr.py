@@ -15,6 +15,7 @@ and driver (another virtualenv) use it too.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 class Histogram:
@@ -82,9 +83,20 @@ class Histogram:
             "max": self.max if self.total else math.nan,
         }
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "lowest": self.lowest,
-            "sub": self.sub,
+            "sub_bits": self.sub.bit_length() - 1,
             "counts": {str(b): n for b, n in sorted(self.counts.items())},
+            "total": self.total,
+            "min": self.min if self.total else None,
+            "max": self.max,
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Histogram:
+        h = cls(data["lowest"], data["sub_bits"])
+        h.counts = {int(b): n for b, n in data["counts"].items()}
+        h.total, h.max = data["total"], data["max"]
+        h.min = math.inf if data["min"] is None else data["min"]
+        return h

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -51,8 +52,8 @@ class BlameQueue(Contender):
             )
             self.latency_method = "`started_at − created_at`, both Redis `TIME`"
         else:
-            self.label = "django-blamequeue (PostgreSQL)"
-            self.storage = "PostgreSQL"
+            self.storage = "PostgreSQL" if connection.vendor == "postgresql" else "SQLite"
+            self.label = f"django-blamequeue ({self.storage})"
             self.drain_method = (
                 "`min(started_at)` to `max(finished_at)` of the job rows (the database clock "
                 "at claim and at ack)"
@@ -81,13 +82,18 @@ class BlameQueue(Contender):
     def reset(self) -> None:
         if self.redis_url:
             self.redis.flushdb()
+        tables = ("blamequeue_job", "blamequeue_audit", "blamequeue_flow_dependency")
         with self.connection.cursor() as cur:
-            cur.execute("TRUNCATE blamequeue_job, blamequeue_audit, blamequeue_flow_dependency")
+            if self.connection.vendor == "postgresql":
+                cur.execute(f"TRUNCATE {', '.join(tables)}")
+            else:
+                for table in tables:
+                    cur.execute(f"DELETE FROM {table}")
 
     def prepare_drain(self) -> None:
         if not self.redis_url:
             with self.connection.cursor() as cur:
-                cur.execute("ANALYZE blamequeue_job")
+                cur.execute("ANALYZE blamequeue_job" if self.storage == "PostgreSQL" else "ANALYZE")
 
     def enqueue_one(self, i: int) -> str:
         from bench.jobs import NOOP, QUEUE
@@ -101,6 +107,16 @@ class BlameQueue(Contender):
 
         payloads = [{"i": i} for i in range(start, stop)]
         return [e.job_id for e in queue.enqueue_many(QUEUE, payloads, name=NOOP)]
+
+    def enqueue_stamped(self, phase: int, count: int) -> None:
+        from bench.jobs import QUEUE, STAMPED
+        from django_blamequeue import queue
+
+        stamp = {"t": time.time(), "p": phase}
+        if count == 1:
+            queue.enqueue(QUEUE, stamp, name=STAMPED)
+        else:
+            queue.enqueue_many(QUEUE, [stamp] * count, name=STAMPED)
 
     def worker_command(self, variant: Variant, index: int, *, burst: bool) -> list[str]:
         from bench.jobs import QUEUE

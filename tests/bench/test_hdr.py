@@ -51,6 +51,8 @@ def test_a_merged_histogram_answers_as_one_that_saw_every_sample() -> None:
     a.merge(b)
     assert a.counts == both.counts and a.total == both.total and a.max == both.max
     assert a.summary() == both.summary()
+    again = Histogram.from_json(a.to_json())
+    assert again.counts == a.counts and again.summary() == a.summary()
 
 
 def test_values_below_the_lowest_count_in_one_bucket_and_an_empty_histogram_has_no_answer() -> None:
