@@ -94,7 +94,7 @@ def run_all(args: argparse.Namespace, keys: list[str], report: dict[str, Any]) -
                 ours = interpreter == "project"
                 seconds = args.phase_seconds if ours else args.peer_phase_seconds
                 cfg = {
-                    "peak_n": args.peak_n,
+                    "peak_n": args.peak_n if ours else args.peer_peak_n,
                     "loads": [float(x) for x in args.loads.split(",")],
                     "phase_seconds": seconds,
                     "max_batch": args.max_batch,
@@ -109,6 +109,7 @@ def run_all(args: argparse.Namespace, keys: list[str], report: dict[str, Any]) -
                     "BENCH_PG_PID": str(pg.pid),
                     "BENCH_REDIS_PID": str(rd.pid),
                     "PYTHONPATH": str(ROOT),
+                    **({"BENCH_LISTEN": "0"} if args.no_listen else {}),
                 }
                 python = sys.executable if ours else str(VENV / "bin" / "python")
                 log(f"{key}: phases of {seconds:g} s (load average {os.getloadavg()[0]:.1f})")
@@ -205,8 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-phase-seconds", type=float, help="the peers' (as ours)")
     parser.add_argument("--loads", default="0.25,0.5,0.75", help="fractions of the peak")
     parser.add_argument("--peak-n", type=int, default=20000, help="jobs of the peak drain")
+    parser.add_argument(
+        "--peer-peak-n", type=int, default=3000, help="the peers' peak drain (RQ does 40/s)"
+    )
     parser.add_argument("--max-batch", type=int, default=100, help="most jobs owed in one call")
     parser.add_argument("--settle", type=float, default=60, help="s for a phase's backlog")
+    parser.add_argument(
+        "--no-listen", action="store_true", help="ours on PostgreSQL poll (LISTEN off)"
+    )
     parser.add_argument("--only", default="", help="comma-separated contender keys")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--render", action="store_true", help="the plot from the saved JSON")
