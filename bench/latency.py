@@ -178,14 +178,22 @@ def write_plot(report: dict[str, Any]) -> None:
         width = 2.5 if c["key"].startswith("blamequeue") else 1.2
         for q, style in (("p50", "-"), ("p99", "--")):
             ys = [p["latency_ms"][q] for p in c["phases"]]
-            ax.plot(loads, ys, style, marker="o", color=color, lw=width,
-                    label=f"{label}" if q == "p50" else None)
+            ax.plot(
+                loads,
+                ys,
+                style,
+                marker="o",
+                color=color,
+                lw=width,
+                label=f"{label}" if q == "p50" else None,
+            )
     ax.set_yscale("log")
     ax.set_xlabel("offered load (% of the contender's own measured peak)")
     ax.set_ylabel("enqueue → handler start (ms, log scale); solid p50, dashed p99")
     ax.axhline(10, color="grey", lw=0.8, ls=":")
     ax.axhline(3, color="grey", lw=0.8, ls=":")
-    ax.set_xticks(sorted({100 * p["load"] for c in report["contenders"] for p in c.get("phases", [])}))
+    loads = {100 * p["load"] for c in report["contenders"] for p in c.get("phases", [])}
+    ax.set_xticks(sorted(loads))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     m = report["machine"]

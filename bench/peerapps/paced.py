@@ -22,6 +22,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,10 @@ def phase(c: Contender, rx: Receiver, index: int, rate: float, seconds: float, c
     }
 
 
+def settled(rx: Receiver, phase: int, sent: int) -> Callable[[], bool]:
+    return lambda: rx.count(phase) >= sent
+
+
 def main(argv: list[str]) -> int:
     key, cfg = argv[0], json.loads(argv[1])
     socket_path = Path(cfg["logdir"]) / f"probe-{key}.sock"
@@ -117,18 +122,18 @@ def main(argv: list[str]) -> int:
                 rate = share * top["rate"]
                 row = phase(c, rx, k, rate, cfg["phase_seconds"], cfg["max_batch"])
                 try:
-                    wait_for(lambda: rx.count(k) >= row["sent"], cfg["settle_s"], "the phase")
+                    wait_for(settled(rx, k, row["sent"]), cfg["settle_s"], "the phase")
                     row["settled"] = True
                 except RuntimeError:
                     row["settled"] = False
-                h = rx.histogram(k)
+                h, enq = rx.histogram(k), row["enqueue_call_ms"]
                 row.update(load=share, latency_ms=h.summary(), histogram=h.to_json())
                 log(
                     f"{key}: {share:.0%} of peak = {rate:,.0f}/s offered, {row['sent_rate']:,.0f} "
                     f"sent, {row['served_rate']:,.0f} served/s; p50 {h.percentile(50):.2f} ms, "
                     f"p95 {h.percentile(95):.2f}, p99 {h.percentile(99):.2f}, max {h.max:.1f}; "
                     f"depth mean {row['depth_mean']:.1f}, max {row['depth_max']}; enqueue call "
-                    f"p50 {row['enqueue_call_ms']['p50']:.2f} ms, p99 {row['enqueue_call_ms']['p99']:.2f}"
+                    f"p50 {enq['p50']:.2f} ms, p99 {enq['p99']:.2f}"
                 )
                 phases.append(row)
     finally:
