@@ -2,6 +2,7 @@
 """Pickup latency under a steady load, for us and the peers (not a test).
 
     .venv/bin/python bench/latency.py [--phase-seconds 300] [--peer-phase-seconds S]
+                                      [--pg-phase-seconds S] [--peak-n 20000] [--settle 60]
                                       [--loads 0.25,0.5,0.75] [--only KEY,...] [--no-write]
     .venv/bin/python bench/latency.py --render    # the plot again from bench/results/latency.json
 
@@ -93,6 +94,8 @@ def run_all(args: argparse.Namespace, keys: list[str], report: dict[str, Any]) -
                 interpreter, templates = CONTENDERS[key]
                 ours = interpreter == "project"
                 seconds = args.phase_seconds if ours else args.peer_phase_seconds
+                if key == "blamequeue-postgres" and args.pg_phase_seconds:
+                    seconds = args.pg_phase_seconds
                 cfg = {
                     "peak_n": args.peak_n if ours else args.peer_peak_n,
                     "loads": [float(x) for x in args.loads.split(",")],
@@ -212,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--phase-seconds", type=float, default=300, help="ours (300)")
     parser.add_argument("--peer-phase-seconds", type=float, help="the peers' (as ours)")
+    parser.add_argument(
+        "--pg-phase-seconds", type=float, help="ours on PostgreSQL (as --phase-seconds)"
+    )
     parser.add_argument("--loads", default="0.25,0.5,0.75", help="fractions of the peak")
     parser.add_argument("--peak-n", type=int, default=20000, help="jobs of the peak drain")
     parser.add_argument(
