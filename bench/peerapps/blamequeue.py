@@ -118,6 +118,22 @@ class BlameQueue(Contender):
         else:
             queue.enqueue_many(QUEUE, [stamp] * count, name=STAMPED)
 
+    def claim_batch(self, since: float, until: float) -> float | None:
+        """Jobs per claim statement among the jobs started between two epoch times (one claim
+        stamps one ``started_at``); None on Redis."""
+        if self.redis_url:
+            return None
+        from datetime import UTC, datetime
+
+        with self.connection.cursor() as cur:
+            cur.execute(
+                "SELECT count(*), count(DISTINCT started_at) FROM blamequeue_job "
+                "WHERE started_at >= %s AND started_at < %s",
+                [datetime.fromtimestamp(since, UTC), datetime.fromtimestamp(until, UTC)],
+            )
+            jobs, claims = cur.fetchone()
+        return jobs / claims if claims else None
+
     def worker_command(self, variant: Variant, index: int, *, burst: bool) -> list[str]:
         from bench.jobs import QUEUE
 

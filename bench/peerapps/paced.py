@@ -57,6 +57,7 @@ def peak(run: Run, variant: Variant) -> dict[str, Any]:
 def phase(c: Contender, rx: Receiver, index: int, rate: float, seconds: float, cap: int) -> dict:
     """Offer ``rate`` jobs/s for ``seconds``; what was sent, served and how deep the queue got."""
     sent, depths, calls, behind = 0, [], 0, 0.0
+    since = time.time()
     enqueue = Histogram()  # the producer's enqueue calls, ms: part of every job's latency
     t0 = time.perf_counter()
     next_depth = t0 + 1.0
@@ -93,6 +94,7 @@ def phase(c: Contender, rx: Receiver, index: int, rate: float, seconds: float, c
         "depth_mean": sum(depths) / len(depths) if depths else 0.0,
         "depth_max": max(depths) if depths else 0,
         "enqueue_call_ms": enqueue.summary(),
+        "claim_batch": c.claim_batch(since, time.time()) if hasattr(c, "claim_batch") else None,
     }
 
 
