@@ -135,7 +135,8 @@ def main(argv: list[str]) -> int:
                     f"sent, {row['served_rate']:,.0f} served/s; p50 {h.percentile(50):.2f} ms, "
                     f"p95 {h.percentile(95):.2f}, p99 {h.percentile(99):.2f}, max {h.max:.1f}; "
                     f"depth mean {row['depth_mean']:.1f}, max {row['depth_max']}; enqueue call "
-                    f"p50 {enq['p50']:.2f} ms, p99 {enq['p99']:.2f}"
+                    f"p50 {enq['p50']:.2f} ms, p99 {enq['p99']:.2f}; jobs per claim "
+                    f"{row['claim_batch'] or 0:.1f}"
                 )
                 phases.append(row)
     finally:
