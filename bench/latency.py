@@ -230,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", default="", help="comma-separated contender keys")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the saved contenders this run does not measure (a rerun of one of them)",
+    )
     parser.add_argument("--render", action="store_true", help="the plot from the saved JSON")
     args = parser.parse_args(argv)
     if args.render:
@@ -243,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(CONTENDERS[k][0] == "peers" for k in keys):
         setup_venv()
     report: dict[str, Any] = {
-        "command": "bench/latency.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": ["bench/latency.py " + " ".join(argv if argv is not None else sys.argv[1:])],
         "machine": machine(),
         "contenders": [],
     }
@@ -253,6 +258,15 @@ def main(argv: list[str] | None = None) -> int:
     report["elapsed_s"] = time.perf_counter() - started
     report["finished"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     print(table(report))
+    if args.merge and RESULTS.exists():
+        saved = json.loads(RESULTS.read_text())
+        ran = {c["key"] for c in report["contenders"]}
+        kept = [c for c in saved["contenders"] if c["key"] not in ran]
+        report["contenders"] = sorted(
+            kept + report["contenders"], key=lambda c: list(CONTENDERS).index(c["key"])
+        )
+        before = saved["command"]
+        report["command"] = [*([before] if isinstance(before, str) else before), *report["command"]]
     if not args.no_write:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(report, indent=1, default=str) + "\n")

@@ -125,14 +125,15 @@ class BlameQueue(Contender):
             return None
         from datetime import UTC, datetime
 
-        with self.connection.cursor() as cur:
-            cur.execute(
-                "SELECT count(*), count(DISTINCT started_at) FROM blamequeue_job "
-                "WHERE started_at >= %s AND started_at < %s",
-                [datetime.fromtimestamp(since, UTC), datetime.fromtimestamp(until, UTC)],
-            )
-            jobs, claims = cur.fetchone()
-        return jobs / claims if claims else None
+        from django.db.models import Count
+
+        from django_blamequeue.models import Job
+
+        agg = Job.objects.filter(
+            started_at__gte=datetime.fromtimestamp(since, UTC),
+            started_at__lt=datetime.fromtimestamp(until, UTC),
+        ).aggregate(jobs=Count("id"), claims=Count("started_at", distinct=True))
+        return agg["jobs"] / agg["claims"] if agg["claims"] else None
 
     def worker_command(self, variant: Variant, index: int, *, burst: bool) -> list[str]:
         from bench.jobs import QUEUE
@@ -189,13 +190,14 @@ class BlameQueue(Contender):
             first = min(i.started_at for i in done)
             last = max(i.finished_at for i in done)
             return Window(len(done), first.timestamp(), last.timestamp())
-        with self.connection.cursor() as cur:
-            cur.execute(
-                "SELECT count(*), min(started_at), max(finished_at) FROM blamequeue_job "
-                "WHERE state = 'done'"
-            )
-            n, first, last = cur.fetchone()
-        return Window(int(n), first.timestamp(), last.timestamp())
+        from django.db.models import Count, Max, Min
+
+        from django_blamequeue.models import Job
+
+        agg = Job.objects.filter(state="done").aggregate(
+            n=Count("id"), first=Min("started_at"), last=Max("finished_at")
+        )  # the ORM: SQLite's cursor answers times as text
+        return Window(agg["n"], agg["first"].timestamp(), agg["last"].timestamp())
 
     def latencies(self, ids: Sequence[str], sent: dict[str, float]) -> list[float]:
         if self.redis_url:
