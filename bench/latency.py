@@ -173,7 +173,7 @@ def write_plot(report: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 6))
+    fig, ax = plt.subplots(figsize=(13, 6))
     for i, c in enumerate(x for x in report["contenders"] if "phases" in x):
         color = plt.get_cmap("tab10")(i)
         loads = [100 * p["load"] for p in c["phases"]]
@@ -198,7 +198,7 @@ def write_plot(report: dict[str, Any]) -> None:
     loads = {100 * p["load"] for c in report["contenders"] for p in c.get("phases", [])}
     ax.set_xticks(sorted(loads))
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     m = report["machine"]
     ax.set_title(
         f"Pickup latency under a paced load · {m['nproc']} shared CPUs ({m['cpu']}) · "
