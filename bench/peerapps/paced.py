@@ -10,8 +10,9 @@ The producer is paced by credit on wall-clock time: at every step it owes
 (a bulk call where the library has one, at most ``max_batch``), so a slow enqueue is made up at
 once rather than lowering the offered rate. Each job is stamped (``probe.started``); a phase's
 latencies are the probe's histogram. Queue depth is sampled every second as jobs sent less
-handlers started. After a phase the next waits until every job of it has started (at most
-``settle_s``), so a backlog is not carried over.
+handlers started. After a phase the next waits until every job of it has started, for at
+most ``settle_s``: a backlog that outlasts that is carried into the next phase (the table
+marks the phase "backlog left").
 """
 
 from __future__ import annotations
@@ -54,9 +55,12 @@ def peak(run: Run, variant: Variant) -> dict[str, Any]:
     return run.drain(variant, ids)
 
 
-def phase(c: Contender, rx: Receiver, index: int, rate: float, seconds: float, cap: int) -> dict:
+def phase(
+    c: Contender, rx: Receiver, index: int, rate: float, seconds: float, cap: int
+) -> dict[str, Any]:
     """Offer ``rate`` jobs/s for ``seconds``; what was sent, served and how deep the queue got."""
-    sent, depths, calls, behind = 0, [], 0, 0.0
+    sent, calls, behind = 0, 0, 0.0
+    depths: list[int] = []
     since = time.time()
     enqueue = Histogram()  # the producer's enqueue calls, ms: part of every job's latency
     t0 = time.perf_counter()

@@ -24,7 +24,8 @@ next call prepares afresh.
 The claim also runs under ``plan_cache_mode = force_generic_plan`` (``SET LOCAL``: its own
 transaction only): left to choose, PostgreSQL keeps planning it anew at every call (its
 generic plan is costed higher than a custom one, though the plan is the same: one ordered
-scan of the claim index per queue).
+scan of the claim index per queue). It also runs with ``enable_seqscan = off``: that one
+plan may be made while the table looks empty, and must still read by index once it is not.
 """
 
 from __future__ import annotations
