@@ -11,6 +11,7 @@ from django_blamequeue import job
 QUEUE = "bench"
 NOOP = "bench.noop"
 SLEEP = "bench.sleep"
+STAMPED = "bench.stamped"
 
 
 @job(queue=QUEUE, name=NOOP, max_attempts=3)
@@ -21,3 +22,11 @@ def noop(payload: Any) -> None:
 @job(queue=QUEUE, name=SLEEP, max_attempts=3)
 def sleep(seconds: float) -> None:
     time.sleep(seconds)
+
+
+@job(queue=QUEUE, name=STAMPED, max_attempts=3)
+def stamped(payload: Any) -> None:
+    """The paced latency benchmark's job (``bench/latency.py``): report its start."""
+    from bench.peerapps.probe import started
+
+    started(payload["t"], payload["p"])

@@ -147,9 +147,15 @@ def machine() -> dict[str, Any]:
 
 # ------------------------------------------------------------------------ one contender
 def run_contender(
-    key: str, python: str, env: dict[str, str], cfg: dict[str, Any], server_pids: list[int]
+    key: str,
+    python: str,
+    env: dict[str, str],
+    cfg: dict[str, Any],
+    server_pids: list[int],
+    module: str = "bench.peerapps.workload",
 ) -> dict[str, Any]:
-    """Run one contender's child; its result, or {"error": why} with the tail of its stderr.
+    """Run one contender's child (``python -m module KEY CFG``); its result, or {"error": why}
+    with the tail of its stderr.
 
     Also measures what the rest of the machine did meanwhile: the CPU every process spent
     busy, less this benchmark's own (its children, their workers, its servers), in cores.
@@ -158,7 +164,7 @@ def run_contender(
     started = time.perf_counter()
     busy0, own0 = busy_cpu(), own_cpu(server_pids)
     proc = subprocess.Popen(
-        [python, "-m", "bench.peerapps.workload", key, json.dumps(cfg)],
+        [python, "-m", module, key, json.dumps(cfg)],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,

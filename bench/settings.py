@@ -71,6 +71,9 @@ _BACKEND = (
     if _REDIS_URL
     else {"PROTOCOL": "local"}
 )
+# BENCH_LISTEN=0: workers poll instead of LISTENing (bench/latency.py's wake-up experiment).
+if os.environ.get("BENCH_LISTEN") == "0" and not _REDIS_URL:
+    _BACKEND["LISTEN"] = False
 
 BLAMEQUEUE = {
     "BACKENDS": {"default": _BACKEND},

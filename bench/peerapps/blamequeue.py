@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -51,8 +52,8 @@ class BlameQueue(Contender):
             )
             self.latency_method = "`started_at − created_at`, both Redis `TIME`"
         else:
-            self.label = "django-blamequeue (PostgreSQL)"
-            self.storage = "PostgreSQL"
+            self.storage = "PostgreSQL" if connection.vendor == "postgresql" else "SQLite"
+            self.label = f"django-blamequeue ({self.storage})"
             self.drain_method = (
                 "`min(started_at)` to `max(finished_at)` of the job rows (the database clock "
                 "at claim and at ack)"
@@ -81,13 +82,18 @@ class BlameQueue(Contender):
     def reset(self) -> None:
         if self.redis_url:
             self.redis.flushdb()
+        tables = ("blamequeue_job", "blamequeue_audit", "blamequeue_flow_dependency")
         with self.connection.cursor() as cur:
-            cur.execute("TRUNCATE blamequeue_job, blamequeue_audit, blamequeue_flow_dependency")
+            if self.connection.vendor == "postgresql":
+                cur.execute(f"TRUNCATE {', '.join(tables)}")
+            else:
+                for table in tables:
+                    cur.execute(f"DELETE FROM {table}")
 
     def prepare_drain(self) -> None:
         if not self.redis_url:
             with self.connection.cursor() as cur:
-                cur.execute("ANALYZE blamequeue_job")
+                cur.execute("ANALYZE blamequeue_job" if self.storage == "PostgreSQL" else "ANALYZE")
 
     def enqueue_one(self, i: int) -> str:
         from bench.jobs import NOOP, QUEUE
@@ -101,6 +107,33 @@ class BlameQueue(Contender):
 
         payloads = [{"i": i} for i in range(start, stop)]
         return [e.job_id for e in queue.enqueue_many(QUEUE, payloads, name=NOOP)]
+
+    def enqueue_stamped(self, phase: int, count: int) -> None:
+        from bench.jobs import QUEUE, STAMPED
+        from django_blamequeue import queue
+
+        stamp = {"t": time.time(), "p": phase}
+        if count == 1:
+            queue.enqueue(QUEUE, stamp, name=STAMPED)
+        else:
+            queue.enqueue_many(QUEUE, [stamp] * count, name=STAMPED)
+
+    def claim_batch(self, since: float, until: float) -> float | None:
+        """Jobs per claim statement among the jobs started between two epoch times (one claim
+        stamps one ``started_at``); None on Redis."""
+        if self.redis_url:
+            return None
+        from datetime import UTC, datetime
+
+        from django.db.models import Count
+
+        from django_blamequeue.models import Job
+
+        agg = Job.objects.filter(
+            started_at__gte=datetime.fromtimestamp(since, UTC),
+            started_at__lt=datetime.fromtimestamp(until, UTC),
+        ).aggregate(jobs=Count("id"), claims=Count("started_at", distinct=True))
+        return agg["jobs"] / agg["claims"] if agg["claims"] else None
 
     def worker_command(self, variant: Variant, index: int, *, burst: bool) -> list[str]:
         from bench.jobs import QUEUE
@@ -157,13 +190,14 @@ class BlameQueue(Contender):
             first = min(i.started_at for i in done)
             last = max(i.finished_at for i in done)
             return Window(len(done), first.timestamp(), last.timestamp())
-        with self.connection.cursor() as cur:
-            cur.execute(
-                "SELECT count(*), min(started_at), max(finished_at) FROM blamequeue_job "
-                "WHERE state = 'done'"
-            )
-            n, first, last = cur.fetchone()
-        return Window(int(n), first.timestamp(), last.timestamp())
+        from django.db.models import Count, Max, Min
+
+        from django_blamequeue.models import Job
+
+        agg = Job.objects.filter(state="done").aggregate(
+            n=Count("id"), first=Min("started_at"), last=Max("finished_at")
+        )  # the ORM: SQLite's cursor answers times as text
+        return Window(agg["n"], agg["first"].timestamp(), agg["last"].timestamp())
 
     def latencies(self, ids: Sequence[str], sent: dict[str, float]) -> list[float]:
         if self.redis_url:

@@ -53,6 +53,13 @@ def noop(i: int) -> None:
     return None
 
 
+@app.task(name="bench.stamped")
+def stamped(t: float, p: int) -> None:
+    from bench.peerapps.probe import started
+
+    started(t, p)
+
+
 @app.task(name="bench.orm")
 def orm(i: int) -> None:
     """The ORM workload's job; its workers run with ``DJANGO_SETTINGS_MODULE`` set, so Celery's
@@ -229,6 +236,13 @@ class CeleryRedis(Contender):
     def enqueue_bulk(self, start: int, stop: int) -> list[str]:
         result = group(noop.s(i) for i in range(start, stop)).apply_async()
         return [str(r.id) for r in result.results]
+
+    def enqueue_stamped(self, phase: int, count: int) -> None:
+        t = time.time()
+        if count == 1:
+            stamped.delay(t, phase)
+        else:
+            group(stamped.s(t, phase) for _ in range(count)).apply_async()
 
     def worker_command(self, variant: Variant, index: int, *, burst: bool) -> list[str]:
         return [

@@ -229,6 +229,11 @@ class Contender(abc.ABC):
     def latencies(self, ids: Sequence[str], sent: dict[str, float]) -> list[float]:
         """Enqueue→start of ``ids`` in ms (``sent``: epoch seconds just before each enqueue)."""
 
+    def enqueue_stamped(self, phase: int, count: int) -> None:
+        """Enqueue ``count`` probe jobs (``bench/peerapps/probe.py``) carrying ``time.time()``
+        now and ``phase``, in one call where the library has a bulk enqueue."""
+        raise NotImplementedError
+
     def prepare_orm(self) -> None:
         """Before an ORM drain: the accounts seeded, the entries of the previous one deleted."""
         raise NotImplementedError

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
@@ -29,6 +30,13 @@ app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=DSN))
 @app.task(queue=QUEUE, name="bench.noop")
 def noop(i: int) -> None:
     return None
+
+
+@app.task(queue=QUEUE, name="bench.stamped")
+def stamped(t: float, p: int) -> None:
+    from bench.peerapps.probe import started
+
+    started(t, p)
 
 
 class Procrastinate(Contender):
@@ -71,6 +79,13 @@ class Procrastinate(Contender):
 
     def enqueue_bulk(self, start: int, stop: int) -> list[str]:
         return [str(j) for j in noop.batch_defer(*({"i": i} for i in range(start, stop)))]
+
+    def enqueue_stamped(self, phase: int, count: int) -> None:
+        stamp = {"t": time.time(), "p": phase}
+        if count == 1:
+            stamped.defer(**stamp)
+        else:
+            stamped.batch_defer(*([stamp] * count))
 
     def worker_command(self, variant: Variant, index: int, *, burst: bool) -> list[str]:
         command = [

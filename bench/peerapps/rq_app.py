@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -29,6 +30,12 @@ QUEUE = "bench"
 
 def noop(i: int) -> None:
     return None
+
+
+def stamped(t: float, p: int) -> None:
+    from bench.peerapps.probe import started
+
+    started(t, p)
 
 
 def _epoch(value: datetime) -> float:
@@ -71,6 +78,13 @@ class RQ(Contender):
     def enqueue_bulk(self, start: int, stop: int) -> list[str]:
         jobs = self.queue.enqueue_many([Queue.prepare_data(noop, (i,)) for i in range(start, stop)])
         return [str(j.id) for j in jobs]
+
+    def enqueue_stamped(self, phase: int, count: int) -> None:
+        t = time.time()
+        if count == 1:
+            self.queue.enqueue(stamped, t, phase)
+        else:
+            self.queue.enqueue_many([Queue.prepare_data(stamped, (t, phase))] * count)
 
     def worker_command(self, variant: Variant, index: int, *, burst: bool) -> list[str]:
         command = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Sequence
 from importlib.metadata import version
 from typing import Any
@@ -62,6 +63,13 @@ class TasksDB(Contender):
         from bench.peerapps.tasksdb_tasks import noop
 
         return str(noop.enqueue(i).id)
+
+    def enqueue_stamped(self, phase: int, count: int) -> None:
+        from bench.peerapps.tasksdb_tasks import stamped
+
+        t = time.time()
+        for _ in range(count):  # django.tasks has no bulk enqueue
+            stamped.enqueue(t, phase)
 
     def worker_command(self, variant: Variant, index: int, *, burst: bool) -> list[str]:
         command = [

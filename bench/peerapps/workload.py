@@ -31,6 +31,7 @@ from bench.peerapps.harness import (
 CONTENDERS = {
     "blamequeue-postgres": "bench.peerapps.blamequeue:BlameQueue",
     "blamequeue-redis": "bench.peerapps.blamequeue:BlameQueue",
+    "blamequeue-sqlite": "bench.peerapps.blamequeue:BlameQueue",
     "procrastinate": "bench.peerapps.procrastinate_app:Procrastinate",
     "procrastinate-django": "bench.peerapps.procrastinate_django:ProcrastinateDjango",
     "django-tasks-db": "bench.peerapps.tasksdb:TasksDB",

@@ -86,6 +86,32 @@ def test_hot_statements_are_prepared_once_per_connection() -> None:
         assert cur.fetchone() == (2, 0)
 
 
+def _seq_scans_of_the_job_table(db: str) -> int:
+    """Sequential scans of ``blamequeue_job`` so far in the current transaction."""
+    with connections[db].cursor() as cur:
+        cur.execute(
+            "SELECT coalesce(seq_scan, 0) FROM pg_stat_xact_user_tables "
+            "WHERE relname = 'blamequeue_job'"
+        )
+        row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+
+def test_a_claim_planned_on_an_empty_table_never_scans_the_whole_table() -> None:
+    """The claim's one generic plan is made at a connection's first claim; made while the
+    table looked empty, it must still find its rows by index once done rows pile up (a
+    sequential scan per claim grew with the table and starved workers under a backlog)."""
+    need_server("postgres")
+    with connections["postgres"].cursor() as cur:
+        cur.execute("TRUNCATE blamequeue_job")  # no rows and no statistics, as on day one
+    assert get_backend("postgres").claim(["prep"], 3, 30) == []  # planned now, on nothing
+    queue.enqueue_many("prep", [{"i": i} for i in range(300)], backend="postgres")
+    with transaction.atomic(using="postgres"):
+        before = _seq_scans_of_the_job_table("postgres")
+        assert len(get_backend("postgres").claim(["prep"], 3, 30)) == 3
+        assert _seq_scans_of_the_job_table("postgres") == before
+
+
 def test_an_enqueue_inside_atomic_is_still_a_row_of_the_callers_transaction() -> None:
     need_server("postgres")
     with pytest.raises(RuntimeError), transaction.atomic(using="postgres"):

@@ -24,7 +24,8 @@ next call prepares afresh.
 The claim also runs under ``plan_cache_mode = force_generic_plan`` (``SET LOCAL``: its own
 transaction only): left to choose, PostgreSQL keeps planning it anew at every call (its
 generic plan is costed higher than a custom one, though the plan is the same: one ordered
-scan of the claim index per queue).
+scan of the claim index per queue). It also runs with ``enable_seqscan = off``: that one
+plan may be made while the table looks empty, and must still read by index once it is not.
 """
 
 from __future__ import annotations
@@ -63,12 +64,25 @@ def _psycopg3() -> bool:
     return bool(is_psycopg3)
 
 
+#: One round trip for both settings of a ``generic`` statement's transaction.
+GENERIC = (
+    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), "
+    "set_config('enable_seqscan', 'off', true)"
+)
+
+
 def fetch(
     connection: Any, statement: str, params: Sequence[Any], *, generic: bool = False
 ) -> list[tuple[Any, ...]]:
     """Run ``statement`` (``%s`` placeholders) prepared on ``connection`` (Django's
     PostgreSQL connection, psycopg 3) and answer its rows. ``generic``: plan it once for
-    every call (``SET LOCAL``, so only inside a transaction)."""
+    every call, and never with a sequential scan (both ``SET LOCAL``, so only inside a
+    transaction). That one plan is made at the connection's first call and kept until the
+    table's statistics change: made while the table looked empty (a fresh or truncated
+    table, not yet analysed) it joined the claimed ids back to the table by scanning all of
+    it, so every claim cost more as done rows piled up, until a backlog starved the workers
+    (docs/perf-notes.md, "Pickup latency under a steady load"). A statement that finds its
+    rows by index has no use for a sequential scan."""
     cursor = _cursor(connection)
     raw = connection.connection
     saved = raw.prepare_threshold
@@ -77,7 +91,7 @@ def fetch(
     try:
         with cursor:
             if generic and connection.in_atomic_block:
-                cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                cursor.execute(GENERIC)
             try:
                 cursor.execute(statement, params)
             except Exception as exc:
