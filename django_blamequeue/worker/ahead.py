@@ -15,6 +15,10 @@ What a caller may rely on:
 - only while runs are short (``SHORT_RUN``, a moving average): a waiting job never sits
   behind long runs in one worker while another worker idles; a worker with a rate limit, or
   of one slot, never claims ahead;
+- and not while runs are shorter than a round trip to the database (``QUICK_RUN``): slots
+  then free faster than a claim comes back, and claiming ahead only splits the batches
+  (no-op jobs drained 42 % of ``ideal_pg.py``'s rate with it against 54 % without,
+  docs/perf-notes.md);
 - shutdown releases the waiting runs at once, their attempt given back, and a cancel or a
   lost lease takes a waiting run back before it starts. A crash (kill -9) leaves them to the
   sweeper like any leased job: re-pended when the lease ends, the stall counted.
@@ -28,6 +32,8 @@ from django_blamequeue.worker.execution import Run
 
 #: Runs whose moving average of seconds is under this are short enough to claim ahead for.
 SHORT_RUN = 0.1
+#: ... and over this: a shorter run ends before a claim's round trip would come back.
+QUICK_RUN = 0.001
 #: Weight of the newest run in the moving average.
 ALPHA = 0.2
 
@@ -48,7 +54,8 @@ class Ahead:
 
     def room(self) -> int:
         """How many more runs to lease than there are free slots now."""
-        if not self.cap or self._average is None or self._average >= SHORT_RUN:
+        a = self._average
+        if not self.cap or a is None or not QUICK_RUN <= a < SHORT_RUN:
             return 0
         return max(0, self.cap - len(self._waiting))
 

@@ -257,7 +257,9 @@ class Consumer:
         self._start(self._ahead.due(self._open_slots(), time.monotonic()))
         claimed_full = False
         free = 0 if self._stopping or self._probation.busy(self._running) else self._free_slots()
-        hold = self._gather.hold(free, len(self._running), time.monotonic())
+        # Gather on the open slots: the room to claim ahead is always there, and would make
+        # every round trip go at once, a few jobs at a time.
+        hold = self._gather.hold(min(free, self._open_slots()), len(self._running), time.monotonic())
         if hold > 0:  # more runs are about to finish: one round trip for them all
             self._wake.wait(min(hold, self._wait_time()))
             return False
@@ -487,7 +489,7 @@ class Consumer:
         while self._finished:
             run = self._finished.popleft()
             assert run.outcome is not None
-            self._ahead.ran(now - run.started)
+            self._ahead.ran((run.ended or now) - run.started)
             if run.settled is not None:  # an atomic run acked (or lost) in its own transaction
                 self._untrack(run)
                 self.checkpointer.end(run, keep=False)  # acked already: nothing to resume

@@ -24,6 +24,7 @@ import contextvars
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from asgiref.sync import sync_to_async
@@ -168,6 +169,7 @@ class EventLoop:
             if run.abandoned or outcome is None:
                 return
             run.outcome = outcome
+            run.ended = time.monotonic()
         self.report(run)
 
     async def _tidy_connections(self) -> None:

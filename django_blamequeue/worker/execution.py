@@ -83,6 +83,9 @@ class Run:
     #: The ack an atomic run applied in its own transaction (or had refused): the worker
     #: only counts it, it sends no ack of its own.
     settled: AckResult | None = None
+    #: When its handler returned (monotonic; None: not yet, or not known): a run's own
+    #: length, without the time its outcome waited for the main thread.
+    ended: float | None = None
     # A parent leased for ``collect``: its children's state, read with the claim by the
     # worker's own connection (one query for the batch instead of one per parent).
     flow_state: Any = None

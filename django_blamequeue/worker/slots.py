@@ -55,6 +55,7 @@ def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]
         if run.abandoned or outcome is None:
             return
         run.outcome = outcome
+        run.ended = time.monotonic()
     report(run)
 
 

@@ -16,7 +16,7 @@ from django_blamequeue.backends import get_backend
 from django_blamequeue.core import lifecycle
 from django_blamequeue.exceptions import JobCancelled
 from django_blamequeue.testing import wait_until
-from django_blamequeue.worker.ahead import SHORT_RUN, Ahead
+from django_blamequeue.worker.ahead import QUICK_RUN, SHORT_RUN, Ahead
 from django_blamequeue.worker.consumer import Consumer, WorkerOptions
 
 Q = "ahead"
@@ -34,6 +34,9 @@ def test_no_room_to_claim_ahead_until_a_run_ended_and_none_while_runs_are_long()
     assert ahead.room() == 5  # half the slots
     for _ in range(20):
         ahead.ran(30.0)
+    assert ahead.room() == 0
+    for _ in range(80):
+        ahead.ran(QUICK_RUN / 20)  # no-op runs end before a claim could come back
     assert ahead.room() == 0
     assert Ahead(1, enabled=True).cap == 0  # a worker of one slot never claims ahead
     assert Ahead(10, enabled=False).cap == 0  # nor one with a rate limit
