@@ -259,7 +259,8 @@ class Consumer:
         free = 0 if self._stopping or self._probation.busy(self._running) else self._free_slots()
         # Gather on the open slots: the room to claim ahead is always there, and would make
         # every round trip go at once, a few jobs at a time.
-        hold = self._gather.hold(min(free, self._open_slots()), len(self._running), time.monotonic())
+        gathered = min(free, self._open_slots())
+        hold = self._gather.hold(gathered, len(self._running), time.monotonic())
         if hold > 0:  # more runs are about to finish: one round trip for them all
             self._wake.wait(min(hold, self._wait_time()))
             return False
