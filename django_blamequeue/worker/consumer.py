@@ -490,7 +490,7 @@ class Consumer:
         while self._finished:
             run = self._finished.popleft()
             assert run.outcome is not None
-            self._ahead.ran((run.ended or now) - run.started)
+            self._ahead.ran(run.took if run.took is not None else now - run.started)
             if run.settled is not None:  # an atomic run acked (or lost) in its own transaction
                 self._untrack(run)
                 self.checkpointer.end(run, keep=False)  # acked already: nothing to resume

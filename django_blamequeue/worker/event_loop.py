@@ -151,6 +151,7 @@ class EventLoop:
             task.add_done_callback(self._tasks.discard)
 
     async def _execute(self, run: Run) -> None:
+        began = time.monotonic()
         outcome: lifecycle.Outcome | None = None
         try:
             if not run.ctx.cancelled:
@@ -169,7 +170,7 @@ class EventLoop:
             if run.abandoned or outcome is None:
                 return
             run.outcome = outcome
-            run.ended = time.monotonic()
+            run.took = time.monotonic() - began
         self.report(run)
 
     async def _tidy_connections(self) -> None:

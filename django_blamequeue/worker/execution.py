@@ -83,9 +83,10 @@ class Run:
     #: The ack an atomic run applied in its own transaction (or had refused): the worker
     #: only counts it, it sends no ack of its own.
     settled: AckResult | None = None
-    #: When its handler returned (monotonic; None: not yet, or not known): a run's own
-    #: length, without the time its outcome waited for the main thread.
-    ended: float | None = None
+    #: Seconds its handler ran, from the moment its slot (or task) took it to its return
+    #: (None: not yet, or not known): without the time it waited for a slot thread or its
+    #: outcome for the main thread.
+    took: float | None = None
     # A parent leased for ``collect``: its children's state, read with the claim by the
     # worker's own connection (one query for the batch instead of one per parent).
     flow_state: Any = None

@@ -29,6 +29,7 @@ logger = logging.getLogger("django_blamequeue.worker")
 
 def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]) -> None:
     """The slot thread's part: run, then report unless the worker already decided."""
+    began = time.monotonic()
     slot_db.before_job()
     token = _current.set(run.ctx)
     outcome: lifecycle.Outcome | None = None
@@ -55,7 +56,7 @@ def run_in_slot(run: Run, handler: Handler | None, report: Callable[[Run], None]
         if run.abandoned or outcome is None:
             return
         run.outcome = outcome
-        run.ended = time.monotonic()
+        run.took = time.monotonic() - began
     report(run)
 
 
