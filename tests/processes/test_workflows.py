@@ -120,8 +120,12 @@ def test_a_workflow_parked_in_a_worker_process_is_woken_by_an_event_sent_from_an
     worker = processes.worker(DB, "--concurrency", "2", "--poll", "0.5")
     worker.wait_started()
     job_id = queue.enqueue(QUEUE, {"key": "k-1"}, name="procapp.await_event", backend=DB).job_id
-    wait_for(lambda: bool(queue.workflow_steps(job_id, DB)), 30, "the workflow to park on its wait")
-    assert Job.objects.using(DB).get(id=job_id).state == "pending"
+    wait_for(lambda: bool(queue.workflow_steps(job_id, DB)), 30, "the workflow to record its wait")
+    # The waiting step commits before the handler parks; the park's ack (back to pending)
+    # follows it in the worker's next round.
+    wait_for(
+        lambda: Job.objects.using(DB).get(id=job_id).state == "pending", 30, "the workflow to park"
+    )
     sent = time.monotonic()
     queue.send_event("proc.go", key="k-1", payload={"go": True}, backend=DB)
     took = wait_for(
