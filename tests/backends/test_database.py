@@ -88,9 +88,18 @@ def test_hot_statements_are_prepared_once_per_connection() -> None:
 
 def _seq_scans_of_the_job_table(db: str) -> int:
     """Sequential scans of ``blamequeue_job`` so far in the current transaction."""
+    return _job_table_stat(db, "seq_scan")
+
+
+def _rows_read_by_index(db: str) -> int:
+    """Rows of ``blamequeue_job`` fetched through an index so far in the transaction."""
+    return _job_table_stat(db, "idx_tup_fetch")
+
+
+def _job_table_stat(db: str, column: str) -> int:
     with connections[db].cursor() as cur:
         cur.execute(
-            "SELECT coalesce(seq_scan, 0) FROM pg_stat_xact_user_tables "
+            f"SELECT coalesce({column}, 0) FROM pg_stat_xact_user_tables "
             "WHERE relname = 'blamequeue_job'"
         )
         row = cur.fetchone()
@@ -110,6 +119,25 @@ def test_a_claim_planned_on_an_empty_table_never_scans_the_whole_table() -> None
         before = _seq_scans_of_the_job_table("postgres")
         assert len(get_backend("postgres").claim(["prep"], 3, 30)) == 3
         assert _seq_scans_of_the_job_table("postgres") == before
+
+
+def test_a_claim_planned_on_an_analysed_empty_table_reads_only_the_rows_it_claims() -> None:
+    """A worker that starts while the table is empty and analysed (retention emptied it,
+    autovacuum analysed it) plans its claim on zero rows; once a backlog comes, each claim
+    must still read only what it claims: in the claim index's order, updated by key (such a
+    plan sorted every pending row of a bitmap scan and joined the claimed ones back by
+    reading every row through the primary key: a whole table per claim)."""
+    need_server("postgres")
+    with connections["postgres"].cursor() as cur:
+        cur.execute("DELETE FROM blamequeue_job")
+        cur.execute("ANALYZE blamequeue_job")
+    connections["postgres"].close()  # a worker starting now: a new connection, a new plan
+    assert get_backend("postgres").claim(["prep"], 3, 30) == []  # planned now, on zero rows
+    queue.enqueue_many("prep", [{"i": i} for i in range(300)], backend="postgres")
+    with transaction.atomic(using="postgres"):
+        read = _rows_read_by_index("postgres")
+        assert len(get_backend("postgres").claim(["prep"], 3, 30)) == 3
+        assert _rows_read_by_index("postgres") - read <= 3 * 3
 
 
 def test_an_enqueue_inside_atomic_is_still_a_row_of_the_callers_transaction() -> None:

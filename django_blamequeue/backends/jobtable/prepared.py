@@ -24,8 +24,9 @@ next call prepares afresh.
 The claim also runs under ``plan_cache_mode = force_generic_plan`` (``SET LOCAL``: its own
 transaction only): left to choose, PostgreSQL keeps planning it anew at every call (its
 generic plan is costed higher than a custom one, though the plan is the same: one ordered
-scan of the claim index per queue). It also runs with ``enable_seqscan = off``: that one
-plan may be made while the table looks empty, and must still read by index once it is not.
+scan of the claim index per queue). It also runs without sequential scans, bitmap scans,
+hash and merge joins: that one plan may be made while the table looks empty, and must still
+read the claim index in order, and the claimed rows by key, once it is not.
 """
 
 from __future__ import annotations
@@ -64,10 +65,14 @@ def _psycopg3() -> bool:
     return bool(is_psycopg3)
 
 
-#: One round trip for both settings of a ``generic`` statement's transaction.
+#: The settings of a ``generic`` statement's transaction, in one round trip: one plan for
+#: every call, and that plan made of ordered index scans and nested loops only.
 GENERIC = (
     "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), "
-    "set_config('enable_seqscan', 'off', true)"
+    "set_config('enable_seqscan', 'off', true), "
+    "set_config('enable_bitmapscan', 'off', true), "
+    "set_config('enable_hashjoin', 'off', true), "
+    "set_config('enable_mergejoin', 'off', true)"
 )
 
 
@@ -76,13 +81,17 @@ def fetch(
 ) -> list[tuple[Any, ...]]:
     """Run ``statement`` (``%s`` placeholders) prepared on ``connection`` (Django's
     PostgreSQL connection, psycopg 3) and answer its rows. ``generic``: plan it once for
-    every call, and never with a sequential scan (both ``SET LOCAL``, so only inside a
-    transaction). That one plan is made at the connection's first call and kept until the
-    table's statistics change: made while the table looked empty (a fresh or truncated
-    table, not yet analysed) it joined the claimed ids back to the table by scanning all of
-    it, so every claim cost more as done rows piled up, until a backlog starved the workers
-    (docs/perf-notes.md, "Pickup latency under a steady load"). A statement that finds its
-    rows by index has no use for a sequential scan."""
+    every call, from ordered index scans and nested loops only (``GENERIC``, ``SET LOCAL``:
+    only inside a transaction). That one plan is made at the connection's first call and
+    kept until the table's statistics change, and the table may look empty then (a fresh
+    or truncated table, not yet analysed). Left to choose, PostgreSQL then planned the claim
+    as a sequential scan, or, without that, as a bitmap scan of every pending row of the
+    queue sorted whole, joined back to the table by hashing a full scan of its primary key:
+    cheap for the three rows it expected, a read of the whole table per claim once a backlog
+    grew (26,641 rows sorted and 57,501 key entries read for a claim of 10, 108 ms), so the
+    workers fell ever further behind a steady load (docs/perf-notes.md, "Pickup latency under
+    a steady load"). The claim finds its rows in the claim index's order, a few at a time:
+    no other plan is ever right for it."""
     cursor = _cursor(connection)
     raw = connection.connection
     saved = raw.prepare_threshold

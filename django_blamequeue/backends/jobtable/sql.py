@@ -59,7 +59,9 @@ def claim_postgresql(limit: int) -> str:
     ``limit`` is written into the text (one statement per limit a worker asks for: its free
     slots), not bound: the statement is prepared (``prepared.py``) and planned once, and a
     plan made for an unknown ``LIMIT`` sorts every ready row instead of reading the index in
-    order.
+    order. For the same reason the claimed rows are updated by key (``id = ANY(…)``: an index
+    look-up per id whatever the statistics said when the plan was made), not joined back: a
+    plan made while the table looked empty joined them by scanning the whole table.
     """
     return f"""
 WITH picked AS (
@@ -85,7 +87,7 @@ SET state = 'inflight',
     lease_expires_at = COALESCE(%s, statement_timestamp()) + make_interval(secs => %s),
     started_at = COALESCE(%s, statement_timestamp()),
     updated_at = COALESCE(%s, statement_timestamp())
-FROM picked WHERE j.id = picked.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING {_PG_CLAIM_RETURNING}
 """
 
