@@ -51,7 +51,7 @@ if str(ROOT) not in sys.path:
 
 from bench import drain  # noqa: E402
 from bench.profiling import print_profile  # noqa: E402
-from bench.throughput import children_cpu, machine, postgres_cpu  # noqa: E402
+from bench.throughput import children_cpu, postgres_cpu  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "ceiling.json"
 SETTINGS = "bench.settings"
@@ -447,12 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     if "ceiling" in scenarios and not args.ideal.exists():
         parser.error(f"{args.ideal} not found (--ideal)")
 
-    report: dict[str, Any] = {
-        "command": "bench/ceiling.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "machine": machine(),
-        "rounds": [],
-    }
+    report: dict[str, Any] = {**drain.report_head("ceiling.py", argv, args), "rounds": []}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bq-bench-ceiling-") as tmp:
         base = Path(tmp)

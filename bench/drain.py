@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bench.throughput import MANAGE, ROOT, children_cpu, postgres_cpu
+from bench.throughput import MANAGE, ROOT, children_cpu, machine, postgres_cpu
 
 QUEUE = "bench"
 
@@ -103,6 +103,15 @@ class Cluster:
                     "shared_buffers",
                 )
             }
+
+
+def report_head(script: str, argv: Sequence[str] | None, args: Any) -> dict[str, Any]:
+    """The start of a script's JSON report: how it was run, with which options, on what."""
+    return {
+        "command": f"bench/{script} " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "machine": machine(),
+    }
 
 
 def setup_django(url: str, settings: str) -> None:

@@ -38,7 +38,6 @@ if str(ROOT) not in sys.path:
 
 from bench import drain  # noqa: E402
 from bench.profiling import print_profile  # noqa: E402
-from bench.throughput import machine  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "orm.json"
 SETTINGS = "bench.orm_settings"
@@ -203,9 +202,7 @@ def main(argv: list[str] | None = None) -> int:
 
     plan = setups(args)
     report: dict[str, Any] = {
-        "command": "bench/orm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "machine": machine(),
+        **drain.report_head("orm.py", argv, args),
         "setups": [{**s, "runs": []} for s in plan],
     }
     started = time.perf_counter()

@@ -50,7 +50,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import drain, orm, profiling  # noqa: E402
-from bench.throughput import machine, postgres_cpu  # noqa: E402
+from bench.throughput import postgres_cpu  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "overhead.json"
 GOAL = 0.85
@@ -210,9 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
     plan = sides(args)
     report: dict[str, Any] = {
-        "command": "bench/overhead.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "machine": machine(),
+        **drain.report_head("overhead.py", argv, args),
         "sides": [{**s, "runs": []} for s in plan],
     }
     started = time.perf_counter()
