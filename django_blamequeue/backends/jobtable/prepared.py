@@ -82,16 +82,10 @@ def fetch(
     """Run ``statement`` (``%s`` placeholders) prepared on ``connection`` (Django's
     PostgreSQL connection, psycopg 3) and answer its rows. ``generic``: plan it once for
     every call, from ordered index scans and nested loops only (``GENERIC``, ``SET LOCAL``:
-    only inside a transaction). That one plan is made at the connection's first call and
-    kept until the table's statistics change, and the table may look empty then (a fresh
-    or truncated table, not yet analysed). Left to choose, PostgreSQL then planned the claim
-    as a sequential scan, or, without that, as a bitmap scan of every pending row of the
-    queue sorted whole, joined back to the table by hashing a full scan of its primary key:
-    cheap for the three rows it expected, a read of the whole table per claim once a backlog
-    grew (26,641 rows sorted and 57,501 key entries read for a claim of 10, 108 ms), so the
-    workers fell ever further behind a steady load (docs/perf-notes.md, "Pickup latency under
-    a steady load"). The claim finds its rows in the claim index's order, a few at a time:
-    no other plan is ever right for it."""
+    only inside a transaction). That one plan is made at the connection's first call, maybe
+    while the table looks empty, and kept: costed for a few rows, PostgreSQL would read the
+    whole table at every claim once a backlog grew (docs/perf-notes.md, "The claim plan made
+    on an empty table")."""
     cursor = _cursor(connection)
     raw = connection.connection
     saved = raw.prepare_threshold
