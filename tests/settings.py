@@ -45,7 +45,13 @@ if POSTGRES_URL:
         _pg["NAME"] = "test_blamequeue"
         _pg.update(PERSISTENT)
     DATABASES["postgres"] = _pg
-    BACKENDS["postgres"] = {"PROTOCOL": "local", "DATABASE": "postgres"}
+    # Claims always read from the start here (a claim slowed by a busy test machine would
+    # otherwise start after its last job); tests/backends/test_claim_onward.py turns it on.
+    BACKENDS["postgres"] = {
+        "PROTOCOL": "local",
+        "DATABASE": "postgres",
+        "CLAIM_ONWARD_AFTER_MS": None,
+    }
 
 # Redis and SQS (moto_server) exist only when `make test` started them.
 REDIS_URL = os.environ.get("BLAMEQUEUE_TEST_REDIS_URL", "")

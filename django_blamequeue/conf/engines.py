@@ -165,9 +165,23 @@ _ROWS = (
         label="a Django database",
         path="django_blamequeue.backends.database.DatabaseBackend",
         # PREPARE: the hot statements prepared on PostgreSQL (None: unless the database is set
-        # up for a transaction-mode pooler; backends/jobtable/prepared.py)
-        defaults={"DATABASE": "default", "LISTEN": True, "PREPARE": None},
+        # up for a transaction-mode pooler; backends/jobtable/prepared.py).
+        # CLAIM_ONWARD_AFTER_MS: a PostgreSQL claim from the start of the queue slower than
+        # this makes the next ones start after the last job claimed (None: never;
+        # backends/jobtable/claim_start.py).
+        defaults={
+            "DATABASE": "default",
+            "LISTEN": True,
+            "PREPARE": None,
+            "CLAIM_ONWARD_AFTER_MS": 5.0,
+        },
         flags=frozenset({"LISTEN", "PREPARE"}),
+        numbers={
+            "CLAIM_ONWARD_AFTER_MS": (
+                lambda v: v is None or (is_number(v) and 0 <= v <= 60_000),
+                "None or milliseconds from 0 to 60,000",
+            )
+        },
         check=_local,
     ),
     Engine(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from time import perf_counter
 from typing import Any
 
 from django.db import InterfaceError, OperationalError, transaction
@@ -22,6 +23,7 @@ from django_blamequeue import audit
 from django_blamequeue.backends import wakeup
 from django_blamequeue.backends.database.listen import PgListener
 from django_blamequeue.backends.jobtable import effects, rotation, sql
+from django_blamequeue.backends.jobtable.claim_start import ClaimStart
 from django_blamequeue.backends.jobtable.engine import JobTableBackend
 from django_blamequeue.backends.jobtable.leases import RESCUE_COLUMNS
 from django_blamequeue.backends.jobtable.rows import claimed_from_pg_row, claimed_from_row
@@ -61,6 +63,8 @@ class DatabaseBackend(JobTableBackend):
         self.database = self.db
         self.supports_listen = listen
         self.cheap_polling = not table.is_postgres
+        # where the next PostgreSQL claim reads from
+        self.claim_start = ClaimStart(config.options.get("CLAIM_ONWARD_AFTER_MS", 5.0))
 
     def _released(self, rows: Sequence[tuple[str, str]], now: datetime) -> None:
         """Jobs a transaction made pending from a state that holds no message: the table is
@@ -153,9 +157,7 @@ class DatabaseBackend(JobTableBackend):
         claimed = self.limited.claim(limited, limit, lease_s, now, limits or {}) if limited else []
         limit -= len(claimed)
         if qs and limit > 0 and table.is_postgres:
-            params = [qs, self.alias, now, now, now, float(lease_s), now, now]
-            rows = table.fetch(sql.claim_postgresql(limit), params, generic=True)
-            claimed += [claimed_from_pg_row(r) for r in rows]
+            claimed += self._claim_postgresql(qs, limit, lease_s, now)
         elif qs and limit > 0:
             t = table.clock(now)
             expires = t + timedelta(seconds=lease_s)
@@ -167,6 +169,27 @@ class DatabaseBackend(JobTableBackend):
         claimed.sort(key=lambda c: (-c.priority, c.available_at or c.lease_expires_at, c.job_id))
         if claimed:
             audit.record(audit.start_events(claimed, self.alias), using=self.db)
+        return claimed
+
+    def _claim_postgresql(
+        self, queues: list[str], limit: int, lease_s: float, now: datetime | None
+    ) -> list[Claimed]:
+        """The unlimited claim on PostgreSQL: from the start of each queue, or onward from
+        the last job claimed there while claims from the start are slow (``claim_start.py``)."""
+        update: list[Any] = [now, float(lease_s), now, now]
+        points = self.claim_start.points(queues)
+        if points is None:
+            statement = sql.claim_postgresql(limit)
+            params: list[Any] = [queues, self.alias, now, now, *update]
+        else:
+            statement = sql.claim_postgresql_onward(limit)
+            params = [queues, points.prios, points.times, points.ids, self.alias]
+            params += [now] * 6 + update
+        t0 = perf_counter()
+        rows = self.jobtable.fetch(statement, params, generic=True)
+        elapsed = perf_counter() - t0
+        claimed = [claimed_from_pg_row(r) for r in rows]
+        self.claim_start.note(claimed, elapsed, from_start=points is None)
         return claimed
 
     def apply_many(self, acks: Sequence[Ack], now: datetime | None = None) -> list[AckResult]:

@@ -101,7 +101,7 @@ class Acks:
                     list(zip(*map(_ack_row_pg, chunk), strict=False)), joined=2
                 )
                 statement = sql.ack_many_postgresql(varying, table.name)
-                found = table.fetch(statement, [*params, now])
+                found = table.fetch(statement, [*params, now], generic=True)  # rows by key
             else:
                 assert now is not None
                 adapt, stamp = table.adapt, table.adapt(now)

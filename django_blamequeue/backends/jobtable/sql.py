@@ -92,6 +92,64 @@ RETURNING {_PG_CLAIM_RETURNING}
 """
 
 
+_PENDING_OF_QUEUE = (
+    "SELECT id, priority, available_at FROM {job} "
+    "WHERE state = 'pending' AND queue = q.name AND {where} "
+    "AND available_at <= COALESCE(%s, statement_timestamp()) "
+    "AND {not_expired} "
+    "ORDER BY priority DESC, available_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED"
+)
+
+
+@cache
+def claim_postgresql_onward(limit: int) -> str:
+    """The claim started after a point per queue (``claim_start.py``), same answer as
+    :func:`claim_postgresql`. Params: queues, their points' priorities, times and ids (four
+    arrays, a point's three None where a queue has none), the backend's alias, now × 6,
+    now, lease_seconds, now, now.
+
+    Per queue three ordered reads of the claim index, each started by the index at its
+    bound, each read only while the ones before it found fewer than ``limit`` rows: the higher
+    priorities from the start, the point's priority after the point (a row comparison on
+    ``(available_at, id)``: where the index read starts), the lower priorities from the
+    start. A queue without a point has only the third (every priority).
+    """
+    parts = [
+        "priority > q.prio",
+        "priority = q.prio AND (available_at, id) > (q.at, q.after_id)",
+        "priority < COALESCE(q.prio, 2147483648)",
+    ]
+    fresh = not_expired("COALESCE(%s, statement_timestamp())")
+    reads = " UNION ALL ".join(
+        "SELECT * FROM ("
+        + _PENDING_OF_QUEUE.format(job=JOB, where=w, not_expired=fresh, limit=int(limit))
+        + f") AS r{i}"
+        for i, w in enumerate(parts)
+    )
+    return f"""
+WITH picked AS (
+    SELECT c.id FROM (
+        SELECT u.name, u.prio, u.at, u.after_id
+        FROM unnest(%s::varchar[], %s::int8[], %s::timestamptz[], %s::varchar[])
+            AS u(name, prio, at, after_id)
+        WHERE {_UNLIMITED.format(q="u.name")}
+    ) AS q
+    CROSS JOIN LATERAL ({reads} LIMIT {int(limit)}) AS c
+    ORDER BY c.priority DESC, c.available_at, c.id
+    LIMIT {int(limit)}
+)
+UPDATE {JOB} AS j
+SET state = 'inflight',
+    attempts = j.attempts + 1,
+    lease_token = replace(gen_random_uuid()::text, '-', ''),
+    lease_expires_at = COALESCE(%s, statement_timestamp()) + make_interval(secs => %s),
+    started_at = COALESCE(%s, statement_timestamp()),
+    updated_at = COALESCE(%s, statement_timestamp())
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING {_PG_CLAIM_RETURNING}
+"""
+
+
 #: ``varying`` of a column sent as one text of comma-separated values (ids, lease tokens):
 #: psycopg dumps a list element by element in Python, a ``str`` in C.
 JOINED = "joined"
@@ -281,6 +339,16 @@ SET state = CASE WHEN v.column11 = 1 AND {table}.cancel_requested THEN 'cancelle
 """
 
 
+#: ``state = 'inflight'`` that no partial index's predicate matches: the value comes from an
+#: InitPlan, which the planner cannot prove equal to the ``bq_job_inflight`` index's
+#: ``state = 'inflight'``. With the literal, a batch of acks was planned as a read of that
+#: whole index hashed against the batch, and the index keeps an entry for every job acked
+#: until vacuum (forever while the xmin horizon is pinned): acks of 50 slowed from 2.9 ms to
+#: 7.4 ms over 50,000 jobs, to 8.5 ms with the horizon pinned. By key they stay at 1.7–1.9 ms
+#: (docs/perf-notes.md, "Acks by key").
+_INFLIGHT_BY_KEY = "(SELECT 'inflight'::varchar)"
+
+
 @cache
 def ack_many_postgresql(varying: Sequence[bool | str], table: str = JOB) -> str:
     """``ack_many`` for PostgreSQL with the rows as one ``unnest`` source (:func:`unnest_rows`):
@@ -306,7 +374,7 @@ def ack_many_postgresql(varying: Sequence[bool | str], table: str = JOB) -> str:
     return (
         f"UPDATE {table} {_ack_set(table)} FROM {rows} AS v "
         f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
-        f"AND {table}.state = 'inflight' "
+        f"AND {table}.state = {_INFLIGHT_BY_KEY} "
         f"RETURNING {ACK_RETURNING}"
     )
 
@@ -322,7 +390,7 @@ def ack_many(vendor: str, n: int, table: str = JOB) -> str:
     return (
         f"UPDATE {table} {_ack_set(table, vendor)} FROM (VALUES {values}) AS {alias} "
         f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
-        f"AND {table}.state = 'inflight' "
+        f"AND {table}.state = {_INFLIGHT_BY_KEY} "
         f"RETURNING {ACK_RETURNING}"
     )
 
@@ -330,16 +398,16 @@ def ack_many(vendor: str, n: int, table: str = JOB) -> str:
 def renew_many(vendor: str, n: int, table: str = JOB, returning: str = "id") -> str:
     """Params per row: id, token; then the new expiry twice. Never shortens a lease."""
     if vendor == "postgresql":
-        row, alias = "(%s::varchar, %s::varchar)", "v(column1, column2)"
+        row, alias, inflight = "(%s::varchar, %s::varchar)", "v(column1, column2)", _INFLIGHT_BY_KEY
     else:
-        row, alias = "(%s, %s)", "v"
+        row, alias, inflight = "(%s, %s)", "v", "'inflight'"
     values = ", ".join([row] * n)
     return (
         f"UPDATE {table} SET lease_expires_at = CASE WHEN {table}.lease_expires_at > %s "
         f"THEN {table}.lease_expires_at ELSE %s END "
         f"FROM (VALUES {values}) AS {alias} "
         f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "
-        f"AND {table}.state = 'inflight' RETURNING {returning}"
+        f"AND {table}.state = {inflight} RETURNING {returning}"
     )
 
 
