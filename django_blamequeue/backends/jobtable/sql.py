@@ -387,10 +387,11 @@ def ack_many(vendor: str, n: int, table: str = JOB) -> str:
         row = "(" + ", ".join(["%s"] * ACK_COLUMNS) + ")"
         alias = "v"
     values = ", ".join([row] * n)
+    inflight = _INFLIGHT_BY_KEY if vendor == "postgresql" else "'inflight'"
     return (
         f"UPDATE {table} {_ack_set(table, vendor)} FROM (VALUES {values}) AS {alias} "
         f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
-        f"AND {table}.state = {_INFLIGHT_BY_KEY} "
+        f"AND {table}.state = {inflight} "
         f"RETURNING {ACK_RETURNING}"
     )
 

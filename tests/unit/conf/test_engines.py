@@ -76,6 +76,12 @@ def test_an_sqs_number_accepts_its_bounds_and_refuses_past_them(
     assert not any(accepts(v) for v in refused)
 
 
+def test_claim_onward_after_ms_is_none_or_milliseconds_up_to_a_minute() -> None:
+    accepts, _ = ENGINES["local"].numbers["CLAIM_ONWARD_AFTER_MS"]
+    assert all(accepts(v) for v in [None, 0, 5, 2.5, 60_000])
+    assert not any(accepts(v) for v in [-1, 60_001, math.nan, True, "5"])
+
+
 def test_amqp_and_nats_are_rows_with_only_their_names() -> None:
     assert {n: r.label for n, r in ENGINES.items() if not r.available} == {
         "amqp": "AMQP 0-9-1 (RabbitMQ etc.)",
@@ -107,7 +113,9 @@ def test_a_backend_subclass_of_a_protocol_is_checked_as_that_protocol() -> None:
     assert problem.id == "E005" and 'BLAMEQUEUE["BACKENDS"]["out"]["DATABASE"]' in problem.message
     [problem] = found(entry(BACKEND=PATH, LISTN=True))
     assert problem.id == "E001" and 'Did you mean "LISTEN"?' in problem.message
-    assert problem.hint == "Known keys: BACKEND, QUEUES, DATABASE, LISTEN, PREPARE."
+    assert problem.hint == (
+        "Known keys: BACKEND, QUEUES, DATABASE, LISTEN, PREPARE, CLAIM_ONWARD_AFTER_MS."
+    )
 
 
 def test_an_engine_of_another_protocol_gets_its_options_as_written(

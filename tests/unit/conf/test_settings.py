@@ -102,7 +102,7 @@ def test_an_empty_setting_means_one_local_backend_with_documented_defaults(
     default = current.backends["default"]
     assert (default.protocol, dict(default.options), default.queues) == (
         "local",
-        {"DATABASE": "default", "LISTEN": True, "PREPARE": None},
+        {"DATABASE": "default", "LISTEN": True, "PREPARE": None, "CLAIM_ONWARD_AFTER_MS": 5.0},
         None,
     )
     assert current.retention_done == 7 * 86400 and current.retention_failed is None
