@@ -111,14 +111,12 @@ def test_a_job_sorting_before_the_point_waits_for_the_next_claim_from_the_start(
     assert len(onward) == 5 and behind.job_id not in {c.job_id for c in onward}
     backend.claim_start.full_due_at = 1.0  # the claim from the start, a second later
     from_start = backend.claim([Q], 20, 30)
-    assert [c.job_id for c in from_start][0] == behind.job_id  # it sorts first
+    assert from_start[0].job_id == behind.job_id  # it sorts first
     assert len(from_start) == 6
     done(backend, onward + from_start)
 
 
-def test_a_more_urgent_job_still_goes_first(
-    backend: DatabaseBackend, pinned_horizon: None
-) -> None:
+def test_a_more_urgent_job_still_goes_first(backend: DatabaseBackend, pinned_horizon: None) -> None:
     queue.enqueue_many(Q, [{"i": i} for i in range(20)], backend="postgres")
     done(backend, backend.claim([Q], 10, 30))
     assert backend.claim_start.onward
