@@ -372,8 +372,10 @@ def ack_many_postgresql(varying: Sequence[bool | str], table: str = JOB) -> str:
         "(SELECT COALESCE(%s::timestamptz, statement_timestamp()) AS now) AS t)"
     )
     return (
-        f"UPDATE {table} {_ack_set(table)} FROM {rows} AS v "
-        f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
+        f"WITH v AS MATERIALIZED {rows} "
+        f"UPDATE {table} {_ack_set(table)} FROM v "
+        f"WHERE {table}.id = ANY(ARRAY(SELECT column1 FROM v)) "  # by key, see _INFLIGHT_BY_KEY
+        f"AND {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
         f"AND {table}.state = {_INFLIGHT_BY_KEY} "
         f"RETURNING {ACK_RETURNING}"
     )
