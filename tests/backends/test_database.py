@@ -141,6 +141,38 @@ def test_a_claim_planned_on_an_analysed_empty_table_reads_only_the_rows_it_claim
         assert _rows_read_by_index("postgres") - read <= 3 * 3
 
 
+def test_an_ack_planned_on_an_analysed_empty_table_reads_only_the_rows_it_acks() -> None:
+    """The batched ack is prepared too, and may be planned while the table looks empty: it
+    must still find each acked row by key (such a plan read the whole primary key per ack, or
+    the whole index of inflight rows, where every acked job keeps an entry until vacuum)."""
+    need_server("postgres")
+    with connections["postgres"].cursor() as cur:
+        cur.execute("DELETE FROM blamequeue_job")
+        cur.execute("ANALYZE blamequeue_job")
+    connections["postgres"].close()  # a worker starting now: a new connection, new plans
+    queue.enqueue_many("prep", [{"i": i} for i in range(3)], backend="postgres")
+    for _ in range(6):  # past the five custom plans PostgreSQL tries before a generic one
+        queue.enqueue("prep", {"one": True}, backend="postgres")
+        _claimed_and_done("postgres", 1)
+    queue.enqueue_many("prep", [{"i": i} for i in range(300)], backend="postgres")
+    backend = get_backend("postgres")
+    claimed = backend.claim(["prep"], 3, 30)
+    done = Transition(state=State.DONE)
+    with transaction.atomic(using="postgres"):
+        read = _index_entries_read("postgres", "blamequeue_job_pkey")
+        scans = _seq_scans_of_the_job_table("postgres")
+        acks = [Ack(job_id=c.job_id, token=c.token, transition=done) for c in claimed]
+        assert all(r.ok for r in backend.apply_many(acks))
+        assert _index_entries_read("postgres", "blamequeue_job_pkey") - read <= 3 * 3
+        assert _seq_scans_of_the_job_table("postgres") == scans
+
+
+def _index_entries_read(db: str, index: str) -> int:
+    with connections[db].cursor() as cur:
+        cur.execute("SELECT pg_stat_get_xact_tuples_returned(%s::regclass)", [index])
+        return int(cur.fetchone()[0])
+
+
 def test_an_enqueue_inside_atomic_is_still_a_row_of_the_callers_transaction() -> None:
     need_server("postgres")
     with pytest.raises(RuntimeError), transaction.atomic(using="postgres"):
