@@ -6,7 +6,7 @@ transaction, a long REPEATABLE READ report, a replica with ``hot_standby_feedbac
 then each claimed job keeps its entry in the claim index, and a claim that reads the index
 from the start fetches the row behind every one of them before it reaches a pending job: a
 claim costs as much as the jobs claimed since the horizon was pinned, and the queue falls
-behind (docs/operations.md, "When the xmin horizon is pinned").
+behind (docs/perf-notes.md, "Claims onward while the horizon is pinned").
 
 So while a claim from the start is slow, a worker starts each queue's next claim after the
 last job it claimed there, in claim order (priority, then ``available_at``, then id): it reads

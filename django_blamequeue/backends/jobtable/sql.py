@@ -344,8 +344,9 @@ SET state = CASE WHEN v.column11 = 1 AND {table}.cancel_requested THEN 'cancelle
 #: ``state = 'inflight'``. With the literal, a batch of acks was planned as a read of that
 #: whole index hashed against the batch, and the index keeps an entry for every job acked
 #: until vacuum (forever while the xmin horizon is pinned): acks of 50 slowed from 2.9 ms to
-#: 7.4 ms over 50,000 jobs, to 8.5 ms with the horizon pinned. By key they stay at 1.7–1.9 ms
-#: (docs/perf-notes.md, "Acks by key").
+#: 7.4 ms over 50,000 jobs, to 8.5 ms with the horizon pinned. The PostgreSQL ack also finds
+#: its rows by ``id = ANY(…)`` (without it a plan made on a small table read the whole
+#: primary key); by key acks of 50 stay at 2.2–2.9 ms (docs/perf-notes.md, "Acks by key").
 _INFLIGHT_BY_KEY = "(SELECT 'inflight'::varchar)"
 
 
