@@ -46,6 +46,20 @@ def not_expired(now: str, table: str = "") -> str:
     return f"({column} IS NULL OR {column} > {now})"
 
 
+#: The end of both PostgreSQL claims: the ``picked`` rows leased, by key. Params: now,
+#: lease_seconds, now, now.
+_LEASE_PICKED = f"""UPDATE {JOB} AS j
+SET state = 'inflight',
+    attempts = j.attempts + 1,
+    lease_token = replace(gen_random_uuid()::text, '-', ''),
+    lease_expires_at = COALESCE(%s, statement_timestamp()) + make_interval(secs => %s),
+    started_at = COALESCE(%s, statement_timestamp()),
+    updated_at = COALESCE(%s, statement_timestamp())
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING {_PG_CLAIM_RETURNING}
+"""
+
+
 @cache
 def claim_postgresql(limit: int) -> str:
     """Params: queues (a list), the backend's alias, now, now, now, lease_seconds, now, now.
@@ -80,16 +94,7 @@ WITH picked AS (
     ORDER BY c.priority DESC, c.available_at, c.id
     LIMIT {int(limit)}
 )
-UPDATE {JOB} AS j
-SET state = 'inflight',
-    attempts = j.attempts + 1,
-    lease_token = replace(gen_random_uuid()::text, '-', ''),
-    lease_expires_at = COALESCE(%s, statement_timestamp()) + make_interval(secs => %s),
-    started_at = COALESCE(%s, statement_timestamp()),
-    updated_at = COALESCE(%s, statement_timestamp())
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING {_PG_CLAIM_RETURNING}
-"""
+{_LEASE_PICKED}"""
 
 
 _PENDING_OF_QUEUE = (
@@ -138,16 +143,7 @@ WITH picked AS (
     ORDER BY c.priority DESC, c.available_at, c.id
     LIMIT {int(limit)}
 )
-UPDATE {JOB} AS j
-SET state = 'inflight',
-    attempts = j.attempts + 1,
-    lease_token = replace(gen_random_uuid()::text, '-', ''),
-    lease_expires_at = COALESCE(%s, statement_timestamp()) + make_interval(secs => %s),
-    started_at = COALESCE(%s, statement_timestamp()),
-    updated_at = COALESCE(%s, statement_timestamp())
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING {_PG_CLAIM_RETURNING}
-"""
+{_LEASE_PICKED}"""
 
 
 #: ``varying`` of a column sent as one text of comma-separated values (ids, lease tokens):
