@@ -46,7 +46,7 @@ if POSTGRES_URL:
         _pg.update(PERSISTENT)
     DATABASES["postgres"] = _pg
     # Claims always read from the start here (a claim slowed by a busy test machine would
-    # otherwise start after its last job); tests/backends/test_claim_onward.py turns it on.
+    # otherwise start after its last job); tests/backends/test_pinned_horizon.py turns it on.
     BACKENDS["postgres"] = {
         "PROTOCOL": "local",
         "DATABASE": "postgres",

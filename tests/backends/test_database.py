@@ -16,6 +16,7 @@ from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.jobtable import prepared
 from django_blamequeue.core.records import Ack, Transition
 from django_blamequeue.core.states import State
+from tests.backends.pg_stats import index_entries_read
 from tests.conftest import need_server
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -159,18 +160,12 @@ def test_an_ack_planned_on_an_analysed_empty_table_reads_only_the_rows_it_acks()
     claimed = backend.claim(["prep"], 3, 30)
     done = Transition(state=State.DONE)
     with transaction.atomic(using="postgres"):
-        read = _index_entries_read("postgres", "blamequeue_job_pkey")
+        read = index_entries_read("postgres", "blamequeue_job_pkey")
         scans = _seq_scans_of_the_job_table("postgres")
         acks = [Ack(job_id=c.job_id, token=c.token, transition=done) for c in claimed]
         assert all(r.ok for r in backend.apply_many(acks))
-        assert _index_entries_read("postgres", "blamequeue_job_pkey") - read <= 3 * 3
+        assert index_entries_read("postgres", "blamequeue_job_pkey") - read <= 3 * 3
         assert _seq_scans_of_the_job_table("postgres") == scans
-
-
-def _index_entries_read(db: str, index: str) -> int:
-    with connections[db].cursor() as cur:
-        cur.execute("SELECT pg_stat_get_xact_tuples_returned(%s::regclass)", [index])
-        return int(cur.fetchone()[0])
 
 
 def test_an_enqueue_inside_atomic_is_still_a_row_of_the_callers_transaction() -> None:

@@ -24,6 +24,7 @@ from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.database import DatabaseBackend
 from django_blamequeue.core.records import Ack, Claimed, Transition
 from django_blamequeue.core.states import State
+from tests.backends.pg_stats import index_entries_read
 from tests.conftest import need_server
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -59,14 +60,6 @@ def pinned_horizon() -> Iterator[None]:
         other.close()
 
 
-def claim_index_entries_read(index: str = "bq_job_claim") -> int:
-    """Entries ``index`` handed out to scans so far in the current transaction (entries of
-    dead rows included: what a statement pays for before it finds a live row)."""
-    with connections["postgres"].cursor() as cur:
-        cur.execute("SELECT pg_stat_get_xact_tuples_returned(%s::regclass)", [index])
-        return int(cur.fetchone()[0])
-
-
 def hold_onward(backend: DatabaseBackend) -> None:
     """No claim from the start falls due during the next claims, however slow this machine."""
     backend.claim_start.full_due_at = time.monotonic() + 3600
@@ -80,9 +73,9 @@ def done(backend: DatabaseBackend, claimed: list[Claimed]) -> None:
 
 def entries_read_by_one_claim(backend: DatabaseBackend, n: int) -> tuple[int, list[Claimed]]:
     with transaction.atomic(using="postgres"):
-        before = claim_index_entries_read()
+        before = index_entries_read("postgres", "bq_job_claim")
         claimed = backend.claim([Q], n, 30)
-        return claim_index_entries_read() - before, claimed
+        return index_entries_read("postgres", "bq_job_claim") - before, claimed
 
 
 def test_claims_start_after_the_last_job_claimed_while_the_horizon_is_pinned(
@@ -169,9 +162,9 @@ def test_acks_and_renewals_find_their_rows_by_key_not_through_the_inflight_index
         done(backend, backend.claim([Q], 100, 30))
     held = backend.claim([Q], 5, 30)
     with transaction.atomic(using="postgres"):
-        before = claim_index_entries_read("bq_job_inflight")
+        before = index_entries_read("postgres", "bq_job_inflight")
         assert backend.renew_leases([(c.job_id, c.token) for c in held], 60) == frozenset()
         done(backend, held)
-        read = claim_index_entries_read("bq_job_inflight") - before
+        read = index_entries_read("postgres", "bq_job_inflight") - before
     print(f"\nrenewal and ack of 5: {read} inflight index entries read")
     assert read == 0

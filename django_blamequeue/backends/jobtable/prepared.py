@@ -21,12 +21,13 @@ forgotten with every other one of the connection: in autocommit the call runs ag
 once, prepared afresh; inside a transaction it fails (the transaction is aborted) and the
 next call prepares afresh.
 
-The claim also runs under ``plan_cache_mode = force_generic_plan`` (``SET LOCAL``: its own
-transaction only): left to choose, PostgreSQL keeps planning it anew at every call (its
-generic plan is costed higher than a custom one, though the plan is the same: one ordered
-scan of the claim index per queue). It also runs without sequential scans, bitmap scans,
-hash and merge joins: that one plan may be made while the table looks empty, and must still
-read the claim index in order, and the claimed rows by key, once it is not.
+The claim and the batched ack also run under ``plan_cache_mode = force_generic_plan``
+(``SET LOCAL``: their own transaction only): left to choose, PostgreSQL keeps planning the
+claim anew at every call (its generic plan is costed higher than a custom one, though the plan
+is the same: one ordered scan of the claim index per queue). They also run without
+sequential scans, bitmap scans, hash and merge joins: that one plan may be made while the
+table looks empty, and must still read the claim index in order, and the claimed or acked
+rows by key, once it is not.
 """
 
 from __future__ import annotations

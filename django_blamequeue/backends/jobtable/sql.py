@@ -379,18 +379,12 @@ def ack_many_postgresql(varying: Sequence[bool | str], table: str = JOB) -> str:
 
 
 def ack_many(vendor: str, n: int, table: str = JOB) -> str:
-    if vendor == "postgresql":
-        row = "(" + ", ".join(f"%s::{c}" for c in _PG_CASTS) + ")"
-        alias = "v(" + ", ".join(f"column{i}" for i in range(1, ACK_COLUMNS + 1)) + ")"
-    else:
-        row = "(" + ", ".join(["%s"] * ACK_COLUMNS) + ")"
-        alias = "v"
-    values = ", ".join([row] * n)
-    inflight = _INFLIGHT_BY_KEY if vendor == "postgresql" else "'inflight'"
+    """The batched ack of ``n`` rows on SQLite (PostgreSQL's is :func:`ack_many_postgresql`)."""
+    values = ", ".join(["(" + ", ".join(["%s"] * ACK_COLUMNS) + ")"] * n)
     return (
-        f"UPDATE {table} {_ack_set(table, vendor)} FROM (VALUES {values}) AS {alias} "
+        f"UPDATE {table} {_ack_set(table, vendor)} FROM (VALUES {values}) AS v "
         f"WHERE {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
-        f"AND {table}.state = {inflight} "
+        f"AND {table}.state = 'inflight' "
         f"RETURNING {ACK_RETURNING}"
     )
 
