@@ -88,6 +88,31 @@ def test_hot_statements_are_prepared_once_per_connection() -> None:
         assert cur.fetchone() == (2, 0)
 
 
+def test_a_single_enqueue_is_converted_for_the_driver_once_per_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """psycopg caches how it turns a statement's ``%s`` into ``$n`` only for statements of at
+    most 50 parameters; the enqueue's INSERT leaves the columns NULL in every row out of its
+    parameters, so a single enqueue is under that limit and its ≈ 3 kB text is not parsed
+    again at every call."""
+    need_server("postgres")
+    from psycopg import _queries
+
+    assert _queries.MAX_CACHED_STATEMENT_PARAMS == 50  # the limit this test is about
+    converted: list[str] = []
+    uncached = _queries._query2pg_nocache
+
+    def counting(query: bytes, *args: Any, **kwargs: Any) -> Any:
+        converted.append(query.decode()[:40])
+        return uncached(query, *args, **kwargs)
+
+    monkeypatch.setattr(_queries, "_query2pg_nocache", counting)
+    for i in range(3):
+        queue.enqueue("convert", {"i": i}, backend="postgres")
+        queue.enqueue("convert", {"i": i}, backend="postgres", priority=5, max_attempts=2)
+    assert [q for q in converted if q.startswith("INSERT INTO blamequeue_job")] == []
+
+
 def _seq_scans_of_the_job_table(db: str) -> int:
     """Sequential scans of ``blamequeue_job`` so far in the current transaction."""
     return _job_table_stat(db, "seq_scan")
