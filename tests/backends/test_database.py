@@ -113,6 +113,31 @@ def test_a_single_enqueue_is_converted_for_the_driver_once_per_connection(
     assert [q for q in converted if q.startswith("INSERT INTO blamequeue_job")] == []
 
 
+def test_a_round_of_acks_and_a_claim_sets_the_plan_settings_once() -> None:
+    """The worker's round (acks, then a claim, one transaction) sends the generic plan
+    settings once for both statements, and both still run on their generic plans."""
+    need_server("postgres")
+    backend = get_backend("postgres")
+    queue.enqueue_many("round", [{"i": i} for i in range(6)], backend="postgres")
+    claimed = backend.claim(["round"], 2, 30)
+    done = Transition(state=State.DONE)
+    db = connections["postgres"]
+    for _ in range(2):
+        acks = [Ack(job_id=c.job_id, token=c.token, transition=done) for c in claimed]
+        with CaptureQueriesContext(db) as queries:
+            results, claimed = backend.apply_and_claim(acks, ["round"], 2, 30)
+        assert [r.ok for r in results] == [True, True] and len(claimed) == 2
+        sent = [q["sql"] for q in queries.captured_queries]
+        assert sum("force_generic_plan" in q for q in sent) == 1, sent
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%WITH picked AS%%' OR statement LIKE 'WITH v AS%%'"
+        )
+        plans = cur.fetchall()
+    assert len(plans) == 2 and all(custom == 0 and generic > 0 for generic, custom in plans)
+
+
 def _seq_scans_of_the_job_table(db: str) -> int:
     """Sequential scans of ``blamequeue_job`` so far in the current transaction."""
     return _job_table_stat(db, "seq_scan")

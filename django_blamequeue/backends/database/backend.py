@@ -133,10 +133,15 @@ class DatabaseBackend(JobTableBackend):
         (the fence makes that safe) and nothing was leased."""
         if not acks and (limit <= 0 or not queues):
             return [], []
+        both = bool(acks) and limit > 0 and bool(queues)
         with transaction.atomic(using=self.db):
-            results = self.acks.apply(acks, now) if acks else []
+            if both:  # one round trip for the plan settings of both statements
+                self.jobtable.plan_generic()
+            results = self.acks.apply(acks, now, planned=both) if acks else []
             claimed = (
-                self._claim(queues, limit, lease_s, now, limits) if limit > 0 and queues else []
+                self._claim(queues, limit, lease_s, now, limits, planned=both)
+                if limit > 0 and queues
+                else []
             )
         return results, claimed
 
@@ -147,17 +152,19 @@ class DatabaseBackend(JobTableBackend):
         lease_s: float,
         now: datetime | None,
         limits: Mapping[str, QueueLimits] | None = None,
+        *,
+        planned: bool = False,
     ) -> list[Claimed]:
         """The claim, inside the caller's transaction: the queues named in ``limits`` under
         their limits (``jobtable/limited.py``), then the others with what is left of
-        ``limit``."""
+        ``limit``. ``planned``: the generic plan settings are already set."""
         table = self.jobtable
         limited = [q for q in queues if limits and q in limits]
         qs = [q for q in queues if not (limits and q in limits)]
         claimed = self.limited.claim(limited, limit, lease_s, now, limits or {}) if limited else []
         limit -= len(claimed)
         if qs and limit > 0 and table.is_postgres:
-            claimed += self._claim_postgresql(qs, limit, lease_s, now)
+            claimed += self._claim_postgresql(qs, limit, lease_s, now, planned)
         elif qs and limit > 0:
             t = table.clock(now)
             expires = t + timedelta(seconds=lease_s)
@@ -172,7 +179,12 @@ class DatabaseBackend(JobTableBackend):
         return claimed
 
     def _claim_postgresql(
-        self, queues: list[str], limit: int, lease_s: float, now: datetime | None
+        self,
+        queues: list[str],
+        limit: int,
+        lease_s: float,
+        now: datetime | None,
+        planned: bool = False,
     ) -> list[Claimed]:
         """The unlimited claim on PostgreSQL: from the start of each queue, or onward from
         the last job claimed there while claims from the start are slow (``claim_start.py``)."""
@@ -186,7 +198,7 @@ class DatabaseBackend(JobTableBackend):
             params = [queues, points.prios, points.times, points.ids, self.alias]
             params += [now] * 6 + update
         t0 = perf_counter()
-        rows = self.jobtable.fetch(statement, params, generic=True)
+        rows = self.jobtable.fetch(statement, params, generic=not planned)
         elapsed = perf_counter() - t0
         claimed = [claimed_from_pg_row(r) for r in rows]
         self.claim_start.note(claimed, elapsed, from_start=points is None)

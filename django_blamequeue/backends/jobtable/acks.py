@@ -82,8 +82,12 @@ class Acks:
         self.manifests = manifests  # a fan-out ack stores the parent's manifest
         self.attempts = attempts  # the history of the attempts the acks end
 
-    def apply(self, acks: Sequence[Ack], now: datetime | None) -> list[AckResult]:
-        """The acks, inside the caller's transaction."""
+    def apply(
+        self, acks: Sequence[Ack], now: datetime | None, *, planned: bool = False
+    ) -> list[AckResult]:
+        """The acks, inside the caller's transaction. ``planned``: the transaction already
+        runs under the generic plan settings (``JobTable.plan_generic``); else the first
+        PostgreSQL ack statement sets them, and the later chunks reuse them."""
         table = self.table
         applied: dict[str, tuple[Any, ...]] = {}
         fan_outs = [a for a in acks if a.transition.state == State.WAITING_CHILDREN]
@@ -101,7 +105,8 @@ class Acks:
                     list(zip(*map(_ack_row_pg, chunk), strict=False)), joined=2
                 )
                 statement = sql.ack_many_postgresql(varying, table.name)
-                found = table.fetch(statement, [*params, now], generic=True)  # rows by key
+                found = table.fetch(statement, [*params, now], generic=not planned)  # by key
+                planned = True  # SET LOCAL: set for the rest of the transaction
             else:
                 assert now is not None
                 adapt, stamp = table.adapt, table.adapt(now)

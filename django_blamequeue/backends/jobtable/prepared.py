@@ -110,6 +110,13 @@ def fetch(
             raw.prepare_threshold = None
 
 
+def plan_generic(connection: Any) -> None:
+    """Set ``GENERIC`` for the rest of the transaction ``connection`` is in (``SET LOCAL``):
+    a worker's round of acks and a claim sends it once, not once per statement."""
+    assert connection.in_atomic_block, "SET LOCAL outside a transaction would not hold"
+    fetch(connection, GENERIC, ())
+
+
 def _cursor(connection: Any) -> Any:
     """A Django cursor wrapper (thread check, error mapping, query log, execute wrappers)
     around a server-binding psycopg cursor that prepares what it runs."""

@@ -84,6 +84,13 @@ class JobTable:
             rows: list[tuple[Any, ...]] = cur.fetchall()
             return rows
 
+    def plan_generic(self) -> None:
+        """Set the generic plan settings for the rest of the caller's transaction, once for
+        several hot statements (``fetch(..., generic=True)`` sets them per statement). Only
+        where statements are prepared: unprepared ones are planned at each call anyway."""
+        if self.prepares:
+            prepared.plan_generic(self.connection)
+
     def adapt(self, value: datetime | None) -> Any:
         if value is None:
             return None
