@@ -195,17 +195,17 @@ RAW_TABLE = "bench_raw_job"
 RAW_INSERT = f"""
 INSERT INTO {RAW_TABLE} (id, queue, name, state, payload, content_type, content_encoding,
     priority, available_at, attempts, max_attempts, stalls, cancel_requested, progress,
-    trace_id, flow_depth, snoozes, created_at, updated_at)
+    trace_id, flow_depth, snoozes, unique_calls, created_at, updated_at)
 VALUES (%s, %s, %s, 'pending', %s, 'application/json', 'utf-8', 0, now(), 0, 3, 0, false, 0,
-    %s, 0, 0, now(), now())"""
+    %s, 0, 0, 0, now(), now())"""
 
 
 RAW_INSERT_NOTIFY = f"""
 INSERT INTO {RAW_TABLE} (id, queue, name, state, payload, content_type, content_encoding,
     priority, available_at, attempts, max_attempts, stalls, cancel_requested, progress,
-    trace_id, flow_depth, snoozes, created_at, updated_at)
+    trace_id, flow_depth, snoozes, unique_calls, created_at, updated_at)
 SELECT %s, %s, %s, 'pending', %s, 'application/json', 'utf-8', 0, now(), 0, 3, 0, false, 0,
-    %s, 0, 0, now(), now() FROM (SELECT pg_notify('bench_raw', 'bench')) AS n"""
+    %s, 0, 0, 0, now(), now() FROM (SELECT pg_notify('bench_raw', 'bench')) AS n"""
 
 
 def blamequeue_single(
