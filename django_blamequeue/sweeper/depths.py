@@ -22,6 +22,8 @@ class DepthReport:
 
 
 class Depths:
+    paced = True  # reads the job table's indexes: spaced out when a pass is slow
+
     def __init__(self, backend: Backend, *, period: float = 60.0) -> None:
         self.backend = backend
         self.period = period

@@ -13,6 +13,8 @@ from django_blamequeue.backends.base import Backend
 
 
 class Expirer:
+    paced = True  # reads the job table's indexes: spaced out when a pass is slow
+
     def __init__(self, backend: Backend, *, period: float = 5.0, batch: int = 500) -> None:
         self.backend = backend
         self.period = period

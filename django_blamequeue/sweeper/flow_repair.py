@@ -24,6 +24,8 @@ KINDS = ("relanded", "synthesized", "settled", "cascaded", "skipped")
 
 
 class FlowRepair:
+    paced = True  # reads the job table's indexes: spaced out when a pass is slow
+
     def __init__(self, backend: Backend, *, period: float = 30.0, batch: int = 500) -> None:
         self.backend = backend
         self.period = period

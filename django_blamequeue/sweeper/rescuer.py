@@ -15,6 +15,7 @@ from django_blamequeue.core.records import RescueReport
 
 class Rescuer:
     name = "rescuer"
+    paced = True  # reads the job table's indexes: spaced out when a pass is slow
 
     def __init__(
         self, backend: Backend, *, max_stalled: int = 1, period: float = 5.0, batch: int = 1000

@@ -82,3 +82,42 @@ def test_a_started_sweeper_reports_each_round_that_did_something_until_stopped()
         sweeper.stop()
     assert all(r.results == {"often": {"run": n}} for n, r in enumerate(reports[:2], 1))
     assert sweeper_threads() <= before  # stop() returns once its thread has ended
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Slow(Service):
+    """A pass that takes ``took`` seconds on ``clock``."""
+
+    def __init__(self, name: str, clock: Clock, took: float, paced: bool) -> None:
+        super().__init__(name, period=5.0)
+        self.clock, self.took, self.paced = clock, took, paced
+
+    def run_once(self) -> Any:
+        self.clock.now += self.took
+        return super().run_once()
+
+
+def test_a_paced_service_whose_pass_was_slow_waits_a_multiple_of_it_before_the_next() -> None:
+    """A 2 s pass of a paced service (a rescuer reading an index full of dead entries while
+    the xmin horizon is pinned): the next waits 19 × 2 s after it ended, not its 5 s period;
+    an unpaced service as slow keeps its period, and a quick paced one too."""
+    clock = Clock()
+    paced, unpaced = Slow("rescuer", clock, 2.0, True), Slow("relay", clock, 2.0, False)
+    quick = Slow("expirer", clock, 0.01, True)
+    sweeper = Sweeper([paced, unpaced, quick], clock=clock)
+    start = clock.now
+    sweeper.tick()  # every one runs at first: rescuer 1000–1002, relay 1002–1004, expirer
+    clock.now = start + 10.0
+    assert set(sweeper.tick().results) == {"relay", "expirer"}
+    clock.now = start + 2.0 + 19 * 2.0 - 0.01  # a moment before the rescuer is due
+    assert set(sweeper.tick().results) == {"relay", "expirer"}  # the relay's 2 s pass
+    assert clock.now >= start + 2.0 + 19 * 2.0
+    assert set(sweeper.tick().results) == {"rescuer"}
+    assert (paced.runs, unpaced.runs, quick.runs) == (2, 3, 3)
