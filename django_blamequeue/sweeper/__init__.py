@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -90,7 +90,10 @@ def services_for(backends: Sequence[Backend]) -> list[Service]:
 
 class Sweeper:
     def __init__(
-        self, services: Sequence[Service] | None = None, *, clock: Any = time.monotonic
+        self,
+        services: Sequence[Service] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.services = list(services) if services is not None else services_for(all_backends())
         self.clock = clock  # monotonic seconds; a test gives its own
@@ -107,11 +110,11 @@ class Sweeper:
 
     def _run_timed(self, service: Service, report: SweepReport) -> float:
         """One pass of ``service``; answers when its next pass is due."""
-        started: float = self.clock()
+        started = self.clock()
         self._run(service, report)
         due = started + service.period
         if _paced(service):
-            ended: float = self.clock()
+            ended = self.clock()
             due = max(due, ended + PACE * (ended - started))
         return due
 
