@@ -3,13 +3,13 @@
 ``Sweeper`` only owns timing: it runs every service on its period, isolates failures (one
 failing service is logged and the others still run) and reports what each did.
 
-A service marked ``paced`` (the ones that read the job table's indexes: rescuer, expirer,
-depth gauge, flow repair) also waits at least ``PACE`` times as long as its last pass took
-before the next: while a long transaction pins PostgreSQL's xmin horizon those indexes keep an
-entry for every job finished since, and a pass that reads them all every few seconds would
-take a share of the machine from the workers. Paced, a pass that grew to 2 s runs every 40 s
-(5 % of the time); a normal pass of milliseconds keeps its period. Nothing is skipped, only
-spaced: an expired lease waits longer for its rescue, never forever.
+A service marked ``paced`` (the ones that read the job table's indexes: rescuer, expirer, depth
+gauge, flow repair, claim scout) also waits at least ``PACE`` times as long as its last pass
+took before the next: while a long transaction pins PostgreSQL's xmin horizon those indexes
+keep an entry for every job finished since, and a pass that reads them all every few seconds
+would take a share of the machine from the workers. Paced, a pass that grew to 2 s runs every
+40 s (5 % of the time); a normal pass of milliseconds keeps its period. Nothing is skipped,
+only spaced: an expired lease waits longer for its rescue, never forever.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ from django.db import connections
 
 from django_blamequeue.backends import all_backends
 from django_blamequeue.backends.base import Backend
+from django_blamequeue.backends.database import DatabaseBackend
 from django_blamequeue.backends.resilience import is_locked, retry_while_locked
 from django_blamequeue.conf import get_settings
 from django_blamequeue.relay.outbox import Relay
+from django_blamequeue.sweeper.claim_scout import ClaimScout
 from django_blamequeue.sweeper.depths import Depths
 from django_blamequeue.sweeper.expirer import Expirer
 from django_blamequeue.sweeper.flow_repair import FlowRepair
@@ -77,6 +79,8 @@ def services_for(backends: Sequence[Backend]) -> list[Service]:
         found.append(Depths(b, period=60.0))
         if b.supports_flows:
             found.append(FlowRepair(b, period=settings.flow_sweep_interval))
+        if isinstance(b, DatabaseBackend) and b.jobtable.is_postgres:
+            found.append(ClaimScout(b))
     found.append(Relay())
     found[-1].period = settings.sweep_interval
     found.append(Scheduler(period=min(settings.sweep_interval, 5.0)))

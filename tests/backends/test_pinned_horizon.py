@@ -10,6 +10,7 @@ renewals find their rows by key, never through the inflight index.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -24,6 +25,8 @@ from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.database import DatabaseBackend
 from django_blamequeue.core.records import Ack, Claimed, Transition
 from django_blamequeue.core.states import State
+from django_blamequeue.sweeper import services_for
+from django_blamequeue.sweeper.claim_scout import ClaimScout
 from tests.backends.pg_stats import index_entries_read
 from tests.conftest import need_server
 
@@ -115,6 +118,40 @@ def test_a_job_sorting_before_the_point_waits_for_the_next_claim_from_the_start(
     assert from_start[0].job_id == behind.job_id  # it sorts first
     assert len(from_start) == 6
     done(backend, onward + from_start)
+
+
+def test_the_sweepers_scout_finds_a_job_before_the_point_and_the_round_claims_onward_only(
+    backend: DatabaseBackend, pinned_horizon: None
+) -> None:
+    """The read from the start moves off the worker's round: the scout (the sweeper's thread,
+    its own connection, no lock) finds the job sorting before the point and moves the point
+    back, and the next claim, onward as every claim of the round, takes it first."""
+    queue.enqueue_many(Q, [{"i": i} for i in range(20)], backend="postgres")
+    done(backend, backend.claim([Q], 10, 30))  # from the start, and the point is set
+    assert backend.claim_start.onward
+    earlier = timezone.now() - timedelta(hours=1)
+    behind = queue.enqueue(Q, {"behind": True}, run_at=earlier, backend="postgres")
+    hold_onward(backend)
+    done(backend, backend.claim([Q], 2, 30))  # onward: past it
+
+    scout = next(s for s in services_for([backend]) if isinstance(s, ClaimScout))
+    moved: list[int] = []
+
+    def sweeper_thread() -> None:
+        try:
+            moved.append(scout.run_once())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=sweeper_thread)
+    thread.start()
+    thread.join()
+    assert moved == [1]
+    assert backend.claim_start.points([Q]) is not None  # the round still claims onward
+    first, *rest = backend.claim([Q], 20, 30)
+    assert first.job_id == behind.job_id
+    assert len(rest) == 8
+    done(backend, [first, *rest])
 
 
 def test_a_more_urgent_job_still_goes_first(backend: DatabaseBackend, pinned_horizon: None) -> None:

@@ -204,6 +204,19 @@ class DatabaseBackend(JobTableBackend):
         self.claim_start.note(claimed, elapsed, from_start=points is None)
         return claimed
 
+    def scout_claim_points(self) -> int:
+        """The sweeper's scout (``claim_start.py``): while this process's claims start after
+        a point, read the first claimable job of each such queue from the start, without a
+        lock, and move a point back before a job it skipped. Answers the points moved."""
+        queues = self.claim_start.scouted_queues()
+        if not queues:
+            return 0
+        t0 = perf_counter()
+        with self.jobtable.connection.cursor() as cur:
+            cur.execute(sql.SCOUT_POSTGRESQL, [queues])
+            firsts = cur.fetchall()
+        return self.claim_start.scouted(firsts, perf_counter() - t0)
+
     def apply_many(self, acks: Sequence[Ack], now: datetime | None = None) -> list[AckResult]:
         if not acks:
             return []

@@ -22,12 +22,23 @@ lock. A claim from the start still runs at least every second (more seldom the s
 is: at most 5 % of the time goes to it), so such a job waits at most that long. The point is
 only where a read starts: the claim's locks, fences and rules are the same, so any point,
 however stale, is safe. A claim from the start that is fast again turns this off.
+
+That claim from the start holds the worker's round while it reads every dead entry (a second
+and more after ten minutes of a pinned horizon). Where the worker runs a sweeper, its scout
+(``sweeper/claim_scout.py``) does that read instead, off the round on the sweeper's own
+connection and without a lock: it looks up the first claimable job of each queue from the
+start and, when one sorts before the point, moves the point back to just before it, so the
+next claim (onward) takes it. While the scout keeps up, the round claims onward only; if it
+stops, the round's claims from the start fall due again. A fast scout read turns claiming
+onward off, as a fast claim does. A claim noting its point while the scout moves it back may
+overwrite that move: the job then waits for the scout's next pass, not longer.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from django_blamequeue.core.records import Claimed
@@ -47,6 +58,7 @@ class ClaimStart:
         self.slow_s = None if slow_ms is None else slow_ms / 1000.0
         self.after: dict[str, tuple[int, datetime, str]] = {}
         self.full_due_at = 0.0  # monotonic; 0: every claim reads from the start
+        self._lock = threading.Lock()  # the worker's claims and the sweeper's scout
 
     @property
     def onward(self) -> bool:
@@ -86,13 +98,52 @@ class ClaimStart:
             held = last.get(c.queue)
             if held is None or _later(key, held):
                 last[c.queue] = key
-        self.after.update(last)
-        if from_start:
-            if self.slow_s is None or elapsed < self.slow_s:
-                self.full_due_at = 0.0
+        with self._lock:
+            self.after.update(last)
+            if from_start:
+                if self.slow_s is None or elapsed < self.slow_s:
+                    self.full_due_at = 0.0
+                else:
+                    t = time.monotonic() if now is None else now
+                    self.full_due_at = t + max(MIN_GAP_S, GAP_RATIO * elapsed)
+
+    def scouted_queues(self) -> list[str]:
+        """The queues whose claims start after a point, for the scout (none while claims
+        read from the start)."""
+        with self._lock:
+            return sorted(self.after) if self.onward else []
+
+    def scouted(
+        self,
+        firsts: Iterable[tuple[str, int, datetime, str]],
+        elapsed: float,
+        now: float | None = None,
+    ) -> int:
+        """What the scout found, from the start, in ``elapsed`` seconds: the first claimable
+        job per queue (queue, priority, available_at, id). A point after such a job of its
+        own priority moves back to just before it (a more urgent job is read from the start
+        anyway, a less urgent one must wait its turn). A fast read turns claiming onward off;
+        a slow one puts the round's next claim from the start off by twice the scout's own
+        cadence (it takes over if the scout stops). Answers the points moved back."""
+        moved = 0
+        t = time.monotonic() if now is None else now
+        with self._lock:
+            if not self.onward:
+                return 0
+            if self.slow_s is None or elapsed >= self.slow_s:
+                self.full_due_at = max(
+                    self.full_due_at, t + 2 * max(MIN_GAP_S, GAP_RATIO * elapsed)
+                )
             else:
-                t = time.monotonic() if now is None else now
-                self.full_due_at = t + max(MIN_GAP_S, GAP_RATIO * elapsed)
+                self.full_due_at = 0.0
+            for queue, priority, at, job_id in firsts:
+                point = self.after.get(queue)
+                if point is None or point[0] != priority or (at, job_id) >= (point[1], point[2]):
+                    continue
+                # Just before it: the onward read takes ``(available_at, id) > (at, "")``.
+                self.after[queue] = (priority, at, "")
+                moved += 1
+        return moved
 
 
 class Points:

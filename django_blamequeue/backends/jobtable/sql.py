@@ -106,6 +106,23 @@ _PENDING_OF_QUEUE = (
 )
 
 
+#: The first claimable job of each queue in claim order, read from the start of the claim
+#: index without a lock (``claim_start.py``: the sweeper's scout, which moves a worker's point
+#: back to a job sorting before it). Params: queues (a list). Answers (queue, priority,
+#: available_at, id), one row per queue that has a job due.
+SCOUT_POSTGRESQL = f"""
+SELECT q.name, c.priority, c.available_at, c.id
+FROM unnest(%s::varchar[]) AS q(name)
+CROSS JOIN LATERAL (
+    SELECT priority, available_at, id FROM {JOB}
+    WHERE state = 'pending' AND queue = q.name
+      AND available_at <= statement_timestamp()
+      AND {not_expired("statement_timestamp()")}
+    ORDER BY priority DESC, available_at, id
+    LIMIT 1
+) AS c"""
+
+
 @cache
 def claim_postgresql_onward(limit: int) -> str:
     """The claim started after a point per queue (``claim_start.py``), same answer as

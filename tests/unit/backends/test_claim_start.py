@@ -84,3 +84,44 @@ def test_none_never_claims_onward() -> None:
     start = ClaimStart(slow_ms=None)
     start.note([claimed("a")], 60.0, from_start=True, now=100.0)
     assert start.points(["q"], now=100.1) is None
+
+
+# -- the sweeper's scout ----------------------------------------------------------------------
+
+
+def test_the_scout_moves_a_point_back_before_a_job_of_its_priority_that_sorts_before_it() -> None:
+    start = ClaimStart(slow_ms=5)
+    start.note([claimed("b", at=5)], 0.010, from_start=True, now=100.0)
+    assert start.scouted_queues() == ["q"]
+    skipped = ("q", 0, T0 + timedelta(seconds=2), "a")
+    assert start.scouted([skipped], 0.010, now=100.2) == 1
+    points = start.points(["q"], now=100.3)
+    assert points is not None  # still onward: the next claim starts just before the job
+    assert (points.prios, points.times, points.ids) == ([0], [T0 + timedelta(seconds=2)], [""])
+
+
+def test_the_scout_leaves_a_point_alone_before_later_or_other_priority_jobs() -> None:
+    start = ClaimStart(slow_ms=5)
+    start.note([claimed("b", at=5)], 0.010, from_start=True, now=100.0)
+    firsts = [
+        ("q", 0, T0 + timedelta(seconds=6), "c"),  # after the point: found onward anyway
+        ("q", 3, T0, "urgent"),  # more urgent: read from the start by every onward claim
+    ]
+    assert start.scouted(firsts, 0.010, now=100.2) == 0
+    points = start.points(["q"], now=100.3)
+    assert points is not None and points.ids == ["b"]
+
+
+def test_while_the_scout_keeps_up_the_round_never_claims_from_the_start() -> None:
+    start = ClaimStart(slow_ms=5)
+    start.note([claimed("a")], 0.5, from_start=True, now=100.0)  # due at 110 (5 % of the time)
+    assert start.scouted([], 0.5, now=105.0) == 0  # due now at 105 + 2 × 10
+    assert start.points(["q"], now=124.9) is not None
+    assert start.points(["q"], now=125.0) is None  # the scout stopped: the round takes over
+
+
+def test_a_fast_scout_read_turns_claiming_onward_off_and_an_idle_scout_reads_nothing() -> None:
+    start = ClaimStart(slow_ms=5)
+    start.note([claimed("a")], 0.010, from_start=True, now=100.0)
+    start.scouted([], 0.001, now=100.5)
+    assert not start.onward and start.scouted_queues() == []
