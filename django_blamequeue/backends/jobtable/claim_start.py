@@ -128,9 +128,9 @@ class ClaimStart:
         moved = 0
         t = time.monotonic() if now is None else now
         with self._lock:
-            if not self.onward:
+            if not self.onward or self.slow_s is None:  # onward only ever with a threshold
                 return 0
-            if self.slow_s is None or elapsed >= self.slow_s:
+            if elapsed >= self.slow_s:
                 self.full_due_at = max(
                     self.full_due_at, t + 2 * max(MIN_GAP_S, GAP_RATIO * elapsed)
                 )
