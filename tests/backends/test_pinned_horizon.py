@@ -23,7 +23,7 @@ from django.utils import timezone
 from django_blamequeue import queue
 from django_blamequeue.backends import get_backend
 from django_blamequeue.backends.database import DatabaseBackend
-from django_blamequeue.core.records import Ack, Claimed, Transition
+from django_blamequeue.core.records import Ack, Claimed, EnqueuedJob, Transition
 from django_blamequeue.core.states import State
 from django_blamequeue.sweeper import services_for
 from django_blamequeue.sweeper.claim_scout import ClaimScout
@@ -74,6 +74,18 @@ def done(backend: DatabaseBackend, claimed: list[Claimed]) -> None:
     assert all(r.ok for r in backend.apply_many(acks))
 
 
+def a_job_behind_the_point(backend: DatabaseBackend) -> EnqueuedJob:
+    """20 jobs, 10 claimed from the start (the point is set, claims go onward), then a job
+    due an hour ago: it sorts before the point."""
+    queue.enqueue_many(Q, [{"i": i} for i in range(20)], backend="postgres")
+    done(backend, backend.claim([Q], 10, 30))
+    assert backend.claim_start.onward
+    earlier = timezone.now() - timedelta(hours=1)
+    behind = queue.enqueue(Q, {"behind": True}, run_at=earlier, backend="postgres")
+    hold_onward(backend)
+    return behind
+
+
 def entries_read_by_one_claim(backend: DatabaseBackend, n: int) -> tuple[int, list[Claimed]]:
     with transaction.atomic(using="postgres"):
         before = index_entries_read("postgres", "bq_job_claim")
@@ -104,12 +116,7 @@ def test_claims_start_after_the_last_job_claimed_while_the_horizon_is_pinned(
 def test_a_job_sorting_before_the_point_waits_for_the_next_claim_from_the_start(
     backend: DatabaseBackend, pinned_horizon: None
 ) -> None:
-    queue.enqueue_many(Q, [{"i": i} for i in range(20)], backend="postgres")
-    done(backend, backend.claim([Q], 10, 30))  # from the start, and the point is set
-    assert backend.claim_start.onward
-    earlier = timezone.now() - timedelta(hours=1)
-    behind = queue.enqueue(Q, {"behind": True}, run_at=earlier, backend="postgres")
-    hold_onward(backend)
+    behind = a_job_behind_the_point(backend)
 
     onward = backend.claim([Q], 5, 30)
     assert len(onward) == 5 and behind.job_id not in {c.job_id for c in onward}
@@ -126,12 +133,7 @@ def test_the_sweepers_scout_finds_a_job_before_the_point_and_the_round_claims_on
     """The read from the start moves off the worker's round: the scout (the sweeper's thread,
     its own connection, no lock) finds the job sorting before the point and moves the point
     back, and the next claim, onward as every claim of the round, takes it first."""
-    queue.enqueue_many(Q, [{"i": i} for i in range(20)], backend="postgres")
-    done(backend, backend.claim([Q], 10, 30))  # from the start, and the point is set
-    assert backend.claim_start.onward
-    earlier = timezone.now() - timedelta(hours=1)
-    behind = queue.enqueue(Q, {"behind": True}, run_at=earlier, backend="postgres")
-    hold_onward(backend)
+    behind = a_job_behind_the_point(backend)
     done(backend, backend.claim([Q], 2, 30))  # onward: past it
 
     scout = next(s for s in services_for([backend]) if isinstance(s, ClaimScout))
