@@ -82,45 +82,42 @@ WITH picked AS (
     SELECT c.id FROM (
         SELECT u.name FROM unnest(%s::varchar[]) AS u(name) WHERE {_UNLIMITED.format(q="u.name")}
     ) AS q
-    CROSS JOIN LATERAL (
-        SELECT id, priority, available_at FROM {JOB}
-        WHERE state = 'pending' AND queue = q.name
-          AND available_at <= COALESCE(%s, statement_timestamp())
-          AND {not_expired("COALESCE(%s, statement_timestamp())")}
-        ORDER BY priority DESC, available_at, id
-        LIMIT {int(limit)}
-        FOR UPDATE SKIP LOCKED
-    ) AS c
+    CROSS JOIN LATERAL ({_claimable_of_queue(limit)}) AS c
     ORDER BY c.priority DESC, c.available_at, c.id
     LIMIT {int(limit)}
 )
 {_LEASE_PICKED}"""
 
 
-_PENDING_OF_QUEUE = (
-    "SELECT id, priority, available_at FROM {job} "
-    "WHERE state = 'pending' AND queue = q.name AND {where} "
-    "AND available_at <= COALESCE(%s, statement_timestamp()) "
-    "AND {not_expired} "
-    "ORDER BY priority DESC, available_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED"
-)
+#: The claim's clock: the caller's ``now`` if it gives one (a parameter), else the database's.
+_NOW_PARAM = "COALESCE(%s, statement_timestamp())"
 
 
-#: The first claimable job of each queue in claim order, read from the start of the claim
-#: index without a lock (``claim_start.py``: the sweeper's scout, which moves a worker's point
-#: back to a job sorting before it). Params: queues (a list). Answers (queue, priority,
-#: available_at, id), one row per queue that has a job due.
+def _claimable_of_queue(
+    limit: int, where: str = "", now: str = _NOW_PARAM, lock: bool = True
+) -> str:
+    """The first ``limit`` claimable jobs of the queue ``q.name`` (the caller's row source),
+    in claim order (rule: priority, then due time, then id), read in order from the claim
+    index: pending, due by ``now``, not expired, and ``where``. Locked (``SKIP LOCKED``) for a
+    claim; unlocked for a read that only looks. Params: ``now``'s, twice."""
+    extra = f"AND {where} " if where else ""
+    return (
+        f"SELECT id, priority, available_at FROM {JOB} "
+        f"WHERE state = 'pending' AND queue = q.name {extra}"
+        f"AND available_at <= {now} AND {not_expired(now)} "
+        f"ORDER BY priority DESC, available_at, id LIMIT {int(limit)}"
+        + (" FOR UPDATE SKIP LOCKED" if lock else "")
+    )
+
+
+#: The first claimable job of each queue, read from the start of the claim index without a
+#: lock (``claim_start.py``: the sweeper's scout, which moves a worker's point back to a job
+#: sorting before it). Params: queues (a list). Answers (queue, priority, available_at, id),
+#: one row per queue that has a job due.
 SCOUT_POSTGRESQL = f"""
 SELECT q.name, c.priority, c.available_at, c.id
 FROM unnest(%s::varchar[]) AS q(name)
-CROSS JOIN LATERAL (
-    SELECT priority, available_at, id FROM {JOB}
-    WHERE state = 'pending' AND queue = q.name
-      AND available_at <= statement_timestamp()
-      AND {not_expired("statement_timestamp()")}
-    ORDER BY priority DESC, available_at, id
-    LIMIT 1
-) AS c"""
+CROSS JOIN LATERAL ({_claimable_of_queue(1, now="statement_timestamp()", lock=False)}) AS c"""
 
 
 @cache
@@ -141,12 +138,8 @@ def claim_postgresql_onward(limit: int) -> str:
         "priority = q.prio AND (available_at, id) > (q.at, q.after_id)",
         "priority < COALESCE(q.prio, 2147483648)",
     ]
-    fresh = not_expired("COALESCE(%s, statement_timestamp())")
     reads = " UNION ALL ".join(
-        "SELECT * FROM ("
-        + _PENDING_OF_QUEUE.format(job=JOB, where=w, not_expired=fresh, limit=int(limit))
-        + f") AS r{i}"
-        for i, w in enumerate(parts)
+        f"SELECT * FROM ({_claimable_of_queue(limit, w)}) AS r{i}" for i, w in enumerate(parts)
     )
     return f"""
 WITH picked AS (
