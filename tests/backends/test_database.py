@@ -113,9 +113,10 @@ def test_a_single_enqueue_is_converted_for_the_driver_once_per_connection(
     assert [q for q in converted if q.startswith("INSERT INTO blamequeue_job")] == []
 
 
-def test_a_round_of_acks_and_a_claim_sets_the_plan_settings_once() -> None:
-    """The worker's round (acks, then a claim, one transaction) sends the generic plan
-    settings once for both statements, and both still run on their generic plans."""
+def test_a_round_of_acks_and_a_claim_is_one_statement_after_a_begin_with_the_plan_settings() -> None:
+    """The worker's round (acks and a claim, one transaction) sends the generic plan settings
+    with its BEGIN (one round trip), then the acks and the claim as one statement that runs
+    on its generic plan: two round trips and the COMMIT, where there were five."""
     need_server("postgres")
     backend = get_backend("postgres")
     queue.enqueue_many("round", [{"i": i} for i in range(6)], backend="postgres")
@@ -127,15 +128,117 @@ def test_a_round_of_acks_and_a_claim_sets_the_plan_settings_once() -> None:
         with CaptureQueriesContext(db) as queries:
             results, claimed = backend.apply_and_claim(acks, ["round"], 2, 30)
         assert [r.ok for r in results] == [True, True] and len(claimed) == 2
-        sent = [q["sql"] for q in queries.captured_queries]
-        assert sum("force_generic_plan" in q for q in sent) == 1, sent
+        # Django logs its transaction's "BEGIN" and "COMMIT" whatever the driver sends.
+        sent = [q["sql"] for q in queries.captured_queries if q["sql"] not in ("BEGIN", "COMMIT")]
+        assert len(sent) == 2, sent
+        assert sent[0].startswith("BEGIN; ") and "force_generic_plan" in sent[0]
+        assert "WITH v AS MATERIALIZED" in sent[1] and "picked AS" in sent[1]
     with db.cursor() as cur:
         cur.execute(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-            "WHERE statement LIKE '%%WITH picked AS%%' OR statement LIKE 'WITH v AS%%'"
+            "WHERE statement LIKE '%%WITH v AS MATERIALIZED%%picked AS%%'"
         )
         plans = cur.fetchall()
-    assert len(plans) == 2 and all(custom == 0 and generic > 0 for generic, custom in plans)
+    assert len(plans) == 1 and all(custom == 0 and generic > 0 for generic, custom in plans)
+
+
+def _jobs_in(queue_name: str) -> dict[str, tuple[str, str | None]]:
+    with connections["postgres"].cursor() as cur:
+        cur.execute(
+            "SELECT id, state, lease_token FROM blamequeue_job WHERE queue = %s", [queue_name]
+        )
+        return {r[0]: (r[1], r[2]) for r in cur.fetchall()}
+
+
+def test_a_stale_ack_in_a_round_of_one_statement_changes_nothing_and_the_claim_goes_on() -> None:
+    need_server("postgres")
+    backend = get_backend("postgres")
+    queue.enqueue_many("stale", [{"i": i} for i in range(4)], backend="postgres")
+    first, second = backend.claim(["stale"], 2, 30)
+    done = Transition(state=State.DONE)
+    acks = [
+        Ack(job_id=first.job_id, token="not-its-token", transition=done),
+        Ack(job_id=second.job_id, token=second.token, transition=done),
+    ]
+    results, claimed = backend.apply_and_claim(acks, ["stale"], 5, 30)
+    assert [(r.job_id, r.ok, r.state) for r in results] == [
+        (first.job_id, False, None),
+        (second.job_id, True, State.DONE),
+    ]
+    assert len(claimed) == 2 and {c.job_id for c in claimed}.isdisjoint({first.job_id})
+    rows = _jobs_in("stale")
+    assert rows[first.job_id] == ("inflight", first.token)  # the fence held
+    assert rows[second.job_id] == ("done", None)
+    assert all(rows[c.job_id] == ("inflight", c.token) for c in claimed)
+
+
+def test_a_job_a_round_makes_pending_again_is_claimed_by_the_next_round() -> None:
+    """The acks and the claim of a round share one snapshot: a retry due at once is not
+    among that round's claimed jobs, and the next round claims it."""
+    need_server("postgres")
+    backend = get_backend("postgres")
+    queue.enqueue_many("again", [{"i": i} for i in range(2)], backend="postgres")
+    first, second = backend.claim(["again"], 2, 30)
+    retry = Transition(state=State.PENDING, delay=0.0)
+    acks = [Ack(job_id=first.job_id, token=first.token, transition=retry)]
+    results, claimed = backend.apply_and_claim(acks, ["again"], 5, 30)
+    assert [r.state for r in results] == [State.PENDING] and claimed == []
+    done = Transition(state=State.DONE)
+    acks = [Ack(job_id=second.job_id, token=second.token, transition=done)]
+    results, claimed = backend.apply_and_claim(acks, ["again"], 5, 30)
+    assert [r.ok for r in results] == [True] and [c.job_id for c in claimed] == [first.job_id]
+    assert claimed[0].attempt == 2
+
+
+@pytest.mark.parametrize(("slow_ms", "onward"), [(0.001, True), (60_000.0, False)])
+def test_a_round_of_one_statement_times_its_claim_for_claiming_onward(
+    slow_ms: float, onward: bool
+) -> None:
+    """The statement answers its claim's own time: over ``CLAIM_ONWARD_AFTER_MS`` it turns
+    claiming onward on, under it off, as a claim in its own statement does."""
+    need_server("postgres")
+    from django_blamequeue.backends.jobtable.claim_start import ClaimStart
+
+    backend = get_backend("postgres")
+    start = backend.claim_start
+    backend.claim_start = ClaimStart(slow_ms)
+    try:
+        queue.enqueue_many("timed", [{"i": i} for i in range(4)], backend="postgres")
+        claimed = backend.claim(["timed"], 1, 30)
+        backend.claim_start.full_due_at = 0.0  # the round claims from the start
+        done = Transition(state=State.DONE)
+        acks = [Ack(job_id=c.job_id, token=c.token, transition=done) for c in claimed]
+        results, claimed = backend.apply_and_claim(acks, ["timed"], 1, 30)
+        assert [r.ok for r in results] == [True] and len(claimed) == 1
+        assert backend.claim_start.onward is onward
+        assert backend.claim_start.after["timed"][2] == claimed[0].job_id
+    finally:
+        backend.claim_start = start
+
+
+def test_a_round_inside_a_begun_transaction_sets_the_plan_settings_as_a_statement() -> None:
+    """Where the transaction has begun already (a statement ran in an enclosing block), the
+    settings cannot ride on its BEGIN: they go as a statement of their own, and still hold
+    for the round."""
+    need_server("postgres")
+    backend = get_backend("postgres")
+    queue.enqueue_many("begun", [{"i": i} for i in range(4)], backend="postgres")
+    claimed = backend.claim(["begun"], 2, 30)
+    done = Transition(state=State.DONE)
+    acks = [Ack(job_id=c.job_id, token=c.token, transition=done) for c in claimed]
+    db = connections["postgres"]
+    with transaction.atomic(using="postgres"):
+        with db.cursor() as cur:
+            cur.execute("SELECT 1")
+        with CaptureQueriesContext(db) as queries:
+            results, claimed = backend.apply_and_claim(acks, ["begun"], 2, 30)
+        with db.cursor() as cur:
+            cur.execute("SHOW enable_seqscan")
+            assert cur.fetchone() == ("off",)
+    sent = [q["sql"] for q in queries.captured_queries if "force_generic_plan" in q["sql"]]
+    assert len(sent) == 1 and sent[0].startswith("SELECT set_config")
+    assert [r.ok for r in results] == [True, True] and len(claimed) == 2
+
 
 
 def _seq_scans_of_the_job_table(db: str) -> int:

@@ -23,7 +23,7 @@ from django_blamequeue import audit
 from django_blamequeue.backends import wakeup
 from django_blamequeue.backends.database.listen import PgListener
 from django_blamequeue.backends.jobtable import effects, rotation, sql
-from django_blamequeue.backends.jobtable.claim_start import ClaimStart
+from django_blamequeue.backends.jobtable.claim_start import ClaimStart, Points
 from django_blamequeue.backends.jobtable.engine import JobTableBackend
 from django_blamequeue.backends.jobtable.leases import RESCUE_COLUMNS
 from django_blamequeue.backends.jobtable.rows import claimed_from_pg_row, claimed_from_row
@@ -137,6 +137,8 @@ class DatabaseBackend(JobTableBackend):
         with transaction.atomic(using=self.db):
             if both:  # one round trip for the plan settings of both statements
                 self.jobtable.plan_generic()
+                if self.acks.one_statement(acks) and not (limits and set(queues) & set(limits)):
+                    return self._acks_and_claim(acks, queues, limit, lease_s, now)
             results = self.acks.apply(acks, now, planned=both) if acks else []
             claimed = (
                 self._claim(queues, limit, lease_s, now, limits, planned=both)
@@ -173,10 +175,60 @@ class DatabaseBackend(JobTableBackend):
             with table.connection.cursor() as cur:
                 cur.execute(sql.claim_sqlite(len(qs)), params)
                 claimed += [claimed_from_row(r) for r in cur.fetchall()]
+        return self._started(claimed)
+
+    def _started(self, claimed: list[Claimed]) -> list[Claimed]:
+        """The claimed jobs in claim order, their start audited (same transaction)."""
         claimed.sort(key=lambda c: (-c.priority, c.available_at or c.lease_expires_at, c.job_id))
         if claimed:
             audit.record(audit.start_events(claimed, self.alias), using=self.db)
         return claimed
+
+    def _acks_and_claim(
+        self,
+        acks: Sequence[Ack],
+        queues: Sequence[str],
+        limit: int,
+        lease_s: float,
+        now: datetime | None,
+    ) -> tuple[list[AckResult], list[Claimed]]:
+        """``apply_and_claim`` on PostgreSQL as one statement (``sql.ack_and_claim_postgresql``)
+        in the caller's transaction, which already runs under the plan settings; what the acks
+        set off (``Acks.finish``) follows in the same transaction."""
+        points = self.claim_start.points(queues)
+        varying, params = self.acks.rows_postgresql(acks)
+        statement = sql.ack_and_claim_postgresql(varying, limit, points is not None)
+        params += [now, *self._claim_params(queues, lease_s, now, points)]
+        claimed: list[Claimed] = []
+        applied: dict[str, tuple[Any, ...]] = {}
+        seconds = 0.0
+        for row in self.jobtable.fetch(statement, params):
+            if row[0] == sql.LEASED:
+                claimed.append(claimed_from_pg_row(row[sql.CLAIMED_COLUMNS]))
+            elif row[0] == sql.ACKED:
+                applied[row[sql.ACKED_FIRST]] = tuple(row[sql.ACKED_COLUMNS])
+            else:
+                seconds = row[-1]
+        self.claim_start.note(claimed, seconds, from_start=points is None)
+        results = self.acks.finish(acks, applied, now)
+        return results, self._started(claimed)
+
+    def _claim_params(
+        self, queues: Sequence[str], lease_s: float, now: datetime | None, points: Points | None
+    ) -> list[Any]:
+        """The params of the claim from the start (``points`` None) or onward."""
+        update: list[Any] = [now, float(lease_s), now, now]
+        if points is None:
+            return [list(queues), self.alias, now, now, *update]
+        return [
+            list(queues),
+            points.prios,
+            points.times,
+            points.ids,
+            self.alias,
+            *[now] * 6,
+            *update,
+        ]
 
     def _claim_postgresql(
         self,
@@ -188,15 +240,12 @@ class DatabaseBackend(JobTableBackend):
     ) -> list[Claimed]:
         """The unlimited claim on PostgreSQL: from the start of each queue, or onward from
         the last job claimed there while claims from the start are slow (``claim_start.py``)."""
-        update: list[Any] = [now, float(lease_s), now, now]
         points = self.claim_start.points(queues)
         if points is None:
             statement = sql.claim_postgresql(limit)
-            params: list[Any] = [queues, self.alias, now, now, *update]
         else:
             statement = sql.claim_postgresql_onward(limit)
-            params = [queues, points.prios, points.times, points.ids, self.alias]
-            params += [now] * 6 + update
+        params = self._claim_params(queues, lease_s, now, points)
         t0 = perf_counter()
         rows = self.jobtable.fetch(statement, params, generic=not planned)
         elapsed = perf_counter() - t0

@@ -101,9 +101,7 @@ class Acks:
         for start in range(0, len(plain), ACK_CHUNK):
             chunk = plain[start : start + ACK_CHUNK]
             if table.is_postgres:
-                varying, params = sql.unnest_params(
-                    list(zip(*map(_ack_row_pg, chunk), strict=False)), joined=2
-                )
+                varying, params = self.rows_postgresql(chunk)
                 statement = sql.ack_many_postgresql(varying, table.name)
                 found = table.fetch(statement, [*params, now], generic=not planned)  # by key
                 planned = True  # SET LOCAL: set for the rest of the transaction
@@ -117,6 +115,35 @@ class Acks:
                     found = cur.fetchall()
             for r in found:
                 applied[r[0]] = tuple(r)
+        return self.finish(acks, applied, now, fanned)
+
+    def one_statement(self, acks: Sequence[Ack]) -> bool:
+        """Can these acks go as the rows of one PostgreSQL statement (``rows_postgresql``)
+        that the caller runs, then ``finish``es? No fan-out (its manifest is written first)
+        and no more than one chunk."""
+        return (
+            self.table.is_postgres
+            and 0 < len(acks) <= ACK_CHUNK
+            and all(a.transition.state != State.WAITING_CHILDREN for a in acks)
+        )
+
+    @staticmethod
+    def rows_postgresql(acks: Sequence[Ack]) -> tuple[tuple[bool | str, ...], list[Any]]:
+        """``varying`` and params of the acks as rows (``sql.ack_many_postgresql``), ``now``
+        not included."""
+        return sql.unnest_params(list(zip(*map(_ack_row_pg, acks), strict=False)), joined=2)
+
+    def finish(
+        self,
+        acks: Sequence[Ack],
+        applied: dict[str, tuple[Any, ...]],
+        now: datetime | None,
+        fanned: dict[str, State | None] | None = None,
+    ) -> list[AckResult]:
+        """After the fenced ``UPDATE``, in its transaction: what the acks it applied
+        (``applied``: their ``ACK_RETURNING`` rows by id) set off, and the answer per ack."""
+        fanned = fanned or {}
+        plain = [a for a in acks if a.transition.state != State.WAITING_CHILDREN]
         self._after_acks(plain, applied, now)
         answer = []
         for a in acks:

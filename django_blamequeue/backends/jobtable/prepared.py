@@ -35,6 +35,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from functools import cache
+from time import perf_counter
 from typing import Any
 
 #: SQLSTATEs after which a prepared statement is dropped: invalid_sql_statement_name (the
@@ -75,6 +76,7 @@ GENERIC = (
     "set_config('enable_hashjoin', 'off', true), "
     "set_config('enable_mergejoin', 'off', true)"
 )
+_BEGIN_GENERIC = f"BEGIN; {GENERIC}"
 
 
 def fetch(
@@ -94,7 +96,7 @@ def fetch(
         raw.prepare_threshold = _NEVER
     try:
         with cursor:
-            if generic and connection.in_atomic_block:
+            if generic and connection.in_atomic_block and not _begin_generic(connection):
                 cursor.execute(GENERIC)
             try:
                 cursor.execute(statement, params)
@@ -114,7 +116,44 @@ def plan_generic(connection: Any) -> None:
     """Set ``GENERIC`` for the rest of the transaction ``connection`` is in (``SET LOCAL``):
     a worker's round of acks and a claim sends it once, not once per statement."""
     assert connection.in_atomic_block, "SET LOCAL outside a transaction would not hold"
-    fetch(connection, GENERIC, ())
+    if not _begin_generic(connection):
+        fetch(connection, GENERIC, ())
+
+
+def _begin_generic(connection: Any) -> bool:
+    """Begin the transaction of the ``atomic`` block ``connection`` has just entered with
+    the ``GENERIC`` settings, in one round trip: ``BEGIN; SELECT set_config(…)`` as one
+    simple query on psycopg's ``pgconn`` (its documented libpq-level access). psycopg would
+    send its ``BEGIN`` alone, a round trip of its own, before the settings (≈ 60 µs of a
+    worker round's CPU, docs/perf-notes.md). psycopg then sees the session in a transaction
+    and sends no ``BEGIN`` of its own; the ``COMMIT`` or ``ROLLBACK`` is its own as before.
+
+    False, nothing sent: the transaction has begun already (a statement ran in the block,
+    or an enclosing one), or psycopg would begin it another way (an isolation level, read
+    only or deferrable set on the connection): the caller sends ``GENERIC`` as a statement.
+    """
+    connection.ensure_connection()
+    raw = connection.connection
+    if (
+        raw.autocommit
+        or raw.isolation_level is not None
+        or raw.read_only is not None
+        or raw.deferrable is not None
+    ):
+        return False
+    from psycopg import errors, pq
+
+    if raw.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+        return False
+    text = _BEGIN_GENERIC
+    started = perf_counter()
+    with connection.wrap_database_errors:
+        result = raw.pgconn.exec_(text.encode())
+        if result.status != pq.ExecStatus.TUPLES_OK:
+            raise errors.error_from_result(result, encoding=raw.info.encoding)
+    if connection.queries_logged:  # what Django's debug cursor records for a statement
+        connection.queries_log.append({"sql": text, "time": f"{perf_counter() - started:.3f}"})
+    return True
 
 
 def _cursor(connection: Any) -> Any:

@@ -28,7 +28,7 @@ CLAIM_COLUMNS = (
 #: datetimes far more cheaply than the driver's time zone-aware loader (``rows.py``).
 _EPOCH_COLUMNS = frozenset({"lease_expires_at", "available_at", "created_at"})
 _PG_CLAIM_RETURNING = ", ".join(
-    f"extract(epoch FROM j.{c})::float8" if c in _EPOCH_COLUMNS else f"j.{c}"
+    f"extract(epoch FROM j.{c})::float8 AS {c}" if c in _EPOCH_COLUMNS else f"j.{c}"
     for c in (c.strip() for c in CLAIM_COLUMNS.split(","))
 )
 #: A queue whose control row says ``limited`` (paused, or live limits set) is left to the
@@ -78,15 +78,20 @@ def claim_postgresql(limit: int) -> str:
     plan made while the table looked empty joined them by scanning the whole table.
     """
     return f"""
-WITH picked AS (
+WITH picked AS ({_picked(limit)})
+{_LEASE_PICKED}"""
+
+
+def _picked(limit: int) -> str:
+    """The ids :func:`claim_postgresql` leases. Params: queues, the backend's alias, now, now."""
+    return f"""
     SELECT c.id FROM (
         SELECT u.name FROM unnest(%s::varchar[]) AS u(name) WHERE {_UNLIMITED.format(q="u.name")}
     ) AS q
     CROSS JOIN LATERAL ({_claimable_of_queue(limit)}) AS c
     ORDER BY c.priority DESC, c.available_at, c.id
     LIMIT {int(limit)}
-)
-{_LEASE_PICKED}"""
+"""
 
 
 #: The claim's clock: the caller's ``now`` if it gives one (a parameter), else the database's.
@@ -133,6 +138,14 @@ def claim_postgresql_onward(limit: int) -> str:
     ``(available_at, id)``: where the index read starts), the lower priorities from the
     start. A queue without a point has only the third (every priority).
     """
+    return f"""
+WITH picked AS ({_picked_onward(limit)})
+{_LEASE_PICKED}"""
+
+
+def _picked_onward(limit: int) -> str:
+    """The ids :func:`claim_postgresql_onward` leases. Params: queues, their points'
+    priorities, times and ids, the backend's alias, now × 6."""
     parts = [
         "priority > q.prio",
         "priority = q.prio AND (available_at, id) > (q.at, q.after_id)",
@@ -142,7 +155,6 @@ def claim_postgresql_onward(limit: int) -> str:
         f"SELECT * FROM ({_claimable_of_queue(limit, w)}) AS r{i}" for i, w in enumerate(parts)
     )
     return f"""
-WITH picked AS (
     SELECT c.id FROM (
         SELECT u.name, u.prio, u.at, u.after_id
         FROM unnest(%s::varchar[], %s::int8[], %s::timestamptz[], %s::varchar[])
@@ -152,8 +164,7 @@ WITH picked AS (
     CROSS JOIN LATERAL ({reads} LIMIT {int(limit)}) AS c
     ORDER BY c.priority DESC, c.available_at, c.id
     LIMIT {int(limit)}
-)
-{_LEASE_PICKED}"""
+"""
 
 
 #: ``varying`` of a column sent as one text of comma-separated values (ids, lease tokens):
@@ -378,6 +389,12 @@ def ack_many_postgresql(varying: Sequence[bool | str], table: str = JOB) -> str:
     (no round trip for it). Column 8 carries the retry delay in seconds (NULL: leave
     ``available_at``), column 9 is the clock. Params: :func:`unnest_params`, then ``now``
     (NULL: ``statement_timestamp()``). Cached per shape (``varying`` is a tuple)."""
+    return f"WITH v AS MATERIALIZED {_ack_rows(varying)} {_ack_update(table)}"
+
+
+def _ack_rows(varying: Sequence[bool | str]) -> str:
+    """The acks as rows ``v`` of :func:`ack_many_postgresql`. Params: :func:`unnest_params`,
+    then ``now``."""
     names = [f"column{i}" for i in range(1, ACK_COLUMNS + 1)]
     casts = [*_PG_CASTS[:7], "float8", *_PG_CASTS[8:]]
     picked = [
@@ -389,12 +406,15 @@ def ack_many_postgresql(varying: Sequence[bool | str], table: str = JOB) -> str:
         else f"d.{name}"
         for name in names
     ]
-    rows = (
+    return (
         f"(SELECT {', '.join(picked)} FROM {unnest_rows(names, casts, varying)} AS d, "
         "(SELECT COALESCE(%s::timestamptz, statement_timestamp()) AS now) AS t)"
     )
+
+
+def _ack_update(table: str) -> str:
+    """The fenced ``UPDATE`` of :func:`ack_many_postgresql`, from the rows ``v``."""
     return (
-        f"WITH v AS MATERIALIZED {rows} "
         f"UPDATE {table} {_ack_set(table)} FROM v "
         f"WHERE {table}.id = ANY(ARRAY(SELECT column1 FROM v)) "  # by key, see _INFLIGHT_BY_KEY
         f"AND {table}.id = v.column1 AND {table}.lease_token = v.column2 "  # rule: fence
@@ -432,3 +452,52 @@ def renew_many(vendor: str, n: int, table: str = JOB, returning: str = "id") -> 
 
 def placeholders(items: Sequence[object]) -> str:
     return ", ".join(["%s"] * len(items))
+
+
+_CLAIM_WIDTH = len(CLAIM_COLUMNS.split(","))
+_ACK_WIDTH = len(ACK_RETURNING.split(","))
+#: The kinds of row :func:`ack_and_claim_postgresql` answers, in the order it answers them,
+#: and where in a row each kind's columns are.
+LEASED, CLAIM_TIME, ACKED = 0, 1, 2
+CLAIMED_COLUMNS = slice(1, 1 + _CLAIM_WIDTH)
+ACKED_FIRST = 1 + _CLAIM_WIDTH
+ACKED_COLUMNS = slice(ACKED_FIRST, ACKED_FIRST + _ACK_WIDTH)
+
+
+@cache
+def ack_and_claim_postgresql(varying: Sequence[bool | str], limit: int, onward: bool) -> str:
+    """A worker's round of acks and a claim as one statement (one round trip, not two): the
+    claim of :func:`claim_postgresql` (``onward``: :func:`claim_postgresql_onward`) and the
+    acks of :func:`ack_many_postgresql`, each a data-modifying CTE of the same statement.
+    They share its snapshot, and the rows they change cannot overlap (the claim takes pending
+    rows, an ack changes an inflight one); a job an ack makes pending again is claimed by a
+    later round, as after a claim in its own statement.
+
+    Answers rows ``(kind, *CLAIM_COLUMNS, *ACK_RETURNING, claim_seconds)``, each kind's own
+    columns filled, the others NULL, in this order: ``LEASED`` rows (as the claim answers
+    them), one ``CLAIM_TIME`` row (the seconds from the statement's start to the end of the
+    claim, on the server's clock: the claim runs first, so this is its own time, for
+    ``claim_start.py``), ``ACKED`` rows (as the ack answers them). Params: the ack's
+    (:func:`unnest_params`, now), then the claim's. Cached per shape."""
+    picked = _picked_onward(limit) if onward else _picked(limit)
+    return f"""
+WITH v AS MATERIALIZED {_ack_rows(varying)},
+picked AS ({picked}),
+leased AS ({_LEASE_PICKED}),
+acked AS ({_ack_update(JOB)})
+SELECT {LEASED} AS kind, l.*, {_typed_nulls(ACK_RETURNING)}, NULL::float8 FROM leased AS l
+UNION ALL
+SELECT {CLAIM_TIME}, {_nulls(_CLAIM_WIDTH + _ACK_WIDTH)},
+    extract(epoch FROM clock_timestamp() - statement_timestamp())::float8
+UNION ALL
+SELECT {ACKED}, {_nulls(_CLAIM_WIDTH)}, a.*, NULL FROM acked AS a"""
+
+
+def _nulls(n: int) -> str:
+    return ", ".join(["NULL"] * n)
+
+
+def _typed_nulls(columns: str) -> str:
+    """A NULL of each job column's own type (a UNION's columns take their type from its first
+    branch, and two untyped NULLs make a text)."""
+    return ", ".join(f"(NULL::{JOB}).{c.strip()}" for c in columns.split(","))
