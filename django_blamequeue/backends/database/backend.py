@@ -115,6 +115,7 @@ class DatabaseBackend(JobTableBackend):
     ) -> list[Claimed]:
         if limit <= 0 or not queues:
             return []
+        self.jobtable.ensure_statistics()
         with transaction.atomic(using=self.db):
             return self._claim(queues, limit, lease_s, now, limits)
 
@@ -134,6 +135,8 @@ class DatabaseBackend(JobTableBackend):
         if not acks and (limit <= 0 or not queues):
             return [], []
         both = bool(acks) and limit > 0 and bool(queues)
+        if limit > 0:
+            self.jobtable.ensure_statistics()
         with transaction.atomic(using=self.db):
             if both:  # one round trip for the plan settings of both statements
                 self.jobtable.plan_generic()

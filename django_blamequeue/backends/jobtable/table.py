@@ -5,12 +5,13 @@ and the statement helpers every part of the job table uses.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
 
 from django_blamequeue.backends import wakeup
@@ -18,6 +19,8 @@ from django_blamequeue.backends.hooks import current_hooks
 from django_blamequeue.backends.jobtable import prepared
 from django_blamequeue.conf import BackendConfig
 from django_blamequeue.models import JobFields, OutboxEntry
+
+logger = logging.getLogger("django_blamequeue.backends")
 
 CHANNEL = "blamequeue"
 #: NOTIFY channel of control changes (pause, resume, limits): listening workers re-read them.
@@ -49,6 +52,8 @@ class JobTable:
         )
         #: Wake-ups go out as NOTIFY too (PostgreSQL; the local backend's LISTENing workers).
         self.notifies = notifies and self.is_postgres
+        #: ``ensure_statistics`` has looked (once per process; nothing to do off PostgreSQL).
+        self.statistics_checked = not self.is_postgres
 
     @property
     def connection(self) -> Any:
@@ -90,6 +95,43 @@ class JobTable:
         where statements are prepared: unprepared ones are planned at each call anyway."""
         if self.prepares:
             prepared.plan_generic(self.connection)
+
+    def ensure_statistics(self) -> None:
+        """Before this process's first claim: ``ANALYZE`` the table if PostgreSQL has no
+        statistics for it yet (a fresh install, a ``TRUNCATE``), once per process.
+
+        The claim is planned once per connection and that plan kept. Made on a table without
+        statistics, it believes a queue holds one pending job, and with a backlog of about
+        16,000 the planner found reading all of them through the smaller (queue, state) index
+        and sorting them cheaper than the claim index's order: 13 ms a claim of 5, growing
+        with the backlog, until autovacuum's first ANALYZE (up to a minute, or more on a busy
+        server). One ANALYZE samples at most 30,000 rows (≈ 0.1 s) and replaces every
+        connection's plan. A role that does not own the table gets PostgreSQL's own warning
+        and nothing analysed (autovacuum still will); an error is logged and the claim goes
+        on."""
+        if self.statistics_checked:
+            return
+        self.statistics_checked = True
+        try:
+            with transaction.atomic(using=self.db), self.connection.cursor() as cur:
+                cur.execute(
+                    "SELECT c.reltuples < 0 OR NOT EXISTS (SELECT 1 FROM pg_stats s "
+                    "WHERE s.schemaname = n.nspname AND s.tablename = c.relname) "
+                    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE c.oid = %s::regclass",
+                    [self.name],
+                )
+                row = cur.fetchone()
+                if row and row[0]:
+                    cur.execute(f"ANALYZE {self.connection.ops.quote_name(self.name)}")
+                    logger.info("ANALYZE %s: PostgreSQL had no statistics for it", self.name)
+        except DatabaseError as exc:
+            logger.warning(
+                "could not analyse %s (%s): claims may read the whole backlog until "
+                "autovacuum analyses it",
+                self.name,
+                exc,
+            )
 
     def adapt(self, value: datetime | None) -> Any:
         if value is None:
