@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 from django.utils import timezone
 
 from django_blamequeue.backends import wakeup
@@ -107,8 +107,8 @@ class JobTable:
         with the backlog, until autovacuum's first ANALYZE (up to a minute, or more on a busy
         server). One ANALYZE samples at most 30,000 rows (≈ 0.1 s) and replaces every
         connection's plan. A role that does not own the table gets PostgreSQL's own warning
-        and nothing analysed (autovacuum still will); an error is logged and the claim goes
-        on."""
+        and nothing analysed (autovacuum still will); another error is logged and the claim
+        goes on; with the server away the next claim looks again."""
         if self.statistics_checked:
             return
         self.statistics_checked = True
@@ -125,6 +125,8 @@ class JobTable:
                 if row and row[0]:
                     cur.execute(f"ANALYZE {self.connection.ops.quote_name(self.name)}")
                     logger.info("ANALYZE %s: PostgreSQL had no statistics for it", self.name)
+        except (OperationalError, InterfaceError):  # the server is away: look at the next claim
+            self.statistics_checked = False
         except DatabaseError as exc:
             logger.warning(
                 "could not analyse %s (%s): claims may read the whole backlog until "
