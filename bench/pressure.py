@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/pressure.py [--phase-seconds 600] [--workers 2] [--concurrency 10]
                                        [--rate auto] [--scenarios all] [--no-write]
+                                       [--keep-logs DIR]
 
 A throwaway PostgreSQL 15 (``tests.servers``, fsync on, loopback, ``max_connections`` raised
 to 500 in this server only) and ``--workers`` × ``manage.py runworker bench`` (the sweeper on,
@@ -27,13 +28,15 @@ dead tuples and total size at the phase's end. Recovery: seconds after the press
 the depth was back under the baseline's maximum. At the end every job enqueued must be done
 exactly once (nothing lost, nothing left). Goals (reported, not asserted): every phase ≥ 90 %
 of the offered rate, p99 ≤ 3 × the baseline's, recovery ≤ 30 s. Writes
-``bench/results/pressure.json`` unless ``--no-write``.
+``bench/results/pressure.json`` unless ``--no-write``; ``--keep-logs DIR`` keeps the workers'
+logs (their back-offs and reconnections) in DIR.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import threading
@@ -387,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peak-jobs", type=int, default=5000, help="backlog of the peak drain")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.name}")
+    parser.add_argument("--keep-logs", type=Path, help="copy the workers' logs into this directory")
     args = parser.parse_args(argv)
     scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = set(scenarios) - set(SCENARIOS)
@@ -448,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
                     finally:
                         producer.stop()
                     report["nothing_lost"] = settle(args.peak_jobs + producer.enqueued)
+        if args.keep_logs:  # the workers' own logs (back-offs, reconnections) outlive the run
+            shutil.copytree(logdir, args.keep_logs, dirs_exist_ok=True)
+            log(f"worker logs in {args.keep_logs}")
     log(f"nothing lost: {report['nothing_lost']}")
     for name, s in report["scenarios"].items():
         log(f"{name}: goals {s['goals']}")
