@@ -240,6 +240,36 @@ def test_a_round_inside_a_begun_transaction_sets_the_plan_settings_as_a_statemen
     assert [r.ok for r in results] == [True, True] and len(claimed) == 2
 
 
+def test_a_round_whose_session_was_killed_is_an_outage_and_the_next_round_reconnects() -> None:
+    """The BEGIN that carries the plan settings meets a lost session first: it fails as
+    psycopg fails for one (an outage: ``BACKEND_UNAVAILABLE`` through the breaker, the dead
+    connection dropped), not as a refused statement, and the next round goes on a new one."""
+    need_server("postgres")
+    import psycopg
+
+    from django_blamequeue.exceptions import ErrorCode, QueueError
+
+    backend = get_backend("postgres")
+    assert backend.resilience is not None
+    queue.enqueue_many("killed", [{"i": i} for i in range(4)], backend="postgres")
+    claimed = backend.claim(["killed"], 1, 30)
+    db = connections["postgres"]
+    params = db.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [db.connection.info.backend_pid])
+    done = Transition(state=State.DONE)
+    acks = [Ack(job_id=c.job_id, token=c.token, transition=done) for c in claimed]
+    with pytest.raises(QueueError) as refused:
+        backend.resilience.call(lambda: backend.apply_and_claim(acks, ["killed"], 1, 30))
+    assert refused.value.code == ErrorCode.BACKEND_UNAVAILABLE
+    results, again = backend.resilience.call(
+        lambda: backend.apply_and_claim(acks, ["killed"], 1, 30)
+    )
+    assert [r.ok for r in results] == [True] and len(again) == 1
+
+
 def _seq_scans_of_the_job_table(db: str) -> int:
     """Sequential scans of ``blamequeue_job`` so far in the current transaction."""
     return _job_table_stat(db, "seq_scan")

@@ -153,6 +153,10 @@ def _begin_generic(connection: Any) -> bool:
     with connection.wrap_database_errors:
         result = raw.pgconn.exec_(text.encode())
         if result.status != pq.ExecStatus.TUPLES_OK:
+            if raw.pgconn.status == pq.ConnStatus.BAD:  # the session is gone, no SQLSTATE:
+                message = result.error_message.decode("utf-8", "replace").strip()
+                # psycopg's own error for a lost connection, which callers treat as an outage
+                raise errors.OperationalError(f"the connection is lost: {message}")
             raise errors.error_from_result(result, encoding=raw.info.encoding)
     if connection.queries_logged:  # what Django's debug cursor records for a statement
         connection.queries_log.append({"sql": text, "time": f"{perf_counter() - started:.3f}"})
