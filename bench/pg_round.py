@@ -46,7 +46,6 @@ from bench.throughput import postgres_cpu  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "pg-round.json"
 SETTINGS = "bench.settings"
-QUEUE = "bench"
 
 log = drain.logger("pg-round")
 
@@ -58,26 +57,26 @@ def child(url: str, rounds: int, batch: int, pg_pid: int) -> dict[str, Any]:
     from django_blamequeue.backends import get_backend
     from django_blamequeue.core.records import Ack, Transition
     from django_blamequeue.core.states import State
-    from django_blamequeue.jobs import enqueueing
 
-    total = (rounds + 21) * batch  # the warm-up rounds, the first claim and the rounds
-    for start in range(0, total, 1000):
-        n = min(1000, total - start)
-        enqueueing.enqueue_many([{"i": i} for i in range(n)], {"queue": QUEUE}, name=NOOP)
+    warm = 20  # rounds before the measured ones: every statement prepared, every plan made
+    drain.enqueue_bulk(NOOP, (warm + 1 + rounds) * batch)  # and the first claim's
     backend = get_backend(None)
     done = Transition(state=State.DONE)
-    claimed = backend.claim([QUEUE], batch, 30.0)
-    for _ in range(20):  # warm: every statement prepared, every plan made
+    claimed = backend.claim([drain.QUEUE], batch, 30.0)
+
+    def round_() -> int:
+        """One round: the acks of the last claim, the next claim; answers the acks applied."""
+        nonlocal claimed
         acks = [Ack(job_id=c.job_id, token=c.token, transition=done) for c in claimed]
-        _, claimed = backend.apply_and_claim(acks, [QUEUE], batch, 30.0)
+        results, claimed = backend.apply_and_claim(acks, [drain.QUEUE], batch, 30.0)
+        return sum(r.ok for r in results)
+
+    for _ in range(warm):
+        round_()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime
     pg0, t0 = postgres_cpu(pg_pid), time.perf_counter()
-    acked = 0
-    for _ in range(rounds):
-        acks = [Ack(job_id=c.job_id, token=c.token, transition=done) for c in claimed]
-        results, claimed = backend.apply_and_claim(acks, [QUEUE], batch, 30.0)
-        acked += sum(r.ok for r in results)
+    acked = sum(round_() for _ in range(rounds))
     wall = time.perf_counter() - t0
     usage = resource.getrusage(resource.RUSAGE_SELF)
     import django_blamequeue

@@ -245,8 +245,6 @@ def test_a_round_whose_session_was_killed_is_an_outage_and_the_next_round_reconn
     psycopg fails for one (an outage: ``BACKEND_UNAVAILABLE`` through the breaker, the dead
     connection dropped), not as a refused statement, and the next round goes on a new one."""
     need_server("postgres")
-    import psycopg
-
     from django_blamequeue.exceptions import ErrorCode, QueueError
 
     backend = get_backend("postgres")
@@ -254,11 +252,11 @@ def test_a_round_whose_session_was_killed_is_an_outage_and_the_next_round_reconn
     queue.enqueue_many("killed", [{"i": i} for i in range(4)], backend="postgres")
     claimed = backend.claim(["killed"], 1, 30)
     db = connections["postgres"]
-    params = db.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params, autocommit=True) as other:
+    other = db.get_new_connection(db.get_connection_params())
+    try:
         other.execute("SELECT pg_terminate_backend(%s)", [db.connection.info.backend_pid])
+    finally:
+        other.close()
     done = Transition(state=State.DONE)
     acks = [Ack(job_id=c.job_id, token=c.token, transition=done) for c in claimed]
     with pytest.raises(QueueError) as refused:
